@@ -1,0 +1,96 @@
+/*
+ * error.c - tier_strerror() and the thread-local detail message.
+ *
+ * The detail buffer is per thread, so concurrent failures on different
+ * threads never mix their messages.  It is a fixed array: recording an error
+ * must itself never fail (no allocation on the error path).
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/error.h"
+
+static _Thread_local char t_err[TIER_ERR_MAX];
+static _Thread_local char t_strerror[64];
+
+const char *tier_strerror(int err)
+{
+	const char *s;
+
+	if (err < 0)
+		err = -err;
+	if (err == 0)
+		return "Success";
+	s = strerrordesc_np(err);
+	if (s)
+		return s;
+	snprintf(t_strerror, sizeof(t_strerror), "Unknown error %d", err);
+	return t_strerror;
+}
+
+const char *tier_last_error(void)
+{
+	return t_err;
+}
+
+int tier_verr(int err, const char *fmt, va_list ap)
+{
+	int n = vsnprintf(t_err, sizeof(t_err), fmt, ap);
+
+	if (n >= (int)sizeof(t_err))
+		memcpy(t_err + sizeof(t_err) - 4, "...", 4);
+	return err;
+}
+
+int tier_err(int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	tier_verr(err, fmt, ap);
+	va_end(ap);
+	return err;
+}
+
+void tier_err_append(const char *fmt, ...)
+{
+	size_t len = strlen(t_err);
+	va_list ap;
+	int n;
+
+	if (len + 4 >= sizeof(t_err))
+		return;
+	if (len)
+		t_err[len++] = '\n';
+	va_start(ap, fmt);
+	n = vsnprintf(t_err + len, sizeof(t_err) - len, fmt, ap);
+	va_end(ap);
+	if (n >= (int)(sizeof(t_err) - len))
+		memcpy(t_err + sizeof(t_err) - 4, "...", 4);
+}
+
+void tier_err_clear(void)
+{
+	t_err[0] = '\0';
+}
+
+void tier_err_prefix(const char *fmt, ...)
+{
+	char old[TIER_ERR_MAX];
+	char pre[512];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(pre, sizeof(pre), fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	memcpy(old, t_err, sizeof(old));
+	n = snprintf(t_err, sizeof(t_err), "%s: %s", pre, old);
+	if (n >= (int)sizeof(t_err))
+		memcpy(t_err + sizeof(t_err) - 4, "...", 4);
+}

@@ -1,0 +1,100 @@
+/*
+ * fault.h - numbered fault sites.
+ *
+ * Every allocation, thread creation, file access, probe and (later)
+ * submission, registration and CUDA call passes a site listed here.  In a
+ * build with fault sites (meson -Dfault_sites, on whenever tests are built)
+ * a test arms a site to fail its Nth call, once (transient) or from then on
+ * (persistent), with a chosen errno.  A build without them compiles every
+ * site to a constant 0.
+ *
+ * Site numbers are stable: never renumber or reuse one (tests and the
+ * TIER_FAULT environment knob refer to them by name and number).
+ */
+#ifndef TIER_COMMON_FAULT_H
+#define TIER_COMMON_FAULT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TIER_FAULT_SITE_LIST(X)                                                \
+	X(ALLOC, 1, "alloc", "heap allocation (tier_malloc/calloc/strdup)")    \
+	X(THREAD_CREATE, 2, "thread_create", "creating a worker thread")       \
+	X(MANIFEST_OPEN, 3, "manifest_open", "opening a manifest file")        \
+	X(MANIFEST_READ, 4, "manifest_read", "reading a manifest file")        \
+	X(YAML_PARSE, 5, "yaml_parse", "libyaml parser setup")                 \
+	X(MEMINFO, 6, "meminfo", "reading /proc/meminfo")                      \
+	X(STATVFS, 7, "statvfs", "querying a file system's free space")        \
+	X(DIRECT_PROBE, 8, "direct_probe", "probing O_DIRECT on a file system") \
+	X(GPU_PROBE, 9, "gpu_probe", "querying the CUDA devices")              \
+	X(MKDIR, 10, "mkdir", "creating a data directory")
+
+enum tier_fault_site {
+	TIER_FAULT_NONE = 0,
+#define X(id, num, name, desc) TIER_FAULT_##id = num,
+	TIER_FAULT_SITE_LIST(X)
+#undef X
+	TIER_FAULT__COUNT
+};
+
+/* Count for tier_fault_arm(): every call from the Nth on fails. */
+#define TIER_FAULT_PERSISTENT (-1)
+
+#if TIER_FAULT_SITES
+/* 0, or the negative errno the armed site must fail with. */
+int tier_fault_check(enum tier_fault_site site);
+#else
+static inline int tier_fault_check(enum tier_fault_site site)
+{
+	(void)site;
+	return 0;
+}
+#endif
+
+/* Whether fault sites are compiled into this build. */
+bool tier_fault_available(void);
+
+/*
+ * Arms @site: calls 1..nth-1 succeed, then @count calls fail with @err
+ * (negative errno); count 1 = transient, TIER_FAULT_PERSISTENT = every call
+ * from the Nth on.  Resets the site's counters.  -ENOTSUP without fault
+ * sites, -EINVAL for a bad site, nth or err.
+ */
+int tier_fault_arm(enum tier_fault_site site, uint64_t nth, int64_t count, int err);
+void tier_fault_disarm(enum tier_fault_site site);
+void tier_fault_reset_all(void);
+/* Calls that passed the site since it was armed or reset, and how many failed. */
+uint64_t tier_fault_calls(enum tier_fault_site site);
+uint64_t tier_fault_fired(enum tier_fault_site site);
+
+const char *tier_fault_site_name(enum tier_fault_site site);
+/* The site named @name ("alloc") or numbered ("1"); TIER_FAULT_NONE if none. */
+enum tier_fault_site tier_fault_site_lookup(const char *name);
+
+/*
+ * Arms sites from a TIER_FAULT-style spec: "site:nth[:count[:errno]]",
+ * several separated by commas, e.g. "alloc:3:1:ENOMEM,statvfs:1:-1:EIO".
+ * -EINVAL (with the detail message naming the bad part) on a bad spec.
+ */
+int tier_fault_arm_spec(const char *spec);
+
+/* Allocation through the ALLOC site.  Same contracts as the libc calls. */
+void *tier_malloc(size_t size);
+void *tier_calloc(size_t n, size_t size);
+void *tier_realloc(void *p, size_t size);
+char *tier_strdup(const char *s);
+char *tier_strndup(const char *s, size_t n);
+__attribute__((format(printf, 1, 2))) char *tier_asprintf(const char *fmt, ...);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,210 @@
+/*
+ * pool.c - the persistent thread pool.
+ *
+ * State under pool->lock: `gen` counts jobs; a worker sleeps on `wake`
+ * until gen moves past the last job it saw, then claims indices from the
+ * atomic `next` until they run out, and counts itself out in `active`.  The
+ * submitting thread claims indices too, then sleeps on `done` until
+ * `active` is zero.  A job's fields are written before gen is bumped under
+ * the lock and read after a worker observes the bump under the same lock,
+ * so the mutex orders them; `next` alone is touched outside the lock.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "common/check.h"
+#include "common/error.h"
+#include "common/fault.h"
+#include "common/log.h"
+#include "common/options.h"
+#include "common/pool.h"
+
+struct tier_pool {
+	pthread_mutex_t submit;  /* one job at a time */
+	pthread_mutex_t lock;    /* guards everything below but `next` */
+	pthread_cond_t wake;     /* workers wait here for a new job or stop */
+	pthread_cond_t done;     /* the submitter waits here for active == 0 */
+	unsigned long gen;       /* job generation */
+	bool stop;
+	unsigned active;         /* workers still inside the current job */
+	size_t n;                /* the current job: */
+	tier_pool_fn fn;
+	void *arg;
+	_Atomic size_t next;     /* next unclaimed index */
+	unsigned nthreads;       /* participants, caller included */
+	unsigned started;        /* workers actually started */
+	pthread_t *threads;
+};
+
+struct worker_arg {
+	struct tier_pool *pool;
+	unsigned id;
+};
+
+/* Set while a thread runs a job, to run nested loops inline. */
+static _Thread_local const struct tier_pool *t_in_job;
+
+static void run_share(struct tier_pool *p, size_t n, tier_pool_fn fn, void *arg, unsigned id)
+{
+	size_t i;
+
+	t_in_job = p;
+	while ((i = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed)) < n)
+		fn(arg, i, id);
+	t_in_job = NULL;
+}
+
+static void *worker_main(void *v)
+{
+	struct worker_arg wa = *(struct worker_arg *)v;
+	struct tier_pool *p = wa.pool;
+	unsigned long seen = 0;
+
+	free(v);
+	pthread_mutex_lock(&p->lock);
+	for (;;) {
+		while (!p->stop && p->gen == seen)
+			pthread_cond_wait(&p->wake, &p->lock);
+		if (p->stop)
+			break;
+		seen = p->gen;
+		size_t n = p->n;
+		tier_pool_fn fn = p->fn;
+		void *arg = p->arg;
+
+		pthread_mutex_unlock(&p->lock);
+		run_share(p, n, fn, arg, wa.id);
+		pthread_mutex_lock(&p->lock);
+		if (--p->active == 0)
+			pthread_cond_signal(&p->done);
+	}
+	pthread_mutex_unlock(&p->lock);
+	return NULL;
+}
+
+static unsigned default_threads(void)
+{
+	long long t = tier_opt_int(TIER_OPT_THREADS);
+	long cpus;
+
+	if (t > 0)
+		return (unsigned)t;
+	cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	return cpus > 0 ? (unsigned)cpus : 1;
+}
+
+int tier_pool_create(unsigned nthreads, struct tier_pool **out)
+{
+	struct tier_pool *p;
+	int rc = 0;
+
+	*out = NULL;
+	if (nthreads == 0)
+		nthreads = default_threads();
+	p = tier_calloc(1, sizeof(*p));
+	if (!p)
+		return tier_err(-ENOMEM, "thread pool: out of memory");
+	p->nthreads = nthreads;
+	p->threads = tier_calloc(nthreads, sizeof(pthread_t));
+	if (!p->threads) {
+		free(p);
+		return tier_err(-ENOMEM, "thread pool: out of memory for %u threads", nthreads);
+	}
+	pthread_mutex_init(&p->submit, NULL);
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_cond_init(&p->wake, NULL);
+	pthread_cond_init(&p->done, NULL);
+	for (unsigned i = 1; i < nthreads; i++) {
+		struct worker_arg *wa = tier_malloc(sizeof(*wa));
+
+		if (!wa) {
+			rc = tier_err(-ENOMEM, "thread pool: out of memory");
+			goto fail;
+		}
+		wa->pool = p;
+		wa->id = i;
+		rc = tier_fault_check(TIER_FAULT_THREAD_CREATE);
+		if (rc) {
+			free(wa);
+			tier_err(rc, "thread pool: creating worker %u of %u: %s", i,
+				 nthreads - 1, tier_strerror(rc));
+			goto fail;
+		}
+		rc = -pthread_create(&p->threads[p->started], NULL, worker_main, wa);
+		if (rc) {
+			free(wa);
+			tier_err(rc, "thread pool: creating worker %u of %u: %s", i,
+				 nthreads - 1, tier_strerror(rc));
+			goto fail;
+		}
+		p->started++;
+	}
+	TIER_DEBUG_LOG(TIER_SS_COMMON, "thread pool: %u threads", nthreads);
+	*out = p;
+	return 0;
+fail:
+	tier_pool_destroy(p);
+	return rc;
+}
+
+void tier_pool_destroy(struct tier_pool *p)
+{
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->lock);
+	p->stop = true;
+	pthread_cond_broadcast(&p->wake);
+	pthread_mutex_unlock(&p->lock);
+	for (unsigned i = 0; i < p->started; i++)
+		pthread_join(p->threads[i], NULL);
+	pthread_cond_destroy(&p->done);
+	pthread_cond_destroy(&p->wake);
+	pthread_mutex_destroy(&p->lock);
+	pthread_mutex_destroy(&p->submit);
+	free(p->threads);
+	free(p);
+}
+
+unsigned tier_pool_size(const struct tier_pool *p)
+{
+	return p->started + 1;
+}
+
+int tier_pool_for(struct tier_pool *p, size_t n, tier_pool_fn fn, void *arg)
+{
+	if (n == 0)
+		return 0;
+	if (t_in_job == p || p->started == 0 || n == 1) {
+		const struct tier_pool *saved = t_in_job;
+
+		for (size_t i = 0; i < n; i++)
+			fn(arg, i, 0);
+		t_in_job = saved;
+		return 0;
+	}
+	pthread_mutex_lock(&p->submit);
+	pthread_mutex_lock(&p->lock);
+	p->n = n;
+	p->fn = fn;
+	p->arg = arg;
+	atomic_store_explicit(&p->next, 0, memory_order_relaxed);
+	p->active = p->started;
+	p->gen++;
+	pthread_cond_broadcast(&p->wake);
+	pthread_mutex_unlock(&p->lock);
+
+	run_share(p, n, fn, arg, 0);
+
+	pthread_mutex_lock(&p->lock);
+	while (p->active)
+		pthread_cond_wait(&p->done, &p->lock);
+	pthread_mutex_unlock(&p->lock);
+	pthread_mutex_unlock(&p->submit);
+	return 0;
+}

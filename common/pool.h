@@ -1,0 +1,41 @@
+/*
+ * pool.h - a small persistent thread pool for data-parallel loops.
+ *
+ * Workers are created once and sleep between jobs.  tier_pool_for() runs
+ * fn(arg, i) for every i in [0, n) on the workers and the calling thread,
+ * which claim indices from a shared counter (so uneven tiles balance), and
+ * returns when all have finished.  One job runs at a time; concurrent
+ * callers queue on a mutex.  A call from inside a job (nesting) runs the
+ * loop on the calling thread alone instead of deadlocking.
+ */
+#ifndef TIER_COMMON_POOL_H
+#define TIER_COMMON_POOL_H
+
+#include <stddef.h>
+
+struct tier_pool;
+
+typedef void (*tier_pool_fn)(void *arg, size_t index, unsigned worker);
+
+/*
+ * Creates a pool of @nthreads threads in all, the caller included (so
+ * nthreads - 1 workers are started); 0 = TIER_THREADS, or one per online
+ * CPU.  Returns 0, -ENOMEM, or the error of thread creation (nothing is
+ * left running on failure).
+ */
+int tier_pool_create(unsigned nthreads, struct tier_pool **out);
+
+/* Stops and joins the workers.  No job may be running. */
+void tier_pool_destroy(struct tier_pool *pool);
+
+/* Threads taking part in a job, the caller included. */
+unsigned tier_pool_size(const struct tier_pool *pool);
+
+/*
+ * Runs @fn for every index in [0, n); @worker is in [0, tier_pool_size()),
+ * 0 being the caller.  Returns 0 (the loop itself cannot fail; @fn reports
+ * its own errors through @arg).
+ */
+int tier_pool_for(struct tier_pool *pool, size_t n, tier_pool_fn fn, void *arg);
+
+#endif

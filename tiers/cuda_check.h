@@ -1,0 +1,46 @@
+/*
+ * cuda_check.h - the check macro for the CUDA runtime's error domain (for
+ * .cu files only).  It converts a cudaError_t into a negative errno, puts
+ * the call, cudaGetErrorString() and file:line in the detail message,
+ * clears CUDA's sticky last error, and jumps to the cleanup label.
+ */
+#ifndef TIER_TIERS_CUDA_CHECK_H
+#define TIER_TIERS_CUDA_CHECK_H
+
+#include <cuda_runtime_api.h>
+#include <errno.h>
+
+#include "common/error.h"
+
+static inline int tier_cuda_errno(cudaError_t e)
+{
+	switch (e) {
+	case cudaSuccess:
+		return 0;
+	case cudaErrorMemoryAllocation:
+		return -ENOMEM;
+	case cudaErrorNoDevice:
+	case cudaErrorInsufficientDriver:
+	case cudaErrorInvalidDevice:
+		return -ENODEV;
+	case cudaErrorInvalidValue:
+		return -EINVAL;
+	default:
+		return -EIO;
+	}
+}
+
+#define TIER_CUDA_CHECK_GOTO(call, rc, label)                                  \
+	do {                                                                    \
+		cudaError_t tier_cu_e_ = (call);                                \
+		if (tier_cu_e_ != cudaSuccess) {                                \
+			(void)cudaGetLastError();                               \
+			(rc) = tier_err(tier_cuda_errno(tier_cu_e_),            \
+					"%s: %s (%s:%d)", #call,                \
+					cudaGetErrorString(tier_cu_e_),         \
+					__FILE__, __LINE__);                    \
+			goto label;                                             \
+		}                                                               \
+	} while (0)
+
+#endif
