@@ -129,6 +129,8 @@ static int opt_parse(struct tier_option *o, const char *v, char *why, size_t why
 	return -EINVAL;
 }
 
+static int options_print_table(FILE *out);
+
 static void apply_log_settings(void)
 {
 	atomic_store(&tier_log_level_g, (int)g_opts[TIER_OPT_LOG].ival);
@@ -184,7 +186,7 @@ static void options_load(void)
 		FILE *f = open_memstream(&buf, &len);
 
 		if (f) {
-			tier_options_print(f);
+			options_print_table(f);
 			fclose(f);
 			TIER_DEBUG_LOG(TIER_SS_COMMON, "options:\n%s", buf);
 			free(buf);
@@ -295,6 +297,13 @@ static void opt_value_str(const struct tier_option *o, char *buf, size_t len)
 
 int tier_options_print(FILE *out)
 {
+	tier_options_init();
+	return options_print_table(out);
+}
+
+/* The table as it stands: called from inside options_load() too. */
+static int options_print_table(FILE *out)
+{
 	static const char *const type_names[] = {
 		[TIER_OPT_T_ENUM] = "enum", [TIER_OPT_T_SUBSYS] = "subsys",
 		[TIER_OPT_T_STRING] = "string", [TIER_OPT_T_INT] = "int",
@@ -302,7 +311,6 @@ int tier_options_print(FILE *out)
 	};
 	char val[1100];
 
-	tier_options_init();
 	fprintf(out, "%-22s %-8s %-14s %-8s %s\n", "ENV", "TYPE", "VALUE", "SOURCE", "DESCRIPTION");
 	for (int i = 0; i < TIER_OPT__COUNT; i++) {
 		const struct tier_option *o = &g_opts[i];

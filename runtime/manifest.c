@@ -107,6 +107,8 @@ struct walker {
 	int ndiags;
 	struct raw *raw;
 	char keypath[256];    /* "nvme.paths[1]" while inside it */
+	char *diags;          /* the report, one problem a line (TIER_ERR_MAX) */
+	size_t diags_len;
 	size_t path_index;    /* the raw_path being filled */
 };
 
@@ -122,20 +124,35 @@ static void diag(struct walker *w, struct pos at, const char *fmt, ...)
 {
 	char msg[1024];
 	va_list ap;
+	int n;
 
 	w->ndiags++;
-	if (w->ndiags > MAX_DIAGS) {
-		if (w->ndiags == MAX_DIAGS + 1)
-			tier_err_append("%s: too many errors; stopping", w->file);
+	if (w->ndiags > MAX_DIAGS + 1)
 		return;
+	if (w->ndiags == MAX_DIAGS + 1) {
+		snprintf(msg, sizeof(msg), "too many errors; stopping");
+		at.line = 0;
+	} else {
+		va_start(ap, fmt);
+		vsnprintf(msg, sizeof(msg), fmt, ap);
+		va_end(ap);
 	}
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
+	/*
+	 * The report is kept here, not in the thread's detail message, which
+	 * the probes called during resolution overwrite with their own.
+	 */
+	if (w->diags_len + 2 >= TIER_ERR_MAX)
+		return;
 	if (at.line > 0)
-		tier_err_append("%s:%d:%d: %s", w->file, at.line, at.col, msg);
+		n = snprintf(w->diags + w->diags_len, TIER_ERR_MAX - w->diags_len, "%s%s:%d:%d: %s",
+			     w->diags_len ? "\n" : "", w->file, at.line, at.col, msg);
 	else
-		tier_err_append("%s: %s", w->file, msg);
+		n = snprintf(w->diags + w->diags_len, TIER_ERR_MAX - w->diags_len, "%s%s: %s",
+			     w->diags_len ? "\n" : "", w->file, msg);
+	if (n > 0)
+		w->diags_len += (size_t)n;
+	if (w->diags_len >= TIER_ERR_MAX)
+		w->diags_len = TIER_ERR_MAX - 1;
 }
 
 /* "dram.capacity" for messages: the current key path plus @key. */
@@ -227,7 +244,7 @@ static int graph_check(struct walker *w)
 	if (!g.state || !g.size) {
 		free(g.state);
 		free(g.size);
-		return -ENOMEM;
+		return tier_err(-ENOMEM, "%s: out of memory checking %d YAML nodes", w->file, n);
 	}
 	graph_size(&g, 1, 0);
 	free(g.state);
@@ -757,20 +774,13 @@ static void k_nvme_paths(struct walker *w, const char *key, yaml_node_t *v)
 		w->path_index = i;
 		w->raw->npaths = i + 1;
 		snprintf(w->keypath, sizeof(w->keypath), "%s.%s[%zu]", saved, key, i);
-		if (item->type == YAML_SCALAR_NODE) {
-			/* "- /mnt/nvme0/tier" is short for "- path: /mnt/nvme0/tier" */
-			char *kpath = w->keypath + strlen(w->keypath);
-
-			k_path_path(w, "path", item);
-			(void)kpath;
-		} else if (item->type == YAML_MAPPING_NODE) {
-			walk_mapping(w, w->keypath, item, path_keys, NSPECS(path_keys));
-		} else {
-			diag(w, pos_of(item), "%s: expected a path or a mapping with 'path' and 'capacity', got %s",
+		if (item->type != YAML_MAPPING_NODE) {
+			diag(w, pos_of(item), "%s: expected a mapping with 'path' and 'capacity', got %s",
 			     w->keypath, node_kind(item));
 			continue;
 		}
-		if (!p->path_at.line && item->type == YAML_MAPPING_NODE)
+		walk_mapping(w, w->keypath, item, path_keys, NSPECS(path_keys));
+		if (!p->path_at.line)
 			diag(w, p->at, "%s: missing key 'path'", w->keypath);
 		if (!p->capacity.at.line)
 			diag(w, p->at, "%s: missing key 'capacity' (a size such as 500GiB, or a share of the free space such as 80%%)",
@@ -1386,16 +1396,17 @@ static int yaml_error(struct walker *w, yaml_parser_t *p)
 {
 	const char *what = p->problem ? p->problem : "malformed YAML";
 	yaml_mark_t m = p->problem_mark;
+	struct pos at;
 
 	if (p->error == YAML_MEMORY_ERROR)
 		return tier_err(-ENOMEM, "%s: out of memory while parsing", w->file);
+	at.line = (int)m.line + 1;
+	at.col = (int)m.column + 1;
 	if (p->context)
-		tier_err_append("%s:%zu:%zu: YAML syntax error: %s %s (line %zu)", w->file,
-				m.line + 1, m.column + 1, what, p->context,
-				p->context_mark.line + 1);
+		diag(w, at, "YAML syntax error: %s %s (line %zu)", what, p->context,
+		     p->context_mark.line + 1);
 	else
-		tier_err_append("%s:%zu:%zu: YAML syntax error: %s", w->file, m.line + 1,
-				m.column + 1, what);
+		diag(w, at, "YAML syntax error: %s", what);
 	return -EINVAL;
 }
 
@@ -1419,7 +1430,8 @@ int tier_manifest_parse(const char *text, size_t len, const char *name, unsigned
 				MAX_MANIFEST_BYTES);
 	m = tier_calloc(1, sizeof(*m));
 	raw = tier_calloc(1, sizeof(*raw));
-	if (!m || !raw) {
+	w.diags = tier_calloc(1, TIER_ERR_MAX);
+	if (!m || !raw || !w.diags) {
 		rc = tier_err(-ENOMEM, "%s: out of memory", w.file);
 		goto out;
 	}
@@ -1498,6 +1510,9 @@ int tier_manifest_parse(const char *text, size_t len, const char *name, unsigned
 	m = NULL;
 	rc = 0;
 out:
+	if (rc == -EINVAL && w.diags && w.diags_len)
+		tier_err(rc, "%s", w.diags);
+	free(w.diags);
 	if (doc_ok)
 		yaml_document_delete(&doc);
 	if (parser_ok)

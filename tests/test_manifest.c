@@ -1,0 +1,700 @@
+/*
+ * test_manifest.c - the tier manifest: parsing, schema errors (each class,
+ * with its line and column), resolution against this machine, the
+ * embedded default, emission and round trip, and every fault site the
+ * loader passes.
+ *
+ * Manifests refer to a scratch directory through ${T}, which each test sets,
+ * so the same table runs anywhere.
+ */
+#include "config.h"
+
+#include <check.h>
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/error.h"
+#include "common/fault.h"
+#include "common/options.h"
+#include "common/sysinfo.h"
+#include "runtime/manifest.h"
+#include "t_helpers.h"
+
+static char *g_dir;
+
+static void setup(void)
+{
+	g_dir = t_mkdtemp();
+	setenv("T", g_dir, 1);
+	unsetenv("TIER_TEST_UNSET_VAR");
+}
+
+static void teardown(void)
+{
+	t_rmtree(g_dir);
+	free(g_dir);
+	g_dir = NULL;
+}
+
+/* Parses @text as file "m.yaml" in the scratch dir; returns the code. */
+static int load_text(const char *text, struct tier_manifest **m)
+{
+	char *path = t_write_file(g_dir, "m.yaml", text);
+	int rc = tier_manifest_load(path, m);
+
+	free(path);
+	return rc;
+}
+
+/* --------------------------------------------------- invalid manifests */
+
+struct bad_case {
+	const char *name;
+	const char *text;
+	int line, col;           /* where the first error must point */
+	const char *needle;      /* a substring of the first error line */
+};
+
+#define SMALL "dram:\n  capacity: 512MiB\n"
+
+static const struct bad_case bad_cases[] = {
+	{ "unknown key, near miss on line 7",
+	  "version: 1\n"
+	  "name: t\n"
+	  "gpu:\n"
+	  "  device: none\n"
+	  "dram:\n"
+	  "  capacity: 64MiB\n"
+	  "  capacty: 1GiB\n",
+	  7, 3, "unknown key 'capacty' in dram (did you mean 'capacity'?)" },
+	{ "unknown top-level key, no suggestion",
+	  SMALL "zebra: 1\n", 3, 1, "unknown key 'zebra' in the manifest" },
+	{ "unknown key suggests in nvme path",
+	  SMALL "nvme:\n  paths:\n    - path: ${T}/\n      capasity: 1GiB\n",
+	  6, 7, "did you mean 'capacity'?" },
+	{ "wrong type: list for a size",
+	  "dram:\n  capacity: [1, 2]\n", 2, 13, "dram.capacity: expected a size such as 64GiB, got a list" },
+	{ "wrong type: scalar for a section",
+	  "dram: 5\n", 1, 7, "dram: expected a mapping of keys, got a scalar" },
+	{ "wrong type: bool",
+	  SMALL "nvme:\n  direct: maybe\n  paths:\n    - {path: \"${T}/\", capacity: 1MiB}\n",
+	  4, 11, "nvme.direct: expected a boolean (true or false), got 'maybe'" },
+	{ "wrong type: quoted bool",
+	  SMALL "nvme:\n  sqpoll: \"true\"\n  paths:\n    - {path: \"${T}/\", capacity: 1MiB}\n",
+	  4, 11, "got the string 'true'" },
+	{ "wrong type: integer",
+	  SMALL "nvme:\n  queue_depth: deep\n  paths:\n    - {path: \"${T}/\", capacity: 1MiB}\n",
+	  4, 16, "nvme.queue_depth: expected an integer, got 'deep'" },
+	{ "integer out of range",
+	  SMALL "prefetch:\n  write_behind: 0\n", 4, 17, "out of range [1, 1024]" },
+	{ "null value",
+	  "dram:\n  capacity:\n", 2, 12, "got nothing (null)" },
+	{ "bad unit",
+	  "dram:\n  capacity: 5GB2\n", 2, 13, "bad unit in '5GB2'" },
+	{ "bad unit: not a number",
+	  "dram:\n  capacity: lots\n", 2, 13, "'lots' is not a size" },
+	{ "negative size",
+	  "dram:\n  capacity: -1GiB\n", 2, 13, "negative size" },
+	{ "zero size",
+	  "dram:\n  capacity: 0\n", 2, 13, "size must be greater than zero" },
+	{ "zero percent",
+	  "dram:\n  capacity: 0%\n", 2, 13, "size must be greater than zero" },
+	{ "percentage over 100",
+	  "dram:\n  capacity: 150%\n", 2, 13, "over 100%" },
+	{ "percentage where not allowed",
+	  SMALL "nvme:\n  stripe_unit: 10%\n  paths:\n    - {path: \"${T}/\", capacity: 1MiB}\n",
+	  4, 16, "a percentage ('10%') is not allowed here" },
+	{ "DRAM over MemAvailable",
+	  "dram:\n  capacity: 100%\n", 2, 13, "more than this machine has available (MemAvailable" },
+	{ "DRAM far over the machine",
+	  "dram:\n  capacity: 1PiB\n", 2, 13, "more than this machine has available" },
+	{ "NVMe over free space",
+	  SMALL "nvme:\n  paths:\n    - path: ${T}/\n      capacity: 100PiB\n",
+	  6, 17, "more than the free space of the file system of" },
+	{ "NVMe over free space summed over paths on one file system",
+	  SMALL "nvme:\n  paths:\n    - path: ${T}/a.dat\n      capacity: 60%\n"
+	  "    - path: ${T}/b.dat\n      capacity: 60%\n",
+	  8, 17, "already given to paths on it" },
+	{ "duplicate path",
+	  SMALL "nvme:\n  paths:\n    - {path: \"${T}/\", capacity: 1MiB}\n"
+	  "    - {path: \"${T}/./\", capacity: 1MiB}\n",
+	  6, 14, "duplicate path" },
+	{ "duplicate path: file and directory spelling",
+	  SMALL "name: s\nnvme:\n  paths:\n    - {path: \"${T}/\", capacity: 1MiB}\n"
+	  "    - {path: \"${T}/tierstore-s.dat\", capacity: 1MiB}\n",
+	  7, 14, "is the same file as nvme.paths[0] (line 6)" },
+	{ "missing directory",
+	  SMALL "nvme:\n  paths:\n    - path: ${T}/nope/file.dat\n      capacity: 1MiB\n",
+	  5, 13, "does not exist (create it, or add create: true)" },
+	{ "missing directory, trailing slash",
+	  SMALL "nvme:\n  paths:\n    - path: ${T}/nope/\n      capacity: 1MiB\n",
+	  5, 13, "does not exist" },
+	{ "YAML syntax error: unclosed flow sequence",
+	  "dram:\n  capacity: [1, 2\nnvme: x\n", 3, 5, "YAML syntax error" },
+	{ "YAML syntax error: bad indentation",
+	  "dram:\n  capacity: 1GiB\n numa_node: 0\n", 3, 2, "YAML syntax error" },
+	{ "YAML syntax error: tab indentation",
+	  "dram:\n\tcapacity: 1GiB\n", 2, 1, "YAML syntax error" },
+	{ "aliases expanding without bound",
+	  "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+	  "b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+	  "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\n"
+	  "d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
+	  "e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\n"
+	  "f: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]\n"
+	  "g: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f, *f]\n"
+	  "h: &h [*g, *g, *g, *g, *g, *g, *g, *g, *g, *g]\n"
+	  "i: &i [*h, *h, *h, *h, *h, *h, *h, *h, *h, *h]\n",
+	  4, 4, "YAML aliases expand this node to more than" },
+	{ "alias to an undefined anchor",
+	  "dram: *nothing\n", 1, 7, "YAML syntax error" },
+	{ "nesting too deep",
+	  "a: [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]\n",
+	  1, 36, "nesting deeper than" },
+	{ "duplicate key",
+	  "dram:\n  capacity: 64MiB\n  capacity: 128MiB\n", 3, 3, "dram.capacity: duplicate key (first at line 2)" },
+	{ "duplicate section",
+	  SMALL "dram:\n  numa_node: none\n", 3, 1, "dram: duplicate key (first at line 1)" },
+	{ "unsupported version",
+	  "version: 2\n" SMALL, 1, 10, "unsupported manifest version 2" },
+	{ "GPU index not present",
+	  "gpu:\n  device: 1000\n" SMALL, 2, 11, "GPU 1000 requested" },
+	{ "GPU capacity with no device",
+	  "gpu:\n  device: none\n  capacity: 1GiB\n" SMALL, 3, 13, "given with device: none" },
+	{ "bad GPU device word",
+	  "gpu:\n  device: first\n" SMALL, 2, 11, "expected auto, none or a device index" },
+	{ "NUMA node that does not exist",
+	  "dram:\n  capacity: 64MiB\n  numa_node: 999\n", 3, 14, "node 999 does not exist" },
+	{ "huge_pages word",
+	  "dram:\n  capacity: 64MiB\n  huge_pages: sometimes\n", 3, 15, "'sometimes' is not one of auto|on|off" },
+	{ "unset environment variable",
+	  SMALL "nvme:\n  paths:\n    - path: ${TIER_TEST_UNSET_VAR}/x\n      capacity: 1MiB\n",
+	  5, 13, "environment variable 'TIER_TEST_UNSET_VAR' is not set" },
+	{ "unterminated variable",
+	  SMALL "nvme:\n  paths:\n    - path: ${T/x\n      capacity: 1MiB\n",
+	  5, 13, "unterminated '${'" },
+	{ "path entry without capacity",
+	  SMALL "nvme:\n  paths:\n    - path: ${T}/\n", 5, 7, "missing key 'capacity'" },
+	{ "path entry without path",
+	  SMALL "nvme:\n  paths:\n    - capacity: 1MiB\n", 5, 7, "missing key 'path'" },
+	{ "path entry as a bare string",
+	  SMALL "nvme:\n  paths:\n    - /mnt/nvme0\n", 5, 7, "expected a mapping with 'path' and 'capacity'" },
+	{ "nvme without paths",
+	  SMALL "nvme:\n  queue_depth: 8\n", 4, 3, "missing key 'paths'" },
+	{ "empty list of paths",
+	  SMALL "nvme:\n  paths: []\n", 4, 10, "the list of paths is empty" },
+	{ "block size not a power of two",
+	  SMALL "nvme:\n  block_size: 3000\n  paths:\n    - {path: \"${T}/\", capacity: 1MiB}\n",
+	  4, 15, "not a power of two" },
+	{ "stripe unit not a multiple of the block size",
+	  SMALL "nvme:\n  stripe_unit: 12KiB\n  block_size: 8KiB\n  paths:\n    - {path: \"${T}/\", capacity: 1MiB}\n",
+	  4, 16, "not a multiple of nvme.paths[0].block_size 8192" },
+	{ "checksum word",
+	  SMALL "nvme:\n  checksum: md5\n  paths:\n    - {path: \"${T}/\", capacity: 1MiB}\n",
+	  4, 13, "'md5' is not one of none|crc32c" },
+	{ "offload fraction out of range",
+	  SMALL "optimizer:\n  offload_fraction: 1.5\n", 4, 21, "expected auto or a fraction in [0, 1]" },
+	{ "master dtype must be fp32",
+	  SMALL "optimizer:\n  master_dtype: bf16\n", 4, 17, "always fp32" },
+	{ "moment dtype word",
+	  SMALL "optimizer:\n  moment_dtype: int8\n", 4, 17, "'int8' is not one of fp32|bf16" },
+	{ "shard size bounds",
+	  SMALL "optimizer:\n  shard_size: 1KiB\n", 4, 15, "must be a multiple of 4 KiB in [64 KiB, 4 GiB]" },
+	{ "lookahead over half the DRAM tier",
+	  SMALL "prefetch:\n  lookahead: 300MiB\n", 4, 14, "more than half the DRAM tier" },
+	{ "bad store name",
+	  "name: a/b\n" SMALL, 1, 7, "not a valid store name" },
+	{ "empty document",
+	  "# nothing here\n", 1, 1, "the manifest is empty" },
+	{ "two documents",
+	  SMALL "---\n" SMALL, 4, 1, "a second one starts here" },
+	{ "a list at the top",
+	  "- a\n- b\n", 1, 1, "manifest: expected a mapping of keys, got a list" },
+	{ "non-scalar key",
+	  "? [a, b]\n: 1\n", 1, 3, "a key must be a plain word" },
+};
+
+START_TEST(test_bad)
+{
+	const struct bad_case *c = &bad_cases[_i];
+	struct tier_manifest *m = NULL;
+	char want[256];
+	const char *err;
+	int rc;
+
+	rc = load_text(c->text, &m);
+	err = tier_last_error();
+	ck_assert_msg(rc == -EINVAL, "%s: rc %d (%s), error: %s", c->name, rc,
+		      tier_strerror(rc), err);
+	ck_assert_ptr_null(m);
+	snprintf(want, sizeof(want), "%s/m.yaml:%d:%d: ", g_dir, c->line, c->col);
+	ck_assert_msg(strncmp(err, want, strlen(want)) == 0,
+		      "%s: error does not start with '%s':\n%s", c->name, want, err);
+	{
+		const char *nl = strchr(err, '\n');
+		size_t first = nl ? (size_t)(nl - err) : strlen(err);
+		char line[4096];
+
+		snprintf(line, sizeof(line), "%.*s", (int)first, err);
+		ck_assert_msg(strstr(line, c->needle), "%s: '%s' not in first error:\n%s",
+			      c->name, c->needle, err);
+	}
+}
+END_TEST
+
+/* Several mistakes in one file: all are reported, in document order. */
+START_TEST(test_many_errors)
+{
+	struct tier_manifest *m = NULL;
+	const char *err, *p;
+	int rc, lines = 1;
+
+	rc = load_text("dram:\n  capacty: 1GiB\n  huge_pages: maybe\n"
+		       "prefetch:\n  write_behind: x\nbogus: 1\n", &m);
+	ck_assert_int_eq(rc, -EINVAL);
+	err = tier_last_error();
+	for (p = err; (p = strchr(p, '\n')); p++)
+		lines++;
+	ck_assert_msg(lines == 4, "expected 4 errors, got %d:\n%s", lines, err);
+	ck_assert_ptr_nonnull(strstr(err, "m.yaml:2:3:"));
+	ck_assert_ptr_nonnull(strstr(err, "m.yaml:3:15:"));
+	ck_assert_ptr_nonnull(strstr(err, "m.yaml:5:17:"));
+	ck_assert_ptr_nonnull(strstr(err, "m.yaml:6:1:"));
+	ck_assert(strstr(err, "m.yaml:2:3:") < strstr(err, "m.yaml:6:1:"));
+}
+END_TEST
+
+/*
+ * O_DIRECT refused: a ramfs mounted in a private mount namespace (Check
+ * runs this in a forked child).  Skipped where mounting is not allowed.
+ */
+START_TEST(test_direct_refused)
+{
+	struct tier_manifest *m = NULL;
+	char *mnt;
+	char want[512], text[512];
+	int rc;
+
+	if (asprintf(&mnt, "%s/ramfs", g_dir) < 0)
+		ck_abort();
+	mkdir(mnt, 0700);
+	if (unshare(CLONE_NEWNS) != 0 && unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) {
+		fprintf(stderr, "test_direct_refused: no mount namespace; skipped\n");
+		free(mnt);
+		return;
+	}
+	mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
+	if (mount("none", mnt, "ramfs", 0, NULL) != 0) {
+		fprintf(stderr, "test_direct_refused: cannot mount ramfs; skipped\n");
+		free(mnt);
+		return;
+	}
+	snprintf(text, sizeof(text),
+		 SMALL "nvme:\n  paths:\n    - path: %s/\n      capacity: 1MiB\n", mnt);
+	rc = load_text(text, &m);
+	ck_assert_int_eq(rc, -EINVAL);
+	snprintf(want, sizeof(want), "%s/m.yaml:5:13: nvme.paths[0].path: the file system of '", g_dir);
+	ck_assert_msg(strncmp(tier_last_error(), want, strlen(want)) == 0, "%s", tier_last_error());
+	ck_assert_ptr_nonnull(strstr(tier_last_error(), "refuses O_DIRECT while direct: true"));
+
+	umount(mnt);
+	free(mnt);
+}
+END_TEST
+
+/* ------------------------------------------------------ valid manifests */
+
+START_TEST(test_empty_mapping_defaults)
+{
+	struct tier_manifest *m = NULL;
+	const struct tier_config *c;
+	struct tier_meminfo mi;
+
+	ck_assert_int_eq(load_text("{}\n", &m), 0);
+	c = manifest_config(m);
+	ck_assert_str_eq(c->name, "tierstore");
+	ck_assert_int_eq(c->version, 1);
+	ck_assert_uint_eq(c->npaths, 0);
+	ck_assert(c->offload_auto);
+	ck_assert_int_eq(c->moment_dtype, TIER_DT_FP32);
+	ck_assert_uint_eq(c->shard_size, 64u << 20);
+	ck_assert_uint_eq(c->write_behind, 4);
+	ck_assert_int_eq(sys_meminfo(&mi), 0);
+	ck_assert_uint_gt(c->dram_capacity, 0);
+	ck_assert_uint_le(c->dram_capacity, mi.available);
+	ck_assert_uint_eq(c->dram_capacity % 4096, 0);
+	ck_assert_uint_le(c->lookahead, c->dram_capacity / 2);
+	tier_manifest_free(m);
+}
+END_TEST
+
+START_TEST(test_full_manifest)
+{
+	struct tier_manifest *m = NULL;
+	const struct tier_config *c;
+	struct tier_meminfo mi;
+	char want[1024];
+
+	setenv("TIER_TEST_SUB", "sub", 1);
+	{
+		char *sub;
+
+		if (asprintf(&sub, "%s/sub", g_dir) < 0)
+			ck_abort();
+		mkdir(sub, 0700);
+		free(sub);
+	}
+	ck_assert_int_eq(sys_meminfo(&mi), 0);
+	ck_assert_msg(load_text(
+		"version: 1\n"
+		"name: run-7.b\n"
+		"gpu:\n"
+		"  device: none\n"
+		"dram:\n"
+		"  capacity: 1%\n"
+		"  numa_node: none\n"
+		"  huge_pages: off\n"
+		"nvme:\n"
+		"  stripe_unit: 2MiB\n"
+		"  block_size: 4KiB\n"
+		"  queue_depth: 128\n"
+		"  direct: &d true\n"
+		"  sqpoll: yes\n"
+		"  checksum: none\n"
+		"  paths:\n"
+		"    - path: ${T}/\n"
+		"      capacity: 10MiB\n"
+		"    - path: ${T}/${TIER_TEST_SUB}/../${TIER_TEST_UNSET_VAR:-b}.dat\n"
+		"      capacity: 1.5MiB\n"
+		"      queue_depth: 8\n"
+		"      block_size: 8KiB\n"
+		"      direct: *d\n"
+		"    - path: ${T}/new/dir/\n"
+		"      capacity: 1MiB\n"
+		"      create: true\n"
+		"prefetch:\n"
+		"  lookahead: 10%\n"
+		"  write_behind: 16\n"
+		"optimizer:\n"
+		"  offload_fraction: 0.25\n"
+		"  master_dtype: fp32\n"
+		"  moment_dtype: bf16\n"
+		"  shard_size: 1MiB\n", &m) == 0, "%s", tier_last_error());
+	c = manifest_config(m);
+	ck_assert_str_eq(c->name, "run-7.b");
+	ck_assert_int_eq(c->gpu, -1);
+	ck_assert_uint_eq(c->dram_capacity, (uint64_t)((double)mi.total * 0.01) & ~4095ull);
+	ck_assert_int_eq(c->numa_node, -1);
+	ck_assert_int_eq(c->huge_pages, TIER_HUGE_OFF);
+	ck_assert_uint_eq(c->stripe_unit, 2u << 20);
+	ck_assert(c->sqpoll);
+	ck_assert_int_eq(c->checksum, TIER_CSUM_NONE);
+	ck_assert_uint_eq(c->npaths, 3);
+	ck_assert_uint_eq(c->paths[0].capacity, 10u << 20);
+	ck_assert_uint_eq(c->paths[0].queue_depth, 128);
+	ck_assert_uint_eq(c->paths[0].block_size, 4096);
+	ck_assert(c->paths[0].direct);
+	snprintf(want, sizeof(want), "/tierstore-run-7.b.dat");
+	ck_assert_ptr_nonnull(strstr(c->paths[0].file, want));
+	ck_assert_int_eq(c->paths[0].line, 17);
+	ck_assert_int_eq(c->paths[0].col, 7);
+	/* 1.5 MiB rounded down to the path's 8 KiB blocks */
+	ck_assert_uint_eq(c->paths[1].capacity, (3u << 19) / 8192 * 8192);
+	ck_assert_uint_eq(c->paths[1].block_size, 8192);
+	ck_assert_uint_eq(c->paths[1].queue_depth, 8);
+	ck_assert_ptr_nonnull(strstr(c->paths[1].file, "/b.dat"));
+	ck_assert_ptr_null(strstr(c->paths[1].file, "/../"));
+	ck_assert(c->paths[2].create);
+	ck_assert_ptr_nonnull(strstr(c->paths[2].file, "/new/dir/tierstore-run-7.b.dat"));
+	ck_assert_uint_eq(c->lookahead, (uint64_t)((double)c->dram_capacity * 0.10));
+	ck_assert_uint_eq(c->write_behind, 16);
+	ck_assert(!c->offload_auto);
+	ck_assert(c->offload_fraction == 0.25);
+	ck_assert_int_eq(c->moment_dtype, TIER_DT_BF16);
+	ck_assert_uint_eq(c->shard_size, 1u << 20);
+	tier_manifest_free(m);
+	unsetenv("TIER_TEST_SUB");
+}
+END_TEST
+
+/* Emitted YAML is itself a manifest that resolves to the same configuration. */
+static void assert_same_config(const struct tier_config *a, const struct tier_config *b)
+{
+	ck_assert_str_eq(a->name, b->name);
+	ck_assert_int_eq(a->gpu, b->gpu);
+	ck_assert_uint_eq(a->hbm_capacity, b->hbm_capacity);
+	ck_assert_uint_eq(a->dram_capacity, b->dram_capacity);
+	ck_assert_int_eq(a->numa_node, b->numa_node);
+	ck_assert_int_eq(a->huge_pages, b->huge_pages);
+	ck_assert_uint_eq(a->stripe_unit, b->stripe_unit);
+	ck_assert_int_eq(a->sqpoll, b->sqpoll);
+	ck_assert_int_eq(a->checksum, b->checksum);
+	ck_assert_uint_eq(a->npaths, b->npaths);
+	for (size_t i = 0; i < a->npaths; i++) {
+		ck_assert_str_eq(a->paths[i].file, b->paths[i].file);
+		ck_assert_uint_eq(a->paths[i].capacity, b->paths[i].capacity);
+		ck_assert_uint_eq(a->paths[i].block_size, b->paths[i].block_size);
+		ck_assert_uint_eq(a->paths[i].queue_depth, b->paths[i].queue_depth);
+		ck_assert_int_eq(a->paths[i].direct, b->paths[i].direct);
+		ck_assert_int_eq(a->paths[i].create, b->paths[i].create);
+	}
+	ck_assert_uint_eq(a->lookahead, b->lookahead);
+	ck_assert_uint_eq(a->write_behind, b->write_behind);
+	ck_assert_int_eq(a->offload_auto, b->offload_auto);
+	ck_assert(a->offload_fraction == b->offload_fraction);
+	ck_assert_int_eq(a->moment_dtype, b->moment_dtype);
+	ck_assert_uint_eq(a->shard_size, b->shard_size);
+}
+
+static void round_trip(struct tier_manifest *m)
+{
+	struct tier_manifest *m2 = NULL;
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_eq(tier_manifest_emit(m, f), 0);
+	fclose(f);
+	ck_assert_msg(tier_manifest_parse(buf, len, "emitted", 0, &m2) == 0,
+		      "emitted YAML does not parse: %s\n%s", tier_last_error(), buf);
+	assert_same_config(manifest_config(m), manifest_config(m2));
+	tier_manifest_free(m2);
+	free(buf);
+}
+
+START_TEST(test_round_trip)
+{
+	struct tier_manifest *m = NULL;
+
+	ck_assert_msg(load_text(
+		"name: \"q\\\"uote\"\n" /* refused: checks that names stay simple */
+		SMALL, &m) == -EINVAL, "quote in a name must be refused");
+	ck_assert_msg(load_text(
+		SMALL
+		"nvme:\n"
+		"  sqpoll: true\n"
+		"  paths:\n"
+		"    - path: \"${T}/we ird:#dir\\\"/\"\n"
+		"      capacity: 3MiB\n"
+		"      create: true\n"
+		"    - path: ${T}/x.dat\n"
+		"      capacity: 2MiB\n"
+		"      direct: false\n"
+		"optimizer:\n"
+		"  offload_fraction: 0.3\n", &m) == 0, "%s", tier_last_error());
+	round_trip(m);
+	tier_manifest_free(m);
+}
+END_TEST
+
+START_TEST(test_default)
+{
+	struct tier_manifest *m = NULL;
+	const struct tier_config *c;
+	char *text = NULL;
+	char *data;
+
+	if (asprintf(&data, "%s/data", g_dir) < 0)
+		ck_abort();
+	setenv("TIER_DATA", data, 1);
+	tier_options_reload();
+	ck_assert_int_eq(tier_manifest_default_text(&text), 0);
+	ck_assert_ptr_nonnull(strstr(text, data));
+	ck_assert_msg(tier_manifest_default(&m) == 0, "%s", tier_last_error());
+	c = manifest_config(m);
+	ck_assert_str_eq(tier_manifest_source(m), "<default>");
+	ck_assert_uint_eq(c->npaths, 1);
+	ck_assert(c->paths[0].create);
+	ck_assert_ptr_nonnull(strstr(c->paths[0].file, "/data/tierstore-tierstore.dat"));
+	ck_assert_uint_ge(c->paths[0].capacity, 64u << 20);
+	ck_assert_uint_le(c->paths[0].capacity, 64ull << 30);
+	ck_assert_uint_gt(c->dram_capacity, 0);
+	/* Checking the default creates nothing. */
+	ck_assert_int_ne(access(data, F_OK), 0);
+	round_trip(m);
+	tier_manifest_free(m);
+	free(text);
+
+	/* A cap from the options table is honoured. */
+	setenv("TIER_NVME_MAX", "100MiB", 1);
+	tier_options_reload();
+	ck_assert_int_eq(tier_manifest_default(&m), 0);
+	ck_assert_uint_eq(manifest_config(m)->paths[0].capacity, 100u << 20);
+	tier_manifest_free(m);
+	unsetenv("TIER_NVME_MAX");
+	unsetenv("TIER_DATA");
+	free(data);
+}
+END_TEST
+
+START_TEST(test_aliases_within_limit)
+{
+	struct tier_manifest *m = NULL;
+
+	ck_assert_msg(load_text(
+		"defaults: &cap 64MiB\n" /* an unknown key: refused, but aliases parse */
+		"dram:\n  capacity: *cap\n", &m) == -EINVAL, "%s", tier_last_error());
+	ck_assert_ptr_nonnull(strstr(tier_last_error(), "m.yaml:1:1: unknown key 'defaults'"));
+	ck_assert_msg(load_text(
+		"dram:\n  capacity: &cap 64MiB\n"
+		"prefetch:\n  lookahead: 8MiB\n"
+		"optimizer:\n  shard_size: &s 1MiB\n", &m) == 0, "%s", tier_last_error());
+	tier_manifest_free(m);
+}
+END_TEST
+
+START_TEST(test_no_probe)
+{
+	struct tier_manifest *m = NULL;
+	const char *text =
+		"gpu:\n  device: 3\n"
+		"dram:\n  capacity: 32GiB\n"
+		"nvme:\n  paths:\n    - {path: /nonexistent/nvme0/, capacity: 50%}\n";
+
+	ck_assert_msg(tier_manifest_parse(text, strlen(text), "np", TIER_MANIFEST_NO_PROBE, &m) == 0,
+		      "%s", tier_last_error());
+	ck_assert_int_eq(manifest_config(m)->gpu, 3);
+	ck_assert_uint_eq(manifest_config(m)->paths[0].capacity, 1ull << 39);
+	tier_manifest_free(m);
+}
+END_TEST
+
+START_TEST(test_not_nul_terminated)
+{
+	struct tier_manifest *m = NULL;
+	char buf[64];
+
+	memset(buf, 'x', sizeof(buf));
+	memcpy(buf, "{}", 2);
+	ck_assert_int_eq(tier_manifest_parse(buf, 2, "buf", TIER_MANIFEST_NO_PROBE, &m), 0);
+	tier_manifest_free(m);
+}
+END_TEST
+
+START_TEST(test_missing_file)
+{
+	struct tier_manifest *m = NULL;
+	char *path;
+
+	if (asprintf(&path, "%s/absent.yaml", g_dir) < 0)
+		ck_abort();
+	ck_assert_int_eq(tier_manifest_load(path, &m), -ENOENT);
+	ck_assert_ptr_nonnull(strstr(tier_last_error(), "absent.yaml: No such file or directory"));
+	free(path);
+}
+END_TEST
+
+/* ------------------------------------------------------------ faults */
+
+struct fault_case {
+	enum tier_fault_site site;
+	int err;
+	const char *needle;
+};
+
+static const struct fault_case fault_cases[] = {
+	{ TIER_FAULT_MANIFEST_OPEN, -EACCES, "m.yaml: Permission denied" },
+	{ TIER_FAULT_MANIFEST_READ, -EIO, "m.yaml: read: Input/output error" },
+	{ TIER_FAULT_YAML_PARSE, -ENOMEM, "cannot set up the YAML parser" },
+	{ TIER_FAULT_MEMINFO, -EIO, "/proc/meminfo" },
+	{ TIER_FAULT_STATVFS, -EIO, "statvfs: Input/output error" },
+	{ TIER_FAULT_DIRECT_PROBE, -EIO, "O_DIRECT probe: Input/output error" },
+};
+
+START_TEST(test_fault_sites)
+{
+	const struct fault_case *fc = &fault_cases[_i];
+	struct tier_manifest *m = NULL;
+	int rc;
+
+	if (!tier_fault_available())
+		return;
+	tier_fault_arm(fc->site, 1, TIER_FAULT_PERSISTENT, fc->err);
+	rc = load_text(SMALL "nvme:\n  paths:\n    - {path: \"${T}/\", capacity: 1MiB}\n", &m);
+	ck_assert_msg(rc != 0, "site %s: parse succeeded", tier_fault_site_name(fc->site));
+	ck_assert_ptr_null(m);
+	ck_assert_uint_ge(tier_fault_fired(fc->site), 1);
+	ck_assert_msg(strstr(tier_last_error(), fc->needle), "site %s: '%s' not in: %s",
+		      tier_fault_site_name(fc->site), fc->needle, tier_last_error());
+	tier_fault_disarm(fc->site);
+}
+END_TEST
+
+/*
+ * Fail the Nth allocation for N = 1, 2, ... until a run injects nothing:
+ * every run either fails cleanly (an error, no manifest) or succeeds, and
+ * ASan sees no leak.
+ */
+START_TEST(test_alloc_fail_nth)
+{
+	const char *text = SMALL "nvme:\n  paths:\n    - {path: \"${T}/\", capacity: 1MiB}\n"
+			   "    - {path: \"${T}/b.dat\", capacity: 1MiB}\n";
+	uint64_t n;
+
+	if (!tier_fault_available())
+		return;
+	for (n = 1; n < 1000; n++) {
+		struct tier_manifest *m = NULL;
+		int rc;
+
+		tier_fault_arm(TIER_FAULT_ALLOC, n, 1, -ENOMEM);
+		rc = load_text(text, &m);
+		if (tier_fault_fired(TIER_FAULT_ALLOC) == 0) {
+			ck_assert_msg(rc == 0, "clean run failed: %s", tier_last_error());
+			tier_manifest_free(m);
+			break;
+		}
+		ck_assert_msg(rc != 0, "allocation %llu failed but the load succeeded",
+			      (unsigned long long)n);
+		ck_assert_ptr_null(m);
+		ck_assert_msg(tier_last_error()[0] != 0, "allocation %llu: rc %d with no detail", (unsigned long long)n, rc);
+	}
+	ck_assert_uint_gt(n, 3);
+	ck_assert_uint_lt(n, 1000);
+	tier_fault_disarm(TIER_FAULT_ALLOC);
+}
+END_TEST
+
+static Suite *manifest_suite(void)
+{
+	Suite *s = suite_create("manifest");
+	TCase *tc = tcase_create("invalid");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_loop_test(tc, test_bad, 0, (int)(sizeof(bad_cases) / sizeof(bad_cases[0])));
+	tcase_add_test(tc, test_many_errors);
+	tcase_add_test(tc, test_direct_refused);
+	tcase_add_test(tc, test_missing_file);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("valid");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_empty_mapping_defaults);
+	tcase_add_test(tc, test_full_manifest);
+	tcase_add_test(tc, test_round_trip);
+	tcase_add_test(tc, test_default);
+	tcase_add_test(tc, test_aliases_within_limit);
+	tcase_add_test(tc, test_no_probe);
+	tcase_add_test(tc, test_not_nul_terminated);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("faults");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_loop_test(tc, test_fault_sites, 0,
+			    (int)(sizeof(fault_cases) / sizeof(fault_cases[0])));
+	tcase_add_test(tc, test_alloc_fail_nth);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return t_run_suite(manifest_suite());
+}

@@ -1,0 +1,90 @@
+#!/bin/sh
+# tier-stat's contract as a command: exit codes, where messages go, and the
+# FILE:LINE:COL: form of manifest errors.  $1 is the tier-stat binary.
+set -u
+TS=$1
+T=$(mktemp -d "${TIER_TEST_TMPDIR:-/tmp}/ts-XXXXXX" 2>/dev/null || mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fail=0
+pass=0
+
+check() { # name expected-rc command...
+	name=$1; want=$2; shift 2
+	"$@" >"$T/out" 2>"$T/err"
+	rc=$?
+	if [ "$rc" -ne "$want" ]; then
+		echo "FAIL: $name: exit $rc, expected $want"; sed 's/^/  stderr: /' "$T/err"
+		fail=$((fail + 1))
+		return 1
+	fi
+	pass=$((pass + 1))
+	return 0
+}
+
+grep_in() { # name file pattern
+	if ! grep -q -e "$3" "$2"; then
+		echo "FAIL: $1: '$3' not in $2:"; sed 's/^/  /' "$2"
+		fail=$((fail + 1))
+	else
+		pass=$((pass + 1))
+	fi
+}
+
+export TIER_DATA="$T/data"
+
+check "version" 0 "$TS" --version && grep_in "version" "$T/out" "tier-stat (tierstore)"
+check "help" 0 "$TS" --help && grep_in "help" "$T/out" "usage:"
+check "no arguments is a usage error" 2 "$TS"
+check "unknown option" 2 "$TS" --bogus
+check "options table" 0 "$TS" --options && grep_in "options" "$T/out" "TIER_LOG_SUBSYS"
+check "print default" 0 "$TS" --print-default && grep_in "print default" "$T/out" "$T/data"
+
+check "check default" 0 "$TS" --check
+grep_in "check default: YAML out" "$T/out" "^dram:"
+grep_in "check default: bytes" "$T/out" "capacity: [0-9][0-9]*"
+[ ! -e "$T/data" ] || { echo "FAIL: --check created the data directory"; fail=$((fail + 1)); }
+
+# The effective configuration is itself a valid manifest.
+cp "$T/out" "$T/effective.yaml"
+check "effective config re-checks" 0 "$TS" --check "$T/effective.yaml"
+
+for ex in "$TIER_EXAMPLES"/*.yaml; do
+	[ -e "$ex" ] || continue
+	mkdir -p "$T/n0" "$T/n1" "$T/n2" "$T/n3"
+	check "example $(basename "$ex")" 0 env TIER_NVME0="$T/n0" TIER_NVME1="$T/n1" \
+		TIER_NVME2="$T/n2" TIER_NVME3="$T/n3" "$TS" --check "$ex"
+done
+
+cat >"$T/typo.yaml" <<'YAML'
+version: 1
+name: t
+gpu:
+  device: none
+dram:
+  capacity: 512MiB
+  capacty: 1GiB
+YAML
+check "misspelled key" 2 "$TS" --check "$T/typo.yaml"
+grep_in "misspelled key: position" "$T/err" "^$T/typo.yaml:7:3: "
+grep_in "misspelled key: suggestion" "$T/err" "did you mean 'capacity'?"
+[ ! -s "$T/out" ] || { echo "FAIL: misspelled key: stdout not empty"; fail=$((fail + 1)); }
+
+printf 'dram: [1, 2\n' >"$T/syntax.yaml"
+check "syntax error" 2 "$TS" --check "$T/syntax.yaml"
+grep_in "syntax error: position" "$T/err" "^$T/syntax.yaml:2:1: YAML syntax error"
+
+check "missing file" 2 "$TS" --check "$T/absent.yaml"
+grep_in "missing file: message" "$T/err" "absent.yaml: No such file or directory"
+
+printf '{}\n' >"$T/env.yaml"
+check "TIER_MANIFEST used when no file is given" 0 env TIER_MANIFEST="$T/env.yaml" "$TS" --check
+grep_in "TIER_MANIFEST: source" "$T/out" "effective configuration of $T/env.yaml"
+
+check "invalid TIER_LOG warns and keeps the default" 0 env TIER_LOG=loud "$TS" --version
+grep_in "invalid TIER_LOG" "$T/err" "invalid TIER_LOG='loud'"
+
+check "TIER_LOG=debug prints the options table" 0 env TIER_LOG=debug "$TS" --version
+grep_in "TIER_LOG=debug" "$T/err" "TIER_NVME_MAX"
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
