@@ -1223,7 +1223,9 @@ static void resolve_nvme(struct walker *w, struct tier_config *c)
 		 * '/'), else a file whose parent directory must exist. */
 		absolute_path(rp->path, abs, sizeof(abs));
 		is_dir_path = rp->path[strlen(rp->path) - 1] == '/';
-		if (stat(abs, &st) == 0) {
+		if (w->flags & TIER_MANIFEST_NO_PROBE) {
+			/* Schema only: the trailing '/' alone says "directory". */
+		} else if (stat(abs, &st) == 0) {
 			if (S_ISDIR(st.st_mode)) {
 				is_dir_path = true;
 			} else if (!S_ISREG(st.st_mode)) {
@@ -1259,10 +1261,14 @@ static void resolve_nvme(struct walker *w, struct tier_config *c)
 			diag(w, rp->path_at, "%s.path: out of memory", key);
 			continue;
 		}
-		if (is_dir_path && stat(p->file, &st) == 0 && S_ISREG(st.st_mode))
-			existing = (uint64_t)st.st_blocks * 512u;
-		dir_exists = stat(dir, &st) == 0 && S_ISDIR(st.st_mode);
-		if (!dir_exists && !p->create && !(w->flags & TIER_MANIFEST_NO_PROBE)) {
+		if (w->flags & TIER_MANIFEST_NO_PROBE) {
+			dir_exists = true;
+		} else {
+			if (is_dir_path && stat(p->file, &st) == 0 && S_ISREG(st.st_mode))
+				existing = (uint64_t)st.st_blocks * 512u;
+			dir_exists = stat(dir, &st) == 0 && S_ISDIR(st.st_mode);
+		}
+		if (!dir_exists && !p->create) {
 			diag(w, rp->path_at, "%s.path: directory '%s' does not exist (create it, or add create: true)",
 			     key, dir);
 			continue;
@@ -1279,6 +1285,9 @@ static void resolve_nvme(struct walker *w, struct tier_config *c)
 		if (w->flags & TIER_MANIFEST_NO_PROBE) {
 			p->capacity = resolve_size(&rp->capacity, 1ull << 40);
 			p->capacity -= p->capacity % p->block_size;
+			if (p->capacity == 0)
+				diag(w, rp->capacity.at, "%s.capacity: rounds down to zero (a multiple of the block size %u)",
+				     key, p->block_size);
 			continue;
 		}
 
@@ -1695,11 +1704,14 @@ int tier_manifest_default(struct tier_manifest **out)
 
 /* ------------------------------------------------------------- emit */
 
+/* A double-quoted YAML string whose ${...} expansion gives back @s. */
 static void emit_str(FILE *f, const char *s)
 {
 	fputc('"', f);
 	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-		if (*p == '"' || *p == '\\')
+		if (*p == '$')
+			fputs("$$", f);
+		else if (*p == '"' || *p == '\\')
 			fprintf(f, "\\%c", *p);
 		else if (*p < 0x20 || *p == 0x7f)
 			fprintf(f, "\\x%02x", *p);
