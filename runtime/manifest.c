@@ -773,7 +773,7 @@ static void k_nvme_paths(struct walker *w, const char *key, yaml_node_t *v)
 		p->at = pos_of(item);
 		w->path_index = i;
 		w->raw->npaths = i + 1;
-		snprintf(w->keypath, sizeof(w->keypath), "%s.%s[%zu]", saved, key, i);
+		snprintf(w->keypath, sizeof(w->keypath), "nvme.paths[%zu]", i);
 		if (item->type != YAML_MAPPING_NODE) {
 			diag(w, pos_of(item), "%s: expected a mapping with 'path' and 'capacity', got %s",
 			     w->keypath, node_kind(item));

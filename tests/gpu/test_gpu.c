@@ -85,8 +85,8 @@ END_TEST
 
 int main(void)
 {
-	Suite *s = suite_create("gpu");
-	TCase *tc = tcase_create("cuda");
+	Suite *s;
+	TCase *tc;
 	char why[200] = "";
 	int n = 0;
 
@@ -108,6 +108,8 @@ int main(void)
 		    WEXITSTATUS(status) != 0)
 			return T_EXIT_SKIP;
 	}
+	s = suite_create("gpu");
+	tc = tcase_create("cuda");
 	tcase_add_test(tc, test_discovery);
 	tcase_add_test(tc, test_selftest);
 	tcase_add_test(tc, test_manifest_gpu);
