@@ -430,7 +430,7 @@ static char *expand_env(struct walker *w, const char *key, yaml_node_t *v, const
 				addlen = (size_t)(end - dflt);
 			} else {
 				diag(w, pos_of(v),
-				     "%s: environment variable '%s' is not set (write ${%s:-default} for a fallback)",
+				     "%s: environment variable '%s' is not set or empty (write ${%s:-default} for a fallback)",
 				     kp(w, key, k, sizeof(k)), name, name);
 				free(out);
 				return NULL;
@@ -456,6 +456,29 @@ static char *expand_env(struct walker *w, const char *key, yaml_node_t *v, const
 	}
 	out[len] = '\0';
 	return out;
+}
+
+/* Whether mapping @map has the key @name (whatever its value). */
+static bool has_key(struct walker *w, yaml_node_t *map, const char *name)
+{
+	if (map->type != YAML_MAPPING_NODE)
+		return false;
+	for (yaml_node_pair_t *p = map->data.mapping.pairs.start;
+	     p < map->data.mapping.pairs.top; p++) {
+		yaml_node_t *k = yaml_document_get_node(w->doc, p->key);
+
+		if (k->type == YAML_SCALAR_NODE && strcmp(scalar(k), name) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* A plain empty or null scalar: "gpu:" with nothing after it. */
+static bool is_null(const yaml_node_t *v)
+{
+	return v->type == YAML_SCALAR_NODE && plain(v) &&
+	       (scalar(v)[0] == '\0' || strcmp(scalar(v), "~") == 0 ||
+		strcasecmp(scalar(v), "null") == 0);
 }
 
 typedef void (*key_fn)(struct walker *w, const char *key, yaml_node_t *v);
@@ -765,8 +788,7 @@ static void k_nvme_paths(struct walker *w, const char *key, yaml_node_t *v)
 		struct raw_path *p;
 
 		if (i >= TIER_MAX_NVME_PATHS) {
-			diag(w, pos_of(item), "%s: more than %d paths", kp(w, key, k, sizeof(k)),
-			     TIER_MAX_NVME_PATHS);
+			diag(w, pos_of(item), "nvme.paths: more than %d paths", TIER_MAX_NVME_PATHS);
 			break;
 		}
 		p = &w->raw->paths[i];
@@ -780,9 +802,9 @@ static void k_nvme_paths(struct walker *w, const char *key, yaml_node_t *v)
 			continue;
 		}
 		walk_mapping(w, w->keypath, item, path_keys, NSPECS(path_keys));
-		if (!p->path_at.line)
+		if (!has_key(w, item, "path"))
 			diag(w, p->at, "%s: missing key 'path'", w->keypath);
-		if (!p->capacity.at.line)
+		if (!has_key(w, item, "capacity"))
 			diag(w, p->at, "%s: missing key 'capacity' (a size such as 500GiB, or a share of the free space such as 80%%)",
 			     w->keypath);
 	}
@@ -805,7 +827,7 @@ static void k_nvme(struct walker *w, const char *key, yaml_node_t *v)
 {
 	w->raw->nvme_at = pos_of(v);
 	with_section(w, key, v, nvme_keys, NSPECS(nvme_keys));
-	if (v->type == YAML_MAPPING_NODE && !w->raw->paths_at.line)
+	if ((v->type == YAML_MAPPING_NODE && !has_key(w, v, "paths")) || is_null(v))
 		diag(w, pos_of(v), "nvme: missing key 'paths' (leave out the whole nvme section for a store without an NVMe tier)");
 }
 
@@ -917,6 +939,8 @@ static const struct key_spec top_keys[] = {
 static void walk_mapping(struct walker *w, const char *section, yaml_node_t *node,
 			 const struct key_spec *specs, size_t nspecs)
 {
+	if (section[0] && is_null(node))
+		return; /* "gpu:" alone: every key of the section takes its default */
 	if (node->type != YAML_MAPPING_NODE) {
 		diag(w, pos_of(node), "%s: expected a mapping of keys, got %s",
 		     section[0] ? section : "manifest", node_kind(node));
@@ -1232,6 +1256,10 @@ static void resolve_nvme(struct walker *w, struct tier_config *c)
 				diag(w, rp->path_at, "%s.path: '%s' is not a regular file or a directory",
 				     key, rp->path);
 				continue;
+			} else if (is_dir_path) {
+				diag(w, rp->path_at, "%s.path: '%s' ends in '/' but is a file, not a directory",
+				     key, rp->path);
+				continue;
 			} else {
 				existing = (uint64_t)st.st_blocks * 512u;
 			}
@@ -1268,6 +1296,23 @@ static void resolve_nvme(struct walker *w, struct tier_config *c)
 				existing = (uint64_t)st.st_blocks * 512u;
 			dir_exists = stat(dir, &st) == 0 && S_ISDIR(st.st_mode);
 		}
+		if (dir_exists && !(w->flags & TIER_MANIFEST_NO_PROBE)) {
+			/* Name the file by its directory's real path, so that two
+			 * spellings of one place (symlinks, "..") compare equal. */
+			char real[PATH_MAX];
+			const char *base = strrchr(p->file, '/') + 1;
+			char *canon;
+
+			if (realpath(dir, real)) {
+				canon = tier_asprintf("%s%s%s", real, strcmp(real, "/") ? "/" : "", base);
+				if (!canon) {
+					diag(w, rp->path_at, "%s.path: out of memory", key);
+					continue;
+				}
+				free(p->file);
+				p->file = canon;
+			}
+		}
 		if (!dir_exists && !p->create) {
 			diag(w, rp->path_at, "%s.path: directory '%s' does not exist (create it, or add create: true)",
 			     key, dir);
@@ -1282,6 +1327,8 @@ static void resolve_nvme(struct walker *w, struct tier_config *c)
 				break;
 			}
 		}
+		if (!rp->capacity.at.line)
+			continue; /* missing or invalid: reported in pass 2 */
 		if (w->flags & TIER_MANIFEST_NO_PROBE) {
 			p->capacity = resolve_size(&rp->capacity, 1ull << 40);
 			p->capacity -= p->capacity % p->block_size;
@@ -1316,6 +1363,9 @@ static void resolve_nvme(struct walker *w, struct tier_config *c)
 				diag(w, rp->path_at,
 				     "%s.path: the file system of '%s' refuses O_DIRECT while direct: true (set direct: false for this path, or put it on a local disk)",
 				     key, probe_dir);
+			else if (prc)
+				diag(w, rp->path_at, "%s.path: cannot create '%s' here: %s", key, dir,
+				     tier_last_error());
 		}
 
 		for (size_t j = 0; j < nfs; j++)
@@ -1371,7 +1421,12 @@ static void resolve_rest(struct walker *w, struct tier_config *c)
 		if (c->lookahead > (4ull << 30))
 			c->lookahead = 4ull << 30;
 	}
-	if (c->dram_capacity && c->lookahead > c->dram_capacity / 2)
+	if (c->lookahead < c->shard_size)
+		diag(w, r->lookahead.at.line ? r->lookahead.at : r->dram.at,
+		     "prefetch.lookahead: %s is less than one shard (optimizer.shard_size %s); the prefetcher could not keep a shard in flight",
+		     tier_size_fmt(c->lookahead, a, sizeof(a)),
+		     tier_size_fmt(c->shard_size, b, sizeof(b)));
+	else if (c->dram_capacity && c->lookahead > c->dram_capacity / 2)
 		diag(w, r->lookahead.at, "prefetch.lookahead: %s is more than half the DRAM tier (%s); the update needs the rest",
 		     tier_size_fmt(c->lookahead, a, sizeof(a)),
 		     tier_size_fmt(c->dram_capacity, b, sizeof(b)));

@@ -33,6 +33,7 @@ static void setup(void)
 	g_dir = t_mkdtemp();
 	setenv("T", g_dir, 1);
 	unsetenv("TIER_TEST_UNSET_VAR");
+	setenv("TIER_TEST_EMPTY_VAR", "", 1);
 }
 
 static void teardown(void)
@@ -179,6 +180,19 @@ static const struct bad_case bad_cases[] = {
 	{ "unterminated variable",
 	  SMALL "nvme:\n  paths:\n    - path: ${T/x\n      capacity: 1MiB\n",
 	  5, 13, "unterminated '${'" },
+	{ "invalid capacity is not also reported missing",
+	  SMALL "nvme:\n  paths:\n    - path: ${T}/\n      capacity: 5XB\n",
+	  6, 17, "bad unit in '5XB'" },
+	{ "paths not a list",
+	  SMALL "nvme:\n  paths: /mnt/nvme0\n", 4, 10, "nvme.paths: expected a list of paths, got a scalar" },
+	{ "trailing slash on a file",
+	  SMALL "nvme:\n  paths:\n    - path: ${T}/m.yaml/\n      capacity: 1MiB\n",
+	  5, 13, "ends in '/' but is a file, not a directory" },
+	{ "lookahead smaller than a shard",
+	  SMALL "prefetch:\n  lookahead: 1MiB\n", 4, 14, "less than one shard" },
+	{ "empty environment variable",
+	  SMALL "nvme:\n  paths:\n    - path: ${TIER_TEST_EMPTY_VAR}/x\n      capacity: 1MiB\n",
+	  5, 13, "'TIER_TEST_EMPTY_VAR' is not set or empty" },
 	{ "path entry without capacity",
 	  SMALL "nvme:\n  paths:\n    - path: ${T}/\n", 5, 7, "missing key 'capacity'" },
 	{ "path entry without path",
@@ -534,6 +548,51 @@ START_TEST(test_default)
 }
 END_TEST
 
+/* A symlink to the scratch directory names the same backing file. */
+START_TEST(test_duplicate_through_symlink)
+{
+	struct tier_manifest *m = NULL;
+	char *link, text[1024], target[4096];
+
+	if (!realpath(g_dir, target) || asprintf(&link, "%s/link", g_dir) < 0 ||
+	    symlink(target, link) != 0)
+		ck_abort();
+	snprintf(text, sizeof(text),
+		 SMALL "nvme:\n  paths:\n    - {path: \"%s/\", capacity: 1MiB}\n"
+		 "    - {path: \"%s/\", capacity: 1MiB}\n", g_dir, link);
+	ck_assert_int_eq(load_text(text, &m), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(tier_last_error(), ":6:14: nvme.paths[1].path: duplicate path"));
+	free(link);
+}
+END_TEST
+
+/* "gpu:" with nothing after it takes every default of the section. */
+START_TEST(test_null_section)
+{
+	struct tier_manifest *m = NULL;
+
+	ck_assert_msg(load_text("gpu:\ndram:\n  capacity: 512MiB\nprefetch:\noptimizer: ~\n", &m) == 0,
+		      "%s", tier_last_error());
+	ck_assert_uint_eq(manifest_config(m)->write_behind, 4);
+	tier_manifest_free(m);
+	ck_assert_int_eq(load_text("dram:\n  capacity: 512MiB\nnvme:\n", &m), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(tier_last_error(), "missing key 'paths'"));
+}
+END_TEST
+
+/* One mistake, one message: an invalid value is not also "missing". */
+START_TEST(test_one_message_per_mistake)
+{
+	struct tier_manifest *m = NULL;
+
+	ck_assert_int_eq(load_text(SMALL "nvme:\n  paths:\n    - path: ${T}/\n      capacity: 5XB\n", &m),
+			 -EINVAL);
+	ck_assert_msg(strchr(tier_last_error(), '\n') == NULL, "%s", tier_last_error());
+	ck_assert_int_eq(load_text(SMALL "nvme:\n  paths: 7\n", &m), -EINVAL);
+	ck_assert_msg(strchr(tier_last_error(), '\n') == NULL, "%s", tier_last_error());
+}
+END_TEST
+
 START_TEST(test_aliases_within_limit)
 {
 	struct tier_manifest *m = NULL;
@@ -681,6 +740,9 @@ static Suite *manifest_suite(void)
 	tcase_add_test(tc, test_round_trip);
 	tcase_add_test(tc, test_default);
 	tcase_add_test(tc, test_aliases_within_limit);
+	tcase_add_test(tc, test_duplicate_through_symlink);
+	tcase_add_test(tc, test_null_section);
+	tcase_add_test(tc, test_one_message_per_mistake);
 	tcase_add_test(tc, test_no_probe);
 	tcase_add_test(tc, test_not_nul_terminated);
 	suite_add_tcase(s, tc);
