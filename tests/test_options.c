@@ -11,7 +11,9 @@
  *    the variable, the bad value and the reason; several bad values warn
  *    once each; TIER_LOG=error silences the warnings;
  *  - TIER_LOG=info logs each value taken from the environment, and
- *    TIER_LOG=debug prints the whole options table;
+ *    TIER_LOG=debug prints the whole options table, both on reload and
+ *    when the variable is set as the library loads (a fresh process, which
+ *    must neither deadlock nor lose the table);
  *  - tier_options_print(): every variable, its type, value and source
  *    ("env" or "default"), and -EIO on a stream that cannot be written;
  *  - values are copied (a later setenv without reload changes nothing) and
@@ -29,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/error.h"
@@ -388,6 +391,54 @@ START_TEST(env_debug_prints_table)
 }
 END_TEST
 
+/* Set in the environment of this program re-run by startup_debug_table. */
+#define CHILD_ENV "TIER_TEST_OPTIONS_CHILD"
+
+/*
+ * TIER_LOG=debug from the start: the library reads the table while it
+ * loads (under pthread_once) and prints it to stderr then.  Runs this
+ * program again with that environment; a deadlock shows as a timeout.
+ */
+START_TEST(startup_debug_table)
+{
+	char out[16384];
+	size_t len = 0;
+	ssize_t r;
+	int fds[2], status;
+	pid_t pid;
+
+	ck_assert_int_eq(pipe(fds), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		dup2(fds[1], STDERR_FILENO);
+		close(fds[0]);
+		close(fds[1]);
+		setenv("TIER_LOG", "debug", 1);
+		setenv(CHILD_ENV, "1", 1);
+		execl("/proc/self/exe", "test_options", (char *)NULL);
+		_exit(127);
+	}
+	close(fds[1]);
+	while (len < sizeof(out) - 1 &&
+	       (r = read(fds[0], out + len, sizeof(out) - 1 - len)) > 0)
+		len += (size_t)r;
+	out[len] = '\0';
+	close(fds[0]);
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		      "child status %#x; its stderr:\n%s", status, out);
+	ck_assert_msg(strstr(out, " debug common: options:\n") != NULL, "no table in:\n%s", out);
+	ck_assert_ptr_nonnull(strstr(out, "TIER_LOG set by environment to 'debug'"));
+	for (int i = 0; i < TIER_OPT__COUNT; i++) {
+		char env[64];
+
+		snprintf(env, sizeof(env), "\n%s ", tier_opt_env((enum tier_opt_id)i));
+		ck_assert_msg(strstr(out, env) != NULL, "the table lacks %s:\n%s", env + 1, out);
+	}
+}
+END_TEST
+
 /* Strings are copied: a later setenv does not reach tierstore until reload. */
 START_TEST(env_value_copied)
 {
@@ -543,6 +594,7 @@ static Suite *options_suite(void)
 	tcase_add_test(tc, env_level_error_silences_warnings);
 	tcase_add_test(tc, env_info_reports_values);
 	tcase_add_test(tc, env_debug_prints_table);
+	tcase_add_test(tc, startup_debug_table);
 	tcase_add_test(tc, env_value_copied);
 	tcase_add_test(tc, env_unset_restores_default);
 	suite_add_tcase(s, tc);
@@ -561,5 +613,8 @@ static Suite *options_suite(void)
 
 int main(void)
 {
+	/* Re-run by startup_debug_table: the table is already printed. */
+	if (getenv(CHILD_ENV))
+		return tier_opt_int(TIER_OPT_LOG) == TIER_LL_DEBUG ? 0 : 1;
 	return t_run_suite(options_suite());
 }
