@@ -549,27 +549,38 @@ static void k_name(struct walker *w, const char *key, yaml_node_t *v)
 	free(e);
 }
 
-/* gpu: */
-static void k_gpu_device(struct walker *w, const char *key, yaml_node_t *v)
+/*
+ * "auto" (-2), "none" (-1) or an index in [0, 1023], for gpu.device and
+ * dram.numa_node.  @what names the index in the message.
+ */
+static void get_auto_index(struct walker *w, const char *key, yaml_node_t *v,
+			   const char *what, int *out, struct pos *at)
 {
-	const char *s = want_scalar(w, key, v, "auto, none or a device index");
-	char k[300];
+	char expect[96], k[300];
+	const char *s;
 	long long n;
 
+	snprintf(expect, sizeof(expect), "auto, none or a %s (0-1023)", what);
+	s = want_scalar(w, key, v, expect);
 	if (!s)
 		return;
 	if (strcasecmp(s, "auto") == 0) {
-		w->raw->device = -2;
+		*out = -2;
 	} else if (strcasecmp(s, "none") == 0) {
-		w->raw->device = -1;
+		*out = -1;
 	} else if (tier_int_parse(s, 0, 1023, &n) == 0) {
-		w->raw->device = (int)n;
+		*out = (int)n;
 	} else {
-		diag(w, pos_of(v), "%s: expected auto, none or a device index (0-1023), got '%s'",
-		     kp(w, key, k, sizeof(k)), s);
+		diag(w, pos_of(v), "%s: expected %s, got '%s'", kp(w, key, k, sizeof(k)), expect, s);
 		return;
 	}
-	w->raw->device_at = pos_of(v);
+	*at = pos_of(v);
+}
+
+/* gpu: */
+static void k_gpu_device(struct walker *w, const char *key, yaml_node_t *v)
+{
+	get_auto_index(w, key, v, "device index", &w->raw->device, &w->raw->device_at);
 }
 
 static void k_gpu_capacity(struct walker *w, const char *key, yaml_node_t *v)
@@ -596,24 +607,7 @@ static void k_dram_capacity(struct walker *w, const char *key, yaml_node_t *v)
 
 static void k_dram_numa(struct walker *w, const char *key, yaml_node_t *v)
 {
-	const char *s = want_scalar(w, key, v, "auto, none or a NUMA node number");
-	char k[300];
-	long long n;
-
-	if (!s)
-		return;
-	if (strcasecmp(s, "auto") == 0) {
-		w->raw->numa = -2;
-	} else if (strcasecmp(s, "none") == 0) {
-		w->raw->numa = -1;
-	} else if (tier_int_parse(s, 0, 1023, &n) == 0) {
-		w->raw->numa = (int)n;
-	} else {
-		diag(w, pos_of(v), "%s: expected auto, none or a NUMA node number, got '%s'",
-		     kp(w, key, k, sizeof(k)), s);
-		return;
-	}
-	w->raw->numa_at = pos_of(v);
+	get_auto_index(w, key, v, "NUMA node number", &w->raw->numa, &w->raw->numa_at);
 }
 
 static void k_dram_huge(struct walker *w, const char *key, yaml_node_t *v)
