@@ -8,6 +8,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -20,6 +21,10 @@ const char *tier_strerror(int err)
 {
 	const char *s;
 
+	if (err == INT_MIN) {
+		snprintf(t_strerror, sizeof(t_strerror), "Unknown error %d", err);
+		return t_strerror;
+	}
 	if (err < 0)
 		err = -err;
 	if (err == 0)
@@ -61,8 +66,13 @@ void tier_err_append(const char *fmt, ...)
 	va_list ap;
 	int n;
 
-	if (len + 4 >= sizeof(t_err))
+	if (len + 1 >= sizeof(t_err))
+		return; /* already full, and marked "..." when it was cut */
+	if (len + 4 >= sizeof(t_err)) {
+		/* No room for another line: say that something was cut. */
+		memcpy(t_err + sizeof(t_err) - 4, "...", 4);
 		return;
+	}
 	if (len)
 		t_err[len++] = '\n';
 	va_start(ap, fmt);

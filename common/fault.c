@@ -159,43 +159,66 @@ static int errno_lookup(const char *s)
 	return 0;
 }
 
+/* The next field of @p up to @sep or the end, empty fields included. */
+static const char *field(const char *p, char sep, char *out, size_t len)
+{
+	size_t n = strcspn(p, (char[]){ sep, '\0' });
+
+	snprintf(out, len, "%.*s", (int)(n < len ? n : len - 1), p);
+	return p[n] ? p + n + 1 : NULL;
+}
+
 int tier_fault_arm_spec(const char *spec)
 {
-	char buf[512];
-	char *save = NULL, *item;
-	int rc = 0;
-
-	if (strlen(spec) >= sizeof(buf))
-		return tier_err(-EINVAL, "TIER_FAULT: spec too long");
-	strcpy(buf, spec);
-	for (item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
-		char *f[4] = { NULL, NULL, NULL, NULL };
-		char *s2 = NULL;
-		int nf = 0;
-		long long nth, count = 1;
-		int err = -EIO;
+	struct {
 		enum tier_fault_site site;
-		char copy[128];
+		long long nth, count;
+		int err;
+	} items[TIER_FAULT__COUNT * 2];
+	size_t nitems = 0;
+	const char *p = spec;
 
-		snprintf(copy, sizeof(copy), "%s", item);
-		for (char *t = strtok_r(item, ":", &s2); t && nf < 4; t = strtok_r(NULL, ":", &s2))
-			f[nf++] = t;
-		if (nf < 2)
-			return tier_err(-EINVAL, "TIER_FAULT: '%s': expected site:nth[:count[:errno]]", copy);
-		site = tier_fault_site_lookup(f[0]);
-		if (site == TIER_FAULT_NONE)
-			return tier_err(-EINVAL, "TIER_FAULT: '%s': no fault site '%s'", copy, f[0]);
-		if (tier_int_parse(f[1], 1, INT64_MAX, &nth))
-			return tier_err(-EINVAL, "TIER_FAULT: '%s': bad call number '%s'", copy, f[1]);
-		if (nf > 2 && tier_int_parse(f[2], -1, INT64_MAX, &count))
-			return tier_err(-EINVAL, "TIER_FAULT: '%s': bad count '%s'", copy, f[2]);
-		if (nf > 3 && (err = errno_lookup(f[3])) == 0)
-			return tier_err(-EINVAL, "TIER_FAULT: '%s': bad errno '%s'", copy, f[3]);
-		rc = tier_fault_arm(site, (uint64_t)nth, count, err);
+	/* Every item is checked before any is armed: a bad spec arms nothing. */
+	while (p) {
+		char item[128], f[5][64];
+		const char *q;
+		int nf = 0;
+
+		if (strcspn(p, ",") >= sizeof(item))
+			return tier_err(-EINVAL, "TIER_FAULT: an item is too long in '%.64s...'", spec);
+		p = field(p, ',', item, sizeof(item));
+		for (q = item; q && nf < 5; nf++) {
+			if (strcspn(q, ":") >= sizeof(f[nf]))
+				return tier_err(-EINVAL, "TIER_FAULT: '%s': a field is too long", item);
+			q = field(q, ':', f[nf], sizeof(f[nf]));
+		}
+		if (nitems == sizeof(items) / sizeof(items[0]))
+			return tier_err(-EINVAL, "TIER_FAULT: too many items in '%s'", spec);
+		if (nf < 2 || nf > 4 || q)
+			return tier_err(-EINVAL, "TIER_FAULT: '%s': expected site:nth[:count[:errno]]", item);
+		items[nitems].site = tier_fault_site_lookup(f[0]);
+		if (items[nitems].site == TIER_FAULT_NONE)
+			return tier_err(-EINVAL, "TIER_FAULT: '%s': no fault site '%s'", item, f[0]);
+		if (tier_int_parse(f[1], 1, INT64_MAX, &items[nitems].nth))
+			return tier_err(-EINVAL, "TIER_FAULT: '%s': bad call number '%s'", item, f[1]);
+		items[nitems].count = 1;
+		if (nf > 2 && (tier_int_parse(f[2], -1, INT64_MAX, &items[nitems].count) ||
+			       items[nitems].count == 0))
+			return tier_err(-EINVAL, "TIER_FAULT: '%s': bad count '%s' (1 or more, or -1 for persistent)",
+					item, f[2]);
+		items[nitems].err = -EIO;
+		if (nf > 3 && (items[nitems].err = errno_lookup(f[3])) == 0)
+			return tier_err(-EINVAL, "TIER_FAULT: '%s': bad errno '%s'", item, f[3]);
+		nitems++;
+	}
+	for (size_t i = 0; i < nitems; i++) {
+		int rc = tier_fault_arm(items[i].site, (uint64_t)items[i].nth, items[i].count,
+					items[i].err);
+
 		if (rc)
 			return rc;
 	}
-	return rc;
+	return 0;
 }
 
 void *tier_malloc(size_t size)

@@ -142,7 +142,7 @@ static void options_load(void)
 	char why[256];
 	/* Warnings about bad values are collected and logged once the log
 	 * level itself is known. */
-	char warnings[TIER_OPT__COUNT][512];
+	char warnings[TIER_OPT__COUNT][1024];
 	char infos[TIER_OPT__COUNT][512];
 
 	for (int i = 0; i < TIER_OPT__COUNT; i++) {
@@ -158,13 +158,14 @@ static void options_load(void)
 			continue;
 		if (opt_parse(o, v, why, sizeof(why)) != 0) {
 			snprintf(warnings[i], sizeof(warnings[i]),
-				 "invalid %s='%s' (%s); keeping the default '%s'",
-				 o->env, v, why, o->def);
+				 "invalid %s='%.200s%s' (%s); keeping the default '%s'",
+				 o->env, v, strlen(v) > 200 ? "..." : "", why, o->def);
 			opt_parse(o, o->def, why, sizeof(why));
 			continue;
 		}
 		o->from_env = true;
-		snprintf(infos[i], sizeof(infos[i]), "%s set by environment to '%s'", o->env, v);
+		snprintf(infos[i], sizeof(infos[i]), "%s set by environment to '%.200s%s'", o->env,
+			 v, strlen(v) > 200 ? "..." : "");
 	}
 	apply_log_settings();
 	for (int i = 0; i < TIER_OPT__COUNT; i++) {
@@ -188,7 +189,11 @@ static void options_load(void)
 		if (f) {
 			options_print_table(f);
 			fclose(f);
-			TIER_DEBUG_LOG(TIER_SS_COMMON, "options:\n%s", buf);
+			/* A line each: the table outgrows one log line. */
+			TIER_DEBUG_LOG(TIER_SS_COMMON, "options:");
+			for (char *save = NULL, *l = strtok_r(buf, "\n", &save); l;
+			     l = strtok_r(NULL, "\n", &save))
+				TIER_DEBUG_LOG(TIER_SS_COMMON, "  %s", l);
 			free(buf);
 		}
 	}

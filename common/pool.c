@@ -15,7 +15,9 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <limits.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "common/check.h"
@@ -24,6 +26,14 @@
 #include "common/log.h"
 #include "common/options.h"
 #include "common/pool.h"
+
+/* A job this thread is inside (see t_jobs below). */
+#define MAX_NEST 8
+#define NO_ID UINT_MAX
+struct job_ref {
+	const struct tier_pool *pool;
+	unsigned id;
+};
 
 struct tier_pool {
 	pthread_mutex_t submit;  /* one job at a time */
@@ -36,6 +46,8 @@ struct tier_pool {
 	size_t n;                /* the current job: */
 	tier_pool_fn fn;
 	void *arg;
+	struct job_ref ancestry[MAX_NEST]; /* the submitter's jobs */
+	unsigned nancestry;
 	_Atomic size_t next;     /* next unclaimed index */
 	unsigned nthreads;       /* participants, caller included */
 	unsigned started;        /* workers actually started */
@@ -47,17 +59,58 @@ struct worker_arg {
 	unsigned id;
 };
 
-/* Set while a thread runs a job, to run nested loops inline. */
-static _Thread_local const struct tier_pool *t_in_job;
+/*
+ * The jobs this thread is inside, outermost first, with its worker id in
+ * each.  A worker starts from the list of the thread that submitted the
+ * job (with NO_ID: those jobs belong to other threads).  A loop on a pool
+ * in the list runs inline with this thread's id there; a loop on a pool
+ * whose job this thread only descends from (A -> B -> A, reaching A again
+ * on one of B's workers) would wait for itself and fails with -EDEADLK.
+ */
+static _Thread_local struct job_ref t_jobs[MAX_NEST];
+static _Thread_local unsigned t_njobs;
+
+static bool nested_id(const struct tier_pool *p, unsigned *id)
+{
+	for (unsigned i = t_njobs < MAX_NEST ? t_njobs : MAX_NEST; i-- > 0;) {
+		if (t_jobs[i].pool == p) {
+			*id = t_jobs[i].id;
+			return true;
+		}
+	}
+	return false;
+}
+
+static void job_enter(const struct tier_pool *p, unsigned id)
+{
+	if (t_njobs < MAX_NEST) {
+		t_jobs[t_njobs].pool = p;
+		t_jobs[t_njobs].id = id;
+	}
+	t_njobs++;
+}
+
+static void job_leave(void)
+{
+	t_njobs--;
+}
 
 static void run_share(struct tier_pool *p, size_t n, tier_pool_fn fn, void *arg, unsigned id)
 {
 	size_t i;
 
-	t_in_job = p;
+	job_enter(p, id);
 	while ((i = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed)) < n)
 		fn(arg, i, id);
-	t_in_job = NULL;
+	job_leave();
+}
+
+static void run_inline(struct tier_pool *p, size_t n, tier_pool_fn fn, void *arg, unsigned id)
+{
+	job_enter(p, id);
+	for (size_t i = 0; i < n; i++)
+		fn(arg, i, id);
+	job_leave();
 }
 
 static void *worker_main(void *v)
@@ -78,8 +131,12 @@ static void *worker_main(void *v)
 		tier_pool_fn fn = p->fn;
 		void *arg = p->arg;
 
+		for (unsigned i = 0; i < p->nancestry; i++)
+			t_jobs[i] = (struct job_ref){ p->ancestry[i].pool, NO_ID };
+		t_njobs = p->nancestry;
 		pthread_mutex_unlock(&p->lock);
 		run_share(p, n, fn, arg, wa.id);
+		t_njobs = 0;
 		pthread_mutex_lock(&p->lock);
 		if (--p->active == 0)
 			pthread_cond_signal(&p->done);
@@ -178,21 +235,35 @@ unsigned tier_pool_size(const struct tier_pool *p)
 
 int tier_pool_for(struct tier_pool *p, size_t n, tier_pool_fn fn, void *arg)
 {
+	unsigned id;
+
 	if (n == 0)
 		return 0;
-	if (t_in_job == p || p->started == 0 || n == 1) {
-		const struct tier_pool *saved = t_in_job;
-
-		for (size_t i = 0; i < n; i++)
-			fn(arg, i, 0);
-		t_in_job = saved;
+	if (nested_id(p, &id)) {
+		if (id == NO_ID)
+			return tier_err(-EDEADLK,
+					"thread pool: a loop on a pool from inside its own running job, reached through another pool's worker, would wait for itself");
+		run_inline(p, n, fn, arg, id);
 		return 0;
 	}
+	if (t_njobs >= MAX_NEST) {
+		run_inline(p, n, fn, arg, 0);
+		return 0;
+	}
+	/* Even a loop run on the caller alone holds `submit`: worker 0 is
+	 * one thread at a time. */
 	pthread_mutex_lock(&p->submit);
+	if (p->started == 0 || n == 1) {
+		run_inline(p, n, fn, arg, 0);
+		pthread_mutex_unlock(&p->submit);
+		return 0;
+	}
 	pthread_mutex_lock(&p->lock);
 	p->n = n;
 	p->fn = fn;
 	p->arg = arg;
+	p->nancestry = t_njobs < MAX_NEST ? t_njobs : MAX_NEST;
+	memcpy(p->ancestry, t_jobs, p->nancestry * sizeof(t_jobs[0]));
 	atomic_store_explicit(&p->next, 0, memory_order_relaxed);
 	p->active = p->started;
 	p->gen++;

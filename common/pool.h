@@ -5,8 +5,10 @@
  * fn(arg, i) for every i in [0, n) on the workers and the calling thread,
  * which claim indices from a shared counter (so uneven tiles balance), and
  * returns when all have finished.  One job runs at a time; concurrent
- * callers queue on a mutex.  A call from inside a job (nesting) runs the
- * loop on the calling thread alone instead of deadlocking.
+ * callers queue on a mutex.  A call from inside a job of the same pool
+ * (nesting) runs the loop on the calling thread alone, with its worker id,
+ * instead of deadlocking; one that reaches a pool's running job again
+ * through another pool's worker (A -> B -> A) fails with -EDEADLK.
  */
 #ifndef TIER_COMMON_POOL_H
 #define TIER_COMMON_POOL_H
@@ -33,8 +35,9 @@ unsigned tier_pool_size(const struct tier_pool *pool);
 
 /*
  * Runs @fn for every index in [0, n); @worker is in [0, tier_pool_size()),
- * 0 being the caller.  Returns 0 (the loop itself cannot fail; @fn reports
- * its own errors through @arg).
+ * 0 being the caller, and no two threads run with one id at once.
+ * Returns 0, or -EDEADLK (nothing run) for the A -> B -> A case above; @fn
+ * reports its own errors through @arg.
  */
 int tier_pool_for(struct tier_pool *pool, size_t n, tier_pool_fn fn, void *arg);
 

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <numa.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,6 +93,8 @@ int sys_fsinfo(const char *path, struct tier_fsinfo *out)
 	return 0;
 }
 
+static _Atomic unsigned g_probe_seq;
+
 int sys_direct_probe(const char *dir)
 {
 	char path[PATH_MAX];
@@ -100,8 +103,11 @@ int sys_direct_probe(const char *dir)
 	rc = tier_fault_check(TIER_FAULT_DIRECT_PROBE);
 	if (rc)
 		return tier_err(rc, "%s: O_DIRECT probe: %s", dir, tier_strerror(rc));
-	if (snprintf(path, sizeof(path), "%s/.tierstore-direct-probe-%d", dir,
-		     (int)getpid()) >= (int)sizeof(path))
+	/* Unique per process, thread and call: probes may run concurrently. */
+	if (snprintf(path, sizeof(path), "%s/.tierstore-direct-probe-%d-%d-%u", dir,
+		     (int)getpid(), (int)gettid(),
+		     atomic_fetch_add_explicit(&g_probe_seq, 1, memory_order_relaxed)) >=
+	    (int)sizeof(path))
 		return tier_err(-ENAMETOOLONG, "%s: path too long", dir);
 	fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
 	if (fd < 0) {

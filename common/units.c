@@ -30,6 +30,29 @@ static const struct unit units[] = {
 	{ "P", 1ull << 50 }, { "PiB", 1ull << 50 }, { "PB", 1000000000000000ull },
 };
 
+/*
+ * The value of @s, digits with at most one '.', read without strtod so
+ * that the C locale's decimal point does not matter ("1.5" is 1.5 under a
+ * comma-decimal locale too).
+ */
+static long double decimal(const char *s)
+{
+	long double v = 0.0L, scale = 1.0L;
+	bool frac = false;
+
+	for (; *s; s++) {
+		if (*s == '.') {
+			frac = true;
+		} else if (frac) {
+			scale /= 10.0L;
+			v += (long double)(*s - '0') * scale;
+		} else {
+			v = v * 10.0L + (long double)(*s - '0');
+		}
+	}
+	return v;
+}
+
 static int why_set(char *why, size_t len, int err, const char *fmt, const char *arg)
 {
 	if (why && len)
@@ -91,7 +114,7 @@ int tier_size_parse(const char *s, bool allow_percent, struct tier_size *out,
 		if (!allow_percent)
 			return why_set(why, whylen, -EINVAL,
 				       "a percentage ('%s') is not allowed here", s);
-		v = strtod(numbuf, NULL);
+		v = (double)decimal(numbuf);
 		if (v == 0.0)
 			return why_set(why, whylen, -EINVAL,
 				       "size must be greater than zero (got '%s')", s);
@@ -121,18 +144,18 @@ int tier_size_parse(const char *s, bool allow_percent, struct tier_size *out,
 					       "size must be greater than zero (got '%s')", s);
 			out->bytes = (uint64_t)v * units[i].mult;
 		} else {
-			double v = strtod(numbuf, NULL) * (double)units[i].mult;
+			long double v = decimal(numbuf) * (long double)units[i].mult;
 
 			if (units[i].mult == 1)
 				return why_set(why, whylen, -EINVAL,
 					       "'%s': a byte count must be a whole number", s);
-			if (v >= 18446744073709551616.0)
+			if (v >= 18446744073709551616.0L)
 				return why_set(why, whylen, -ERANGE,
 					       "size '%s' is too large", s);
-			if (v < 1.0)
+			if (v < 1.0L)
 				return why_set(why, whylen, -EINVAL,
 					       "size must be greater than zero (got '%s')", s);
-			out->bytes = (uint64_t)floor(v);
+			out->bytes = (uint64_t)floorl(v);
 		}
 		out->is_percent = false;
 		out->percent = 0.0;
@@ -150,7 +173,8 @@ char *tier_size_fmt(uint64_t bytes, char *buf, size_t len)
 	double v = (double)bytes;
 	int i = 0;
 
-	while (v >= 1024.0 && i < 6) {
+	/* Move up a unit when the value would print as 1024.00. */
+	while (v >= 1023.995 && i < 6) {
 		v /= 1024.0;
 		i++;
 	}

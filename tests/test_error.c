@@ -70,6 +70,7 @@ static const struct strerror_case strerror_cases[] = {
 	{ -4096, "Unknown error 4096" },
 	{ -INT_MAX, "Unknown error 2147483647" },
 	{ INT_MAX, "Unknown error 2147483647" },
+	{ INT_MIN, "Unknown error -2147483648" },   /* not negated: no overflow */
 };
 
 START_TEST(strerror_table)
@@ -250,6 +251,27 @@ START_TEST(err_append_when_full)
 }
 END_TEST
 
+/*
+ * A message a few bytes short of full, not yet cut: a line that does not
+ * fit is dropped, and the message says so with "...".
+ */
+START_TEST(err_append_nearly_full)
+{
+	for (size_t len = TIER_ERR_MAX - 5; len < TIER_ERR_MAX; len++) {
+		char msg[TIER_ERR_MAX];
+
+		memset(msg, 'a', len);
+		msg[len] = '\0';
+		if (len >= TIER_ERR_MAX - 1)
+			msg[TIER_ERR_MAX - 2] = '\0';
+		tier_err(-EINVAL, "%s", msg);
+		tier_err_append("one more line");
+		ck_assert_msg(ends_with(tier_last_error(), "..."), "length %zu: no '...'", len);
+		ck_assert_uint_lt(strlen(tier_last_error()), TIER_ERR_MAX);
+	}
+}
+END_TEST
+
 /* Many lines: the message is cut at TIER_ERR_MAX and keeps its first lines. */
 START_TEST(err_append_many_lines)
 {
@@ -366,6 +388,7 @@ static Suite *error_suite(void)
 	tcase_add_loop_test(tc, err_truncation, 0, (int)ARRAY_SIZE(trunc_cases));
 	tcase_add_test(tc, err_append_truncation);
 	tcase_add_test(tc, err_append_when_full);
+	tcase_add_test(tc, err_append_nearly_full);
 	tcase_add_test(tc, err_append_many_lines);
 	tcase_add_test(tc, err_prefix_truncation);
 	suite_add_tcase(s, tc);

@@ -365,7 +365,10 @@ static const struct bad_spec bad_spec_cases[] = {
 	{ "alloc:1:1:0", "bad errno '0'" },
 	{ "alloc:1:1:-5", "bad errno '-5'" },
 	{ "alloc:1:1:99999", "bad errno '99999'" },
-	{ "alloc:1:0", "'alloc'" },                     /* count 0: from tier_fault_arm */
+	{ "alloc:1:0", "bad count '0'" },
+	{ "alloc::3", "bad call number ''" },          /* empty fields are not skipped */
+	{ "alloc:1:1:EIO:junk", "expected site:nth" },  /* no field past the errno */
+	{ "alloc:1,", "expected site:nth" },            /* an empty item */
 	{ "mkdir:1,bogus:2", "no fault site 'bogus'" },
 	{ "mkdir:1,alloc:1:1:EFOO", "bad errno 'EFOO'" },
 };
@@ -378,6 +381,18 @@ START_TEST(arm_spec_invalid)
 	ck_assert_int_eq(tier_fault_arm_spec(c->spec), -EINVAL);
 	ck_assert_msg(strstr(tier_last_error(), c->part) != NULL,
 		      "'%s': message '%s' lacks '%s'", c->spec, tier_last_error(), c->part);
+}
+END_TEST
+
+/* A spec with a bad item arms none of its items, not even the good ones before it. */
+START_TEST(arm_spec_all_or_nothing)
+{
+	tier_fault_reset_all();
+	ck_assert_int_eq(tier_fault_arm_spec("mkdir:1,bogus:1"), -EINVAL);
+	ck_assert_int_eq(tier_fault_check(TIER_FAULT_MKDIR), 0);
+	ck_assert_int_eq(tier_fault_arm_spec("mkdir:1,alloc:1:1:EIO:x"), -EINVAL);
+	ck_assert_int_eq(tier_fault_check(TIER_FAULT_MKDIR), 0);
+	ck_assert_uint_eq(tier_fault_fired(TIER_FAULT_MKDIR), 0);
 }
 END_TEST
 
@@ -651,6 +666,41 @@ END_TEST
 
 /* --------------------------------------------------------- concurrency */
 
+/* Several threads probing one directory at once each get their own probe file. */
+struct probe_arg {
+	const char *dir;
+	_Atomic int bad;
+};
+
+static void *probe_main(void *v)
+{
+	struct probe_arg *pa = v;
+
+	for (int i = 0; i < 50; i++) {
+		int rc = sys_direct_probe(pa->dir);
+
+		if (rc != 0 && rc != -EINVAL)
+			atomic_store(&pa->bad, rc);
+	}
+	return NULL;
+}
+
+START_TEST(concurrent_direct_probes)
+{
+	struct probe_arg pa = { .dir = t_mkdtemp() };
+	pthread_t t[4];
+
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(pthread_create(&t[i], NULL, probe_main, &pa), 0);
+	for (int i = 0; i < 4; i++)
+		pthread_join(t[i], NULL);
+	ck_assert_msg(atomic_load(&pa.bad) == 0, "a probe failed: %s",
+		      tier_strerror(atomic_load(&pa.bad)));
+	ck_assert_int_eq(rmdir(pa.dir), 0); /* no probe file left behind */
+	free((char *)pa.dir);
+}
+END_TEST
+
 #define HAMMER_THREADS 4
 #define HAMMER_CALLS 10000
 
@@ -742,6 +792,7 @@ static Suite *fault_suite(void)
 	tcase_add_loop_test(tc, arm_spec_valid, 0, (int)ARRAY_SIZE(spec_cases));
 	tcase_add_loop_test(tc, arm_spec_invalid, 0, (int)ARRAY_SIZE(bad_spec_cases));
 	tcase_add_test(tc, arm_spec_too_long);
+	tcase_add_test(tc, arm_spec_all_or_nothing);
 	tcase_add_test(tc, env_arms_sites);
 	tcase_add_test(tc, env_bad_spec_warns);
 	suite_add_tcase(s, tc);
@@ -762,6 +813,7 @@ static Suite *fault_suite(void)
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, concurrent_exact_count);
 	tcase_add_test(tc, concurrent_persistent);
+	tcase_add_test(tc, concurrent_direct_probes);
 	suite_add_tcase(s, tc);
 
 	return s;

@@ -28,6 +28,7 @@
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -366,26 +367,44 @@ START_TEST(env_info_reports_values)
 }
 END_TEST
 
-/* TIER_LOG=debug prints the whole table through the logger. */
+/* A very long invalid value: the warning still says what happens. */
+START_TEST(env_long_invalid_value)
+{
+	char v[1100];
+
+	memset(v, '9', sizeof(v) - 1);
+	v[sizeof(v) - 1] = '\0';
+	reload_with("TIER_THREADS", v);
+	ck_assert_int_eq(tier_opt_int(TIER_OPT_THREADS), 0);
+	ck_assert_int_eq(cap_count(TIER_LL_WARN, "invalid TIER_THREADS=", "...' (",
+				   "keeping the default '0'"), 1);
+	unsetenv("TIER_THREADS");
+}
+END_TEST
+
+/* TIER_LOG=debug prints the whole table through the logger, a line a row. */
 START_TEST(env_debug_prints_table)
 {
 	char head[64];
 	int idx = -1;
 
 	reload_with("TIER_LOG", "debug");
-	snprintf(head, sizeof(head), "tierstore[%d] debug common: options:\n", (int)getpid());
+	snprintf(head, sizeof(head), "tierstore[%d] debug common: options:", (int)getpid());
 	for (int i = 0; i < g_cap.n && i < CAP_LINES; i++)
-		if (g_cap.level[i] == TIER_LL_DEBUG && strncmp(g_cap.line[i], head, strlen(head)) == 0)
+		if (g_cap.level[i] == TIER_LL_DEBUG && strcmp(g_cap.line[i], head) == 0)
 			idx = i;
 	ck_assert_msg(idx >= 0, "no options table logged (%d lines)", g_cap.n);
-	ck_assert_ptr_nonnull(strstr(g_cap.line[idx], "SOURCE"));
-	ck_assert_ptr_nonnull(strstr(g_cap.line[idx], "DESCRIPTION"));
+	ck_assert_int_lt(idx + 1, g_cap.n);
+	ck_assert_ptr_nonnull(strstr(g_cap.line[idx + 1], "SOURCE"));
+	ck_assert_ptr_nonnull(strstr(g_cap.line[idx + 1], "DESCRIPTION"));
 	for (int i = 0; i < TIER_OPT__COUNT; i++) {
 		char env[64];
+		bool found = false;
 
-		snprintf(env, sizeof(env), "\n%s ", tier_opt_env((enum tier_opt_id)i));
-		ck_assert_msg(strstr(g_cap.line[idx], env) != NULL,
-			      "the logged table lacks %s:\n%s", env + 1, g_cap.line[idx]);
+		snprintf(env, sizeof(env), "debug common:   %s ", tier_opt_env((enum tier_opt_id)i));
+		for (int j = idx + 1; j < g_cap.n && j < CAP_LINES; j++)
+			found |= strstr(g_cap.line[j], env) != NULL;
+		ck_assert_msg(found, "the logged table lacks %s", tier_opt_env((enum tier_opt_id)i));
 	}
 	unsetenv("TIER_LOG");
 }
@@ -433,8 +452,8 @@ START_TEST(startup_debug_table)
 	for (int i = 0; i < TIER_OPT__COUNT; i++) {
 		char env[64];
 
-		snprintf(env, sizeof(env), "\n%s ", tier_opt_env((enum tier_opt_id)i));
-		ck_assert_msg(strstr(out, env) != NULL, "the table lacks %s:\n%s", env + 1, out);
+		snprintf(env, sizeof(env), " debug common:   %s ", tier_opt_env((enum tier_opt_id)i));
+		ck_assert_msg(strstr(out, env) != NULL, "the table lacks %s:\n%s", env, out);
 	}
 }
 END_TEST
@@ -594,6 +613,7 @@ static Suite *options_suite(void)
 	tcase_add_test(tc, env_level_error_silences_warnings);
 	tcase_add_test(tc, env_info_reports_values);
 	tcase_add_test(tc, env_debug_prints_table);
+	tcase_add_test(tc, env_long_invalid_value);
 	tcase_add_test(tc, startup_debug_table);
 	tcase_add_test(tc, env_value_copied);
 	tcase_add_test(tc, env_unset_restores_default);

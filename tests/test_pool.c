@@ -221,6 +221,81 @@ START_TEST(nested_for_completes)
 }
 END_TEST
 
+/*
+ * A -> B -> A: a job on pool A runs a loop on pool B whose body runs a loop
+ * on A again.  On the thread already inside A's job the innermost loop runs
+ * inline with that thread's id in A (never a second "worker 0"); on one of
+ * B's own workers it would wait for itself, and fails with -EDEADLK.
+ * Either way nothing hangs and no id is used twice at once.
+ */
+struct abab {
+	struct tier_pool *a, *b;
+	unsigned size_a;
+	_Atomic unsigned inner_done;
+	_Atomic unsigned refused;
+	_Atomic unsigned middles;
+	_Atomic int bad;
+	_Atomic int busy[8];   /* A's worker ids in use at this moment */
+};
+
+static _Thread_local int t_a_id = -1;
+
+static void aba_inner(void *arg, size_t i, unsigned worker)
+{
+	struct abab *x = arg;
+
+	(void)i;
+	if ((int)worker != t_a_id)
+		atomic_store(&x->bad, 1);
+	atomic_fetch_add(&x->inner_done, 1);
+}
+
+static void aba_middle(void *arg, size_t i, unsigned worker)
+{
+	struct abab *x = arg;
+
+	int rc;
+
+	(void)i;
+	(void)worker;
+	atomic_fetch_add(&x->middles, 1);
+	rc = tier_pool_for(x->a, 3, aba_inner, x);
+	if (rc == -EDEADLK)
+		atomic_fetch_add(&x->refused, 1);
+	else if (rc != 0 || t_a_id < 0)
+		atomic_store(&x->bad, 1);
+}
+
+static void aba_outer(void *arg, size_t i, unsigned worker)
+{
+	struct abab *x = arg;
+
+	(void)i;
+	if (worker >= x->size_a || atomic_fetch_add(&x->busy[worker], 1) != 0)
+		atomic_store(&x->bad, 1);
+	t_a_id = (int)worker;
+	tier_pool_for(x->b, 2, aba_middle, x);
+	t_a_id = -1;
+	atomic_fetch_sub(&x->busy[worker], 1);
+}
+
+START_TEST(nested_through_another_pool)
+{
+	struct abab x = { 0 };
+
+	x.size_a = pool_sizes[_i];
+	x.a = pool_new(x.size_a);
+	x.b = pool_new(2);
+	ck_assert_int_eq(tier_pool_for(x.a, 40, aba_outer, &x), 0);
+	ck_assert_uint_eq(atomic_load(&x.middles), 40 * 2);
+	ck_assert_uint_eq(atomic_load(&x.inner_done),
+			  (40 * 2 - atomic_load(&x.refused)) * 3);
+	ck_assert(!atomic_load(&x.bad));
+	tier_pool_destroy(x.b);
+	tier_pool_destroy(x.a);
+}
+END_TEST
+
 /* ------------------------------------------------------ concurrent callers */
 
 #define SUBMITTERS 4
@@ -406,6 +481,7 @@ static Suite *pool_suite(void)
 	tcase_add_test(tc, many_small_jobs);
 	tcase_add_loop_test(tc, nested_for_completes, 0, (int)ARRAY_SIZE(pool_sizes));
 	tcase_add_test(tc, concurrent_callers);
+	tcase_add_loop_test(tc, nested_through_another_pool, 0, (int)ARRAY_SIZE(pool_sizes));
 	tcase_add_loop_test(tc, uneven_work_completes, 0, (int)ARRAY_SIZE(pool_sizes));
 	suite_add_tcase(s, tc);
 

@@ -17,6 +17,7 @@
 #include <check.h>
 #include <errno.h>
 #include <limits.h>
+#include <locale.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -236,6 +237,22 @@ static const struct int_case int_cases[] = {
 	{ "1e3", 0, 10000, -EINVAL, 0 },
 };
 
+/* A fraction reads the same whatever the C locale's decimal point is. */
+START_TEST(size_parse_locale_independent)
+{
+	struct tier_size sz;
+	char why[128];
+
+	/* The locale may be missing on this machine; the check still holds in "C". */
+	setlocale(LC_NUMERIC, "de_DE.UTF-8");
+	ck_assert_int_eq(tier_size_parse("1.5GiB", false, &sz, why, sizeof(why)), 0);
+	ck_assert_uint_eq(sz.bytes, 3ull << 29);
+	ck_assert_int_eq(tier_size_parse("12.5%", true, &sz, why, sizeof(why)), 0);
+	ck_assert(sz.percent == 12.5);
+	setlocale(LC_NUMERIC, "C");
+}
+END_TEST
+
 START_TEST(int_parse)
 {
 	const struct int_case *c = &int_cases[_i];
@@ -266,6 +283,8 @@ static const struct fmt_case fmt_cases[] = {
 	{ 1023, "1023 B" },
 	{ 1024, "1.00 KiB" },
 	{ 1536, "1.50 KiB" },
+	{ MiB - 1, "1.00 MiB" },            /* never "1024.00 KiB" */
+	{ GiB - 1, "1.00 GiB" },
 	{ 512 * MiB, "512.00 MiB" },
 	{ 3 * GiB / 2, "1.50 GiB" },
 	{ 64 * GiB, "64.00 GiB" },
@@ -369,6 +388,7 @@ static Suite *units_suite(void)
 	tcase_add_loop_test(tc, size_parse_bad, 0, (int)ARRAY_SIZE(size_bad_cases));
 	tcase_add_test(tc, size_parse_bad_unit_lists_units);
 	tcase_add_test(tc, size_parse_why_optional);
+	tcase_add_test(tc, size_parse_locale_independent);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("int_parse");
