@@ -73,6 +73,29 @@ printf 'dram: [1, 2\n' >"$T/syntax.yaml"
 check "syntax error" 2 "$TS" --check "$T/syntax.yaml"
 grep_in "syntax error: position" "$T/err" "^$T/syntax.yaml:2:1: YAML syntax error"
 
+# One file per error class of the manifest: exit 2, FILE:LINE:COL: first.
+mkdir -p "$T/d"
+n=0
+while IFS='|' read -r pos needle body; do
+	n=$((n + 1))
+	printf '%b' "$body" | sed "s|@D@|$T/d|g" >"$T/e$n.yaml"
+	check "error class $n ($needle)" 2 "$TS" --check "$T/e$n.yaml"
+	grep_in "error class $n: position" "$T/err" "^$T/e$n.yaml:$pos: "
+	grep_in "error class $n: message" "$T/err" "$needle"
+done <<'CASES'
+7:3|did you mean 'capacity'|version: 1\nname: t\ngpu:\n  device: none\ndram:\n  capacity: 512MiB\n  capacty: 1GiB\n
+2:13|expected a size|dram:\n  capacity: [1]\n
+2:13|bad unit|dram:\n  capacity: 5GB2\n
+2:13|negative size|dram:\n  capacity: -1GiB\n
+2:13|greater than zero|dram:\n  capacity: 0\n
+6:14|duplicate path|dram:\n  capacity: 512MiB\nnvme:\n  paths:\n    - {path: @D@/, capacity: 1MiB}\n    - {path: @D@/., capacity: 1MiB}\n
+2:13|MemAvailable|dram:\n  capacity: 1PiB\n
+6:17|free space|dram:\n  capacity: 512MiB\nnvme:\n  paths:\n    - path: @D@/\n      capacity: 100PiB\n
+5:13|does not exist|dram:\n  capacity: 512MiB\nnvme:\n  paths:\n    - path: @D@/missing/x.dat\n      capacity: 1MiB\n
+3:1|YAML syntax error|dram:\n  capacity: [1\n
+3:4|YAML aliases expand|a: &a [x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a, *a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\nc: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b, *b, *b, *b, *b, *b, *b, *b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\n
+CASES
+
 check "missing file" 2 "$TS" --check "$T/absent.yaml"
 grep_in "missing file: message" "$T/err" "absent.yaml: No such file or directory"
 
