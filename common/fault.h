@@ -34,7 +34,17 @@ extern "C" {
 	X(STATVFS, 7, "statvfs", "querying a file system's free space")        \
 	X(DIRECT_PROBE, 8, "direct_probe", "probing O_DIRECT on a file system") \
 	X(GPU_PROBE, 9, "gpu_probe", "querying the CUDA devices")              \
-	X(MKDIR, 10, "mkdir", "creating a data directory")
+	X(MKDIR, 10, "mkdir", "creating a data directory")                     \
+	X(NVME_OPEN, 11, "nvme_open", "opening or creating an NVMe backing file") \
+	X(NVME_FALLOCATE, 12, "nvme_fallocate", "preallocating a backing file") \
+	X(NVME_HEADER, 13, "nvme_header", "writing or reading a backing file's header") \
+	X(NVME_RING, 14, "nvme_ring", "setting up an io_uring")                \
+	X(NVME_REGISTER, 15, "nvme_register", "registering files or buffers with a ring") \
+	X(NVME_SUBMIT, 16, "nvme_submit", "io_uring_submit")                   \
+	X(NVME_IO_ERR, 17, "nvme_io_err", "a device operation completing with the armed errno (EIO, ENOSPC...)") \
+	X(NVME_SHORT, 18, "nvme_short", "a device operation transferring half its bytes") \
+	X(NVME_DELAY, 19, "nvme_delay", "a completion handled 20 ms late")     \
+	X(NVME_BITFLIP, 20, "nvme_bitflip", "one bit flipped in data read from a device")
 
 enum tier_fault_site {
 	TIER_FAULT_NONE = 0,

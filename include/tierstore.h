@@ -151,6 +151,131 @@ TIER_API const char *tier_manifest_source(const struct tier_manifest *m);
 
 TIER_API void tier_manifest_free(struct tier_manifest *m);
 
+
+/* ------------------------------------------------------------ NVMe tier */
+
+/*
+ * The NVMe tier: one preallocated backing file per manifest path, each
+ * with its own io_uring, and objects striped over them in stripe units.
+ * It is the home of every object; docs/nvme.md describes it and
+ * docs/nvme-format.md the files.  Thread-safe: any thread may submit.
+ */
+struct tier_nvme;
+struct tier_nvme_obj;
+
+/* Flags for tier_nvme_open(). */
+enum {
+	/* Remove the backing files on close (benchmarks, tests). */
+	TIER_NVME_SCRATCH = 1u << 0,
+};
+
+/*
+ * Opens the NVMe tier the manifest describes: creates or reuses each
+ * backing file (mode 0600, preallocated to its capacity, O_DIRECT unless
+ * the path says direct: false), writes its header, sets up one ring per
+ * path.  A file that exists but is not a tierstore backing file is never
+ * overwritten (-EEXIST).  Returns 0, -ENODEV (the manifest has no NVMe
+ * paths), -ENOSPC, -EEXIST, -EINVAL (O_DIRECT refused), -ENOMEM or the
+ * error of the failing system call, with the path in the detail.
+ */
+TIER_API int tier_nvme_open(const struct tier_manifest *m, unsigned flags,
+			    struct tier_nvme **out);
+
+/*
+ * Waits for every submitted request to complete (their callbacks run),
+ * then closes the rings and files.  Returns 0 or the first error met
+ * while closing.  Objects still allocated are freed.
+ */
+TIER_API int tier_nvme_close(struct tier_nvme *t);
+
+/*
+ * Registers [base, base + len) with every ring as a fixed buffer, so
+ * requests whose buffer lies inside it need no page pinning per I/O.  No
+ * request may be in flight (-EBUSY).  len at most 1 GiB.  When the kernel
+ * refuses (RLIMIT_MEMLOCK), says so once and returns 0: requests then use
+ * ordinary buffers.
+ */
+TIER_API int tier_nvme_register_buffer(struct tier_nvme *t, void *base, size_t len);
+
+/*
+ * Places an object of @size bytes: its stripe units round-robin over the
+ * paths, in one extent per path.  Returns 0, -EEXIST (name taken),
+ * -ENOSPC (no extent large enough on some path; the detail says which and
+ * how much is free), -EINVAL, -ENOMEM.
+ */
+TIER_API int tier_nvme_obj_create(struct tier_nvme *t, const char *name, uint64_t size,
+				  struct tier_nvme_obj **out);
+
+/* Frees the object's extents.  No request on it may be in flight (-EBUSY). */
+TIER_API int tier_nvme_obj_destroy(struct tier_nvme *t, struct tier_nvme_obj *o);
+
+TIER_API uint64_t tier_nvme_obj_size(const struct tier_nvme_obj *o);
+TIER_API const char *tier_nvme_obj_name(const struct tier_nvme_obj *o);
+
+enum tier_io_op { TIER_IO_READ = 0, TIER_IO_WRITE = 1 };
+
+/*
+ * Called once per request with 0 or a negative errno, and, on failure, a
+ * detail naming the object, path and offset ("nvme0 (/mnt/a/x.dat): read
+ * of 'layer.3' at 1048576 (file offset 5242880): Input/output error").
+ * Runs on a completion thread: it must not block for long.  It may submit
+ * more requests.
+ */
+typedef void (*tier_io_cb)(void *arg, int result, const char *detail);
+
+/*
+ * Submits a read into, or a write from, @buf of bytes [off, off + len) of
+ * object @o.  Any offset, length and buffer alignment work: whole stripe
+ * units on block-aligned buffers go straight to the device, the rest
+ * through a bounce buffer.  With checksums on, a write computes each
+ * stripe unit's crc32c and a read verifies it (-EBADMSG on a mismatch).
+ * Requests on one object must not overlap a stripe unit that a write in
+ * flight covers.  Returns 0 when queued (@cb will be called exactly once),
+ * or -EINVAL (range outside the object), -ESHUTDOWN (closing), -ENOMEM:
+ * then @cb is not called.
+ */
+TIER_API int tier_nvme_submit(struct tier_nvme *t, struct tier_nvme_obj *o,
+			      enum tier_io_op op, uint64_t off, uint64_t len, void *buf,
+			      tier_io_cb cb, void *arg);
+
+/* A request to wait for, in place of a callback. */
+struct tier_ticket;
+
+TIER_API int tier_nvme_submit_ticket(struct tier_nvme *t, struct tier_nvme_obj *o,
+				     enum tier_io_op op, uint64_t off, uint64_t len, void *buf,
+				     struct tier_ticket **out);
+
+/*
+ * Waits for the request, frees the ticket and returns its result; on
+ * failure tier_last_error() has its detail.
+ */
+TIER_API int tier_ticket_wait(struct tier_ticket *tk);
+
+/* Synchronous forms: submit and wait. */
+TIER_API int tier_nvme_read(struct tier_nvme *t, struct tier_nvme_obj *o, uint64_t off,
+			    uint64_t len, void *buf);
+TIER_API int tier_nvme_write(struct tier_nvme *t, struct tier_nvme_obj *o, uint64_t off,
+			     uint64_t len, const void *buf);
+
+/* Counters of the NVMe tier since open. */
+struct tier_nvme_stats {
+	uint64_t capacity;        /* data bytes over all paths */
+	uint64_t free;            /* of which not allocated */
+	uint64_t bytes_read;      /* bytes transferred from the devices */
+	uint64_t bytes_written;
+	uint64_t requests;        /* caller requests completed */
+	uint64_t ios;             /* device operations completed */
+	uint64_t errors;          /* requests failed */
+	uint64_t csum_errors;     /* stripe units that failed verification */
+	uint64_t short_ios;       /* short transfers resubmitted */
+	uint64_t retries;         /* -EAGAIN / -EINTR resubmissions */
+	uint64_t bounced;         /* device operations through a bounce buffer */
+	uint32_t npaths;
+	uint32_t stripe_unit;
+};
+
+TIER_API void tier_nvme_get_stats(const struct tier_nvme *t, struct tier_nvme_stats *out);
+
 #ifdef __cplusplus
 }
 #endif
