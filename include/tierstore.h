@@ -165,7 +165,8 @@ struct tier_nvme_obj;
 
 /* Flags for tier_nvme_open(). */
 enum {
-	/* Remove the backing files on close (benchmarks, tests). */
+	/* Remove on close the backing files this open created (benchmarks,
+	 * tests); files that existed before are kept. */
 	TIER_NVME_SCRATCH = 1u << 0,
 };
 

@@ -260,7 +260,8 @@ static const struct lookup_case lookup_cases[] = {
 	{ "mkdir", TIER_FAULT_MKDIR },
 	{ "10", TIER_FAULT_MKDIR },
 	{ "0", TIER_FAULT_NONE },
-	{ "11", TIER_FAULT_NONE },
+	{ "nvme_bitflip", TIER_FAULT_NVME_BITFLIP },
+	{ "9999", TIER_FAULT_NONE },
 	{ "-1", TIER_FAULT_NONE },
 	{ "none", TIER_FAULT_NONE },
 	{ "bogus", TIER_FAULT_NONE },
@@ -354,7 +355,7 @@ struct bad_spec {
 static const struct bad_spec bad_spec_cases[] = {
 	{ "bogus:1", "no fault site 'bogus'" },
 	{ "none:1", "no fault site 'none'" },
-	{ "11:1", "no fault site '11'" },
+	{ "999:1", "no fault site '999'" },
 	{ "alloc", "expected site:nth" },
 	{ "alloc:0", "bad call number '0'" },
 	{ "alloc:x", "bad call number 'x'" },

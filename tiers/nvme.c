@@ -102,6 +102,7 @@ struct nvme_path {
 	bool direct;
 	uint32_t block;           /* transfer alignment */
 	uint32_t qd;
+	bool created;             /* this open created the file */
 	uint64_t data_off;        /* file offset of the data area */
 	struct tier_extents alloc;
 	struct io_uring ring;
@@ -134,6 +135,7 @@ struct tier_nvme {
 	unsigned npaths;
 	uint32_t unit;            /* stripe unit */
 	uint32_t block;           /* the largest block size of the paths */
+	uint32_t align;           /* extent alignment: the unit, at most 1 MiB */
 	bool csum;
 	struct nvme_path *paths;
 	pthread_mutex_t lock;     /* objects, allocators */
@@ -651,6 +653,7 @@ static int path_open(struct tier_nvme *t, struct nvme_path *p, const struct tier
 	if (rc)
 		return tier_err(rc, "nvme%d (%s): open: %s", p->index, p->file, tier_strerror(rc));
 	existed = stat(p->file, &st) == 0;
+	p->created = !existed;
 	p->fd = open(p->file, O_RDWR | O_CREAT | O_CLOEXEC | (p->direct ? O_DIRECT : 0), 0600);
 	if (p->fd < 0) {
 		rc = -errno;
@@ -668,9 +671,9 @@ static int path_open(struct tier_nvme *t, struct nvme_path *p, const struct tier
 				p->index, p->file, p->block, lbs);
 	if (p->block < 4096)
 		p->block = 4096; /* extents and headers are at least 4 KiB aligned */
-	p->data_off = round_up(TIER_NVME_HEADER_SIZE, p->block);
-	if (p->data_off < t->unit && t->unit % p->block == 0)
-		p->data_off = p->block;
+	/* The data area and every extent start on an `align` boundary, so a
+	 * stripe unit never straddles the device's larger internal chunks. */
+	p->data_off = round_up(TIER_NVME_HEADER_SIZE, t->align);
 
 	if (posix_memalign((void **)&h, 4096, sizeof(*h)) != 0)
 		return tier_err(-ENOMEM, "nvme: out of memory");
@@ -709,7 +712,7 @@ static int path_open(struct tier_nvme *t, struct nvme_path *p, const struct tier
 	rc = header_io(p, h, true);
 	if (rc)
 		goto out;
-	rc = extents_init(&p->alloc, pc->capacity, t->block);
+	rc = extents_init(&p->alloc, pc->capacity, t->align);
 out:
 	free(h);
 	return rc;
@@ -814,7 +817,7 @@ int tier_nvme_close(struct tier_nvme *t)
 						      p->file, tier_strerror(errno));
 			}
 			close(p->fd);
-			if (t->flags & TIER_NVME_SCRATCH)
+			if ((t->flags & TIER_NVME_SCRATCH) && p->created)
 				unlink(p->file);
 		}
 		extents_fini(&p->alloc);
@@ -859,6 +862,9 @@ int tier_nvme_open(const struct tier_manifest *m, unsigned flags, struct tier_nv
 	for (size_t i = 0; i < c->npaths; i++)
 		if (c->paths[i].block_size > t->block)
 			t->block = c->paths[i].block_size;
+	t->align = t->unit < (1u << 20) ? t->unit : (1u << 20);
+	if (t->align < t->block)
+		t->align = t->block;
 	if (getrandom(t->uuid, sizeof(t->uuid), 0) != (ssize_t)sizeof(t->uuid)) {
 		uint64_t x = tier_now_ns() ^ (uint64_t)getpid() << 32;
 
@@ -893,6 +899,8 @@ fail:
 		char saved[TIER_ERR_MAX];
 
 		snprintf(saved, sizeof(saved), "%s", tier_last_error());
+		/* Leave nothing behind: files this open created go too. */
+		t->flags |= TIER_NVME_SCRATCH;
 		tier_nvme_close(t);
 		tier_err(rc, "%s", saved);
 	}

@@ -1,0 +1,71 @@
+/*
+ * crc32c.h - CRC-32C (Castagnoli; reflected polynomial 0x82F63B78, the
+ * checksum of iSCSI, ext4, Btrfs and NVMe), the checksum tierstore keeps
+ * for every unit it writes to a backing file.
+ *
+ * Convention (zlib's crc32(), Linux's crc32c "extend"): the pre- and
+ * post-inversion happen inside, so a checksum starts from 0 and extends:
+ *
+ *	crc = tier_crc32c(0, a, n);
+ *	crc = tier_crc32c(crc, b, m);     == tier_crc32c(0, a||b, n + m)
+ *
+ * and tier_crc32c(0, "123456789", 9) == 0xE3069283.  Every variant below
+ * follows this convention and returns the same value for the same input;
+ * they differ only in speed.  All are pure functions of their arguments
+ * (no state but read-only tables), safe to call from any thread, and accept
+ * any alignment; @buf may be NULL when @len is 0.
+ */
+#ifndef TIER_KERNELS_CRC32C_H
+#define TIER_KERNELS_CRC32C_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * The checksum of @buf[0, @len) extending @crc (0 for a fresh checksum),
+ * computed by the fastest variant this CPU runs.
+ *
+ * The variant is chosen once, on the first call of tier_crc32c() or
+ * tier_crc32c_impl() (not at library load), under pthread_once.  The
+ * environment variable TIER_SIMD is read at that moment:
+ *   unset, "" or "auto"   the fastest variant the CPU supports;
+ *   "scalar"              crc32c_scalar() whatever the CPU;
+ *   anything else         a warning naming the value, then "auto".
+ * TIER_SIMD is read here rather than from the options table
+ * (common/options.h) for now; it will move to the table.
+ */
+uint32_t tier_crc32c(uint32_t crc, const void *buf, size_t len);
+
+/* The variant tier_crc32c() uses: "sse4.2" or "scalar".  Chooses it if no call has yet. */
+const char *tier_crc32c_impl(void);
+
+/*
+ * The checksum of A||B from crc1 = tier_crc32c(0, A, |A|),
+ * crc2 = tier_crc32c(0, B, |B|) and @len2 = |B| (zlib's crc32_combine()),
+ * in O(log len2) time without the data: per-unit checksums computed in
+ * parallel combine into the checksum of the whole.  @len2 may be any size_t.
+ */
+uint32_t tier_crc32c_combine(uint32_t crc1, uint32_t crc2, size_t len2);
+
+/*
+ * The variants tier_crc32c() dispatches to, exposed for tests and
+ * benchmarks.  crc32c_scalar() is portable C (slicing-by-8 tables) and runs
+ * anywhere.  crc32c_sse42() uses the SSE4.2 crc32 instruction on three
+ * interleaved streams, joined with PCLMULQDQ; it may be called only when
+ * crc32c_sse42_supported() is true (on other CPUs it faults with SIGILL).
+ * Off x86-64 it is crc32c_scalar() and crc32c_sse42_supported() is false.
+ */
+uint32_t crc32c_scalar(uint32_t crc, const void *buf, size_t len);
+uint32_t crc32c_sse42(uint32_t crc, const void *buf, size_t len);
+bool crc32c_sse42_supported(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
