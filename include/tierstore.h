@@ -231,9 +231,10 @@ typedef void (*tier_io_cb)(void *arg, int result, const char *detail);
  * through a bounce buffer.  With checksums on, a write computes each
  * stripe unit's crc32c and a read verifies it (-EBADMSG on a mismatch).
  * Requests on one object must not overlap a stripe unit that a write in
- * flight covers.  Returns 0 when queued (@cb will be called exactly once),
- * or -EINVAL (range outside the object), -ESHUTDOWN (closing), -ENOMEM:
- * then @cb is not called.
+ * flight covers.  Returns 0 when queued: @cb will be called exactly once
+ * (with -ENOMEM too, if memory for a later part ran out).  Or returns
+ * -EINVAL (range outside the object), -ESHUTDOWN (closing) or -ENOMEM (no
+ * memory for the request itself): then @cb is not called.
  */
 TIER_API int tier_nvme_submit(struct tier_nvme *t, struct tier_nvme_obj *o,
 			      enum tier_io_op op, uint64_t off, uint64_t len, void *buf,

@@ -1134,13 +1134,39 @@ static int make_sub(struct tier_nvme *t, struct nvme_req *r, uint64_t u, uint32_
 	return 0;
 }
 
+/* Hands a path its batch of sub-I/Os: one io_uring_enter for all of them. */
+static void hand_over(struct nvme_path *p, struct subio *head, struct subio *tail)
+{
+	struct subio *failed = NULL;
+
+	pthread_mutex_lock(&p->lock);
+	if (p->pending_tail)
+		p->pending_tail->next = head;
+	else
+		p->pending = head;
+	p->pending_tail = tail;
+	pump(p, &failed);
+	pthread_mutex_unlock(&p->lock);
+	while (failed) {
+		struct subio *f = failed;
+
+		failed = f->next;
+		sub_done(f);
+	}
+}
+
+/* Sub-I/Os per path handed over at once: large requests start on the
+ * devices while the checksums of their later units are still computed. */
+#define BATCH 4
+
 int tier_nvme_submit(struct tier_nvme *t, struct tier_nvme_obj *o, enum tier_io_op op,
 		     uint64_t off, uint64_t len, void *buf, tier_io_cb cb, void *arg)
 {
 	struct subio *head[TIER_MAX_NVME_PATHS] = { 0 }, *tail[TIER_MAX_NVME_PATHS] = { 0 };
+	unsigned count[TIER_MAX_NVME_PATHS] = { 0 };
 	struct nvme_req *r;
 	uint64_t first, last;
-	int nsub = 0, rc;
+	int rc;
 
 	if (op != TIER_IO_READ && op != TIER_IO_WRITE)
 		return tier_err(-EINVAL, "nvme: bad operation %d", (int)op);
@@ -1164,6 +1190,11 @@ int tier_nvme_submit(struct tier_nvme *t, struct tier_nvme_obj *o, enum tier_io_
 
 	first = off / t->unit;
 	last = (off + len - 1) / t->unit;
+	/* Every unit counts from the start, so no early completion can finish
+	 * the request while later units are still being handed over. */
+	atomic_store(&r->pending, (int)(last - first + 1));
+	atomic_fetch_add(&o->busy, 1);
+	atomic_fetch_add(&t->inflight_reqs, 1);
 	for (uint64_t u = first; u <= last; u++) {
 		uint64_t ustart = u * t->unit;
 		uint64_t a = off > ustart ? off : ustart;
@@ -1174,16 +1205,21 @@ int tier_nvme_submit(struct tier_nvme *t, struct tier_nvme_obj *o, enum tier_io_
 		rc = make_sub(t, r, u, (uint32_t)(a - ustart), (uint32_t)(b - a),
 			      (char *)buf + (a - off), &s);
 		if (rc) {
-			/* Nothing was queued yet: undo and report. */
-			for (unsigned i = 0; i < t->npaths; i++)
-				while (head[i]) {
-					struct subio *x = head[i];
+			/*
+			 * Units already handed over complete on their own; the
+			 * request fails, and the units never built are counted
+			 * off here (the last one out runs the callback).
+			 */
+			int left = (int)(last - u + 1);
 
-					head[i] = x->next;
-					sub_free(x);
-				}
-			free(r);
-			return tier_err(rc, "nvme: %s of '%s': out of memory", op_name(op), o->name);
+			req_fail(r, rc, "nvme: %s of '%s' at %" PRIu64 ": out of memory",
+				 op_name(op), o->name, a);
+			for (unsigned i = 0; i < t->npaths; i++)
+				if (head[i])
+					hand_over(&t->paths[i], head[i], tail[i]);
+			if (atomic_fetch_sub(&r->pending, left) == left)
+				req_finish(r);
+			return 0;
 		}
 		p = (unsigned)(s->path - t->paths);
 		if (tail[p])
@@ -1191,33 +1227,15 @@ int tier_nvme_submit(struct tier_nvme *t, struct tier_nvme_obj *o, enum tier_io_
 		else
 			head[p] = s;
 		tail[p] = s;
-		nsub++;
-	}
-	atomic_store(&r->pending, nsub);
-	atomic_fetch_add(&o->busy, 1);
-	atomic_fetch_add(&t->inflight_reqs, 1);
-	/* Hand each path its batch: one io_uring_enter per path. */
-	for (unsigned i = 0; i < t->npaths; i++) {
-		struct nvme_path *p = &t->paths[i];
-		struct subio *failed = NULL;
-
-		if (!head[i])
-			continue;
-		pthread_mutex_lock(&p->lock);
-		if (p->pending_tail)
-			p->pending_tail->next = head[i];
-		else
-			p->pending = head[i];
-		p->pending_tail = tail[i];
-		pump(p, &failed);
-		pthread_mutex_unlock(&p->lock);
-		while (failed) {
-			struct subio *f = failed;
-
-			failed = f->next;
-			sub_done(f);
+		if (++count[p] == BATCH) {
+			hand_over(&t->paths[p], head[p], tail[p]);
+			head[p] = tail[p] = NULL;
+			count[p] = 0;
 		}
 	}
+	for (unsigned i = 0; i < t->npaths; i++)
+		if (head[i])
+			hand_over(&t->paths[i], head[i], tail[i]);
 	return 0;
 }
 
