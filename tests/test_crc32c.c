@@ -3,20 +3,25 @@
  *
  * Covers:
  *  - known answers (RFC 3720 B.4, the "123456789" check value, the empty
- *    input, an iSCSI PDU, a sentence) for crc32c_scalar(), crc32c_sse42()
- *    and the dispatcher tier_crc32c();
- *  - crc32c_sse42() against crc32c_scalar(), bit-exact, on random data:
- *    every length 0..1100 and large lengths across the three-stream block
- *    sizes, each at every misalignment 0..15 from an aligned base, from
- *    random starting values;
- *  - extending a checksum piece by piece (random splits) equals one call;
- *  - tier_crc32c_combine() equals the checksum of the concatenation, and is
- *    consistent for lengths far beyond what can be checksummed here;
- *  - TIER_SIMD: "scalar" forces the scalar code, "auto" or unset picks
- *    SSE4.2 where the CPU has it, another value warns; the choice is made at
- *    the first call, not at load.
- * On a CPU without SSE4.2 and PCLMULQDQ the crc32c_sse42() parts are skipped
- * with a note (the scalar and dispatcher parts still run).
+ *    input, an iSCSI PDU, a sentence) for crc32c_scalar(), crc32c_sse42(),
+ *    crc32c_clmul() and the dispatcher tier_crc32c();
+ *  - crc32c_sse42() and crc32c_clmul() against crc32c_scalar(), bit-exact,
+ *    on random data: every length 0..1100 (across crc32c_clmul()'s 256-byte
+ *    threshold and its 64-byte fold steps) and large lengths across the
+ *    three-stream block sizes and up to 4 MiB, each at every misalignment
+ *    0..15 from an aligned base, from random starting values;
+ *  - extending a checksum piece by piece (random splits) equals one call,
+ *    for every variant;
+ *  - tier_crc32c_combine() of any variant's checksums equals the checksum of
+ *    the concatenation, and is consistent for lengths far beyond what can be
+ *    checksummed here;
+ *  - TIER_SIMD: "scalar", "sse4.2" and "clmul" force that variant, "auto" or
+ *    unset picks "sse4.2" or "clmul" (by timing) where the CPU has SSE4.2
+ *    and PCLMULQDQ, another value warns; the choice is made at the first
+ *    call, not at load, and the chosen variant computes right.
+ * On a CPU without SSE4.2 and PCLMULQDQ the crc32c_sse42() and
+ * crc32c_clmul() parts are skipped with a note (the scalar and dispatcher
+ * parts still run).
  */
 #include "config.h"
 
@@ -82,7 +87,14 @@ struct impl {
 static const struct impl impls[] = {
 	{ "crc32c_scalar", crc32c_scalar, false },
 	{ "crc32c_sse42", crc32c_sse42, true },
+	{ "crc32c_clmul", crc32c_clmul, true },
 	{ "tier_crc32c", tier_crc32c, false },
+};
+
+/* The variants checked against crc32c_scalar(), all needing SSE4.2 and PCLMULQDQ. */
+static const struct impl simd_impls[] = {
+	{ "sse4.2", crc32c_sse42, true },
+	{ "clmul", crc32c_clmul, true },
 };
 
 static bool impl_usable(const struct impl *im)
@@ -162,12 +174,12 @@ START_TEST(known_answer)
 }
 END_TEST
 
-/* -------------------------------------------------- SSE4.2 vs scalar */
+/* ------------------------------------------ SSE4.2 and clmul vs scalar */
 
 #define SMALL_MAX 1100
 
 /* _i = misalignment; every length 0..SMALL_MAX. */
-START_TEST(sse_vs_scalar_small)
+START_TEST(simd_vs_scalar_small)
 {
 	uint64_t s = 0x9E3779B97F4A7C15ull + (uint64_t)_i;
 	unsigned char *base = rnd_buf(&s, SMALL_MAX);
@@ -180,29 +192,41 @@ START_TEST(sse_vs_scalar_small)
 	for (size_t len = 0; len <= SMALL_MAX; len++) {
 		uint32_t seed = len % 3 == 0 ? 0 : (uint32_t)rnd_next(&s);
 		uint32_t want = crc32c_scalar(seed, p, len);
-		uint32_t got = crc32c_sse42(seed, p, len);
 
-		ck_assert_msg(got == want, "len %zu at +%d from 0x%08X: sse4.2 0x%08X, scalar 0x%08X",
-			      len, _i, seed, got, want);
+		for (size_t v = 0; v < ARRAY_SIZE(simd_impls); v++) {
+			uint32_t got = simd_impls[v].fn(seed, p, len);
+
+			ck_assert_msg(got == want,
+				      "len %zu at +%d from 0x%08X: %s 0x%08X, scalar 0x%08X",
+				      len, _i, seed, simd_impls[v].name, got, want);
+		}
 		ck_assert_uint_eq(tier_crc32c(seed, p, len), want);
 	}
 	free(base);
 }
 END_TEST
 
-/* Around and beyond the three-stream block sizes (768 and 12288 bytes). */
+/*
+ * Around and beyond the three-stream block sizes (768 and 12288 bytes) and
+ * the fold's 64-byte steps, up to the largest units tierstore checksums.
+ */
 static const size_t large_lens[] = {
 	4095,
+	4096,
 	3 * 4096 - 1,
 	3 * 4096,
 	3 * 4096 + 3 * 256 + 8 + 5,
+	65536,
 	65536 + 7,
+	65536 + 63,
 	MiB,
 	3 * MiB + 5,
+	4 * MiB,
+	4 * MiB - 1,
 };
 
 /* _i = length; every misalignment 0..15. */
-START_TEST(sse_vs_scalar_large)
+START_TEST(simd_vs_scalar_large)
 {
 	size_t len = large_lens[_i];
 	uint64_t s = 0xD1B54A32D192ED03ull + (uint64_t)_i;
@@ -215,10 +239,14 @@ START_TEST(sse_vs_scalar_large)
 	for (size_t a = 0; a < 16; a++) {
 		uint32_t seed = a == 0 ? 0 : (uint32_t)rnd_next(&s);
 		uint32_t want = crc32c_scalar(seed, base + a, len);
-		uint32_t got = crc32c_sse42(seed, base + a, len);
 
-		ck_assert_msg(got == want, "len %zu at +%zu from 0x%08X: sse4.2 0x%08X, scalar 0x%08X",
-			      len, a, seed, got, want);
+		for (size_t v = 0; v < ARRAY_SIZE(simd_impls); v++) {
+			uint32_t got = simd_impls[v].fn(seed, base + a, len);
+
+			ck_assert_msg(got == want,
+				      "len %zu at +%zu from 0x%08X: %s 0x%08X, scalar 0x%08X",
+				      len, a, seed, simd_impls[v].name, got, want);
+		}
 		ck_assert_uint_eq(tier_crc32c(seed, base + a, len), want);
 	}
 	free(base);
@@ -273,41 +301,61 @@ START_TEST(incremental_equals_oneshot)
 }
 END_TEST
 
+/* _i = implementation of the pieces; the whole is checked against crc32c_scalar(). */
 START_TEST(combine_equals_oneshot)
 {
+	const struct impl *im = &impls[_i];
 	uint64_t s = 0x13198A2E03707344ull;
 
+	if (!impl_usable(im))
+		return;
 	for (int t = 0; t < TRIALS; t++) {
 		size_t len = rnd_len(&s);
 		unsigned char *b = rnd_buf(&s, len);
 		/* Splits at both ends too. */
 		size_t n1 = t % 10 == 0 ? 0 : t % 10 == 1 ? len : rnd_below(&s, len + 1);
-		uint32_t c1 = tier_crc32c(0, b, n1);
-		uint32_t c2 = tier_crc32c(0, b + n1, len - n1);
-		uint32_t want = tier_crc32c(0, b, len);
+		uint32_t c1 = im->fn(0, b, n1);
+		uint32_t c2 = im->fn(0, b + n1, len - n1);
+		uint32_t want = crc32c_scalar(0, b, len);
 		uint32_t got = tier_crc32c_combine(c1, c2, len - n1);
 
-		ck_assert_msg(got == want, "%zu + %zu bytes: combine 0x%08X, one call 0x%08X",
-			      n1, len - n1, got, want);
+		ck_assert_msg(got == want, "%s: %zu + %zu bytes: combine 0x%08X, one call 0x%08X",
+			      im->name, n1, len - n1, got, want);
+		ck_assert_uint_eq(im->fn(0, b, len), want);
 		free(b);
 	}
 }
 END_TEST
 
-/* Many pieces, as per-unit checksums computed apart are meant to be joined. */
+/*
+ * Many pieces, as per-unit checksums computed apart are meant to be joined.
+ * _i = implementation; units of 4 KiB + 8 and 64 KiB + 8 (the latter long
+ * enough for crc32c_clmul() to fold).
+ */
 START_TEST(combine_many_units)
 {
+	const struct impl *im = &impls[_i];
 	uint64_t s = 0xA4093822299F31D0ull;
-	size_t len = 3 * MiB + 17, unit = 4096 + 8;
+	size_t len = 3 * MiB + 17;
+	static const size_t units[] = { 4096 + 8, 65536 + 8 };
 	unsigned char *b = rnd_buf(&s, len);
-	uint32_t crc = 0;
+	uint32_t want = crc32c_scalar(0, b, len);
 
-	for (size_t at = 0; at < len; at += unit) {
-		size_t n = len - at < unit ? len - at : unit;
-
-		crc = tier_crc32c_combine(crc, tier_crc32c(0, b + at, n), n);
+	if (!impl_usable(im)) {
+		free(b);
+		return;
 	}
-	ck_assert_uint_eq(crc, tier_crc32c(0, b, len));
+	for (size_t u = 0; u < ARRAY_SIZE(units); u++) {
+		uint32_t crc = 0;
+
+		for (size_t at = 0; at < len; at += units[u]) {
+			size_t n = len - at < units[u] ? len - at : units[u];
+
+			crc = tier_crc32c_combine(crc, im->fn(0, b + at, n), n);
+		}
+		ck_assert_msg(crc == want, "%s: units of %zu: 0x%08X, one call 0x%08X",
+			      im->name, units[u], crc, want);
+	}
 	free(b);
 }
 END_TEST
@@ -366,27 +414,61 @@ START_TEST(simd_env_read_at_first_call)
 }
 END_TEST
 
+/* What a case expects of the child's choice. */
+enum simd_want {
+	WANT_AUTO,   /* "sse4.2" or "clmul" (timed) with SSE4.2+PCLMULQDQ, else "scalar" */
+	WANT_SCALAR, /* "scalar" */
+	WANT_SSE42,  /* "sse4.2" with SSE4.2+PCLMULQDQ, else a warning and "scalar" */
+	WANT_CLMUL,  /* "clmul" likewise */
+};
+
 struct simd_case {
 	const char *value; /* NULL: unset */
-	bool best;         /* expect the best variant, else "scalar" */
+	enum simd_want want;
 	const char *warn;  /* in the child's stderr, or NULL for no output */
 };
 
 static const struct simd_case simd_cases[] = {
-	{ NULL, true, NULL },
-	{ "", true, NULL },
-	{ "auto", true, NULL },
-	{ "scalar", false, NULL },
-	{ "SCALAR", false, NULL },
-	{ "avx9000", true, "TIER_SIMD='avx9000' is not one of auto|scalar" },
+	{ NULL, WANT_AUTO, NULL },
+	{ "", WANT_AUTO, NULL },
+	{ "auto", WANT_AUTO, NULL },
+	{ "AUTO", WANT_AUTO, NULL },
+	{ "scalar", WANT_SCALAR, NULL },
+	{ "SCALAR", WANT_SCALAR, NULL },
+	{ "sse4.2", WANT_SSE42, NULL },
+	{ "SSE4.2", WANT_SSE42, NULL },
+	{ "clmul", WANT_CLMUL, NULL },
+	{ "CLMUL", WANT_CLMUL, NULL },
+	{ "avx9000", WANT_AUTO, "TIER_SIMD='avx9000' is not one of auto|scalar|sse4.2|clmul" },
+	{ "sse42", WANT_AUTO, "TIER_SIMD='sse42' is not one of auto|scalar|sse4.2|clmul" },
 };
+
+/* Whether the child's "impl=..." line is one @c allows on this CPU. */
+static bool simd_impl_ok(const struct simd_case *c, const char *out)
+{
+	bool simd = crc32c_sse42_supported();
+
+	switch (c->want) {
+	case WANT_AUTO:
+		return simd ? strcmp(out, "impl=sse4.2\n") == 0 || strcmp(out, "impl=clmul\n") == 0
+			    : strcmp(out, "impl=scalar\n") == 0;
+	case WANT_SCALAR:
+		return strcmp(out, "impl=scalar\n") == 0;
+	case WANT_SSE42:
+		return strcmp(out, simd ? "impl=sse4.2\n" : "impl=scalar\n") == 0;
+	case WANT_CLMUL:
+		return strcmp(out, simd ? "impl=clmul\n" : "impl=scalar\n") == 0;
+	}
+	return false;
+}
 
 /* Runs this program again as a child (see main) with TIER_SIMD as @c says. */
 START_TEST(simd_env_child)
 {
 	const struct simd_case *c = &simd_cases[_i];
-	const char *want = c->best && crc32c_sse42_supported() ? "sse4.2" : "scalar";
-	char valbuf[64], out[4096], expect[64];
+	const char *warn = c->warn;
+	char valbuf[64], out[4096];
+	const char *line;
 	size_t n = 0, nenv = 0;
 	posix_spawn_file_actions_t fa;
 	char *argv[] = { (char *)"test_crc32c", NULL };
@@ -433,27 +515,46 @@ START_TEST(simd_env_child)
 	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
 		      "TIER_SIMD=%s: child status 0x%x, output:\n%s",
 		      c->value ? c->value : "(unset)", status, out);
-	snprintf(expect, sizeof(expect), "impl=%s\n", want);
-	ck_assert_msg(strstr(out, expect), "TIER_SIMD=%s: want %s, output:\n%s",
-		      c->value ? c->value : "(unset)", want, out);
-	if (c->warn)
-		ck_assert_msg(strstr(out, c->warn) && strstr(out, "warn kernels: "),
-			      "TIER_SIMD=%s: no warning '%s' in:\n%s", c->value, c->warn, out);
+	/* Forcing a SIMD variant on a CPU without it warns and falls back. */
+	if (!warn && !crc32c_sse42_supported() &&
+	    (c->want == WANT_SSE42 || c->want == WANT_CLMUL))
+		warn = "this CPU lacks SSE4.2 or PCLMULQDQ; using auto";
+	/* The child's own line: the last, after any warning. */
+	line = strstr(out, "impl=");
+	ck_assert_msg(line && simd_impl_ok(c, line), "TIER_SIMD=%s: unexpected variant, output:\n%s",
+		      c->value ? c->value : "(unset)", out);
+	if (warn)
+		ck_assert_msg(strstr(out, warn) && strstr(out, "warn kernels: "),
+			      "TIER_SIMD=%s: no warning '%s' in:\n%s", c->value, warn, out);
 	else
-		ck_assert_msg(strcmp(out, expect) == 0,
-			      "TIER_SIMD=%s: unexpected output:\n%s",
+		ck_assert_msg(line == out, "TIER_SIMD=%s: unexpected output:\n%s",
 			      c->value ? c->value : "(unset)", out);
 }
 END_TEST
 
-/* The child: report the variant chosen and check that it computes. */
+/*
+ * The child: report the variant chosen and check that it computes, on the
+ * check value and on 64 KiB + 13 misaligned bytes (long enough to fold).
+ */
 static int child_main(void)
 {
 	const char *impl = tier_crc32c_impl();
+	size_t len = 65536 + 13;
+	unsigned char *b = malloc(len + 3);
+	uint64_t s = 0x452821E638D01377ull;
+	int rc = 0;
 
 	printf("impl=%s\n", impl);
 	fflush(stdout);
-	return tier_crc32c(0, "123456789", 9) == 0xE3069283 ? 0 : 1;
+	if (!b)
+		return 2;
+	for (size_t i = 0; i < len + 3; i++)
+		b[i] = (unsigned char)(rnd_next(&s) >> 56);
+	if (tier_crc32c(0, "123456789", 9) != 0xE3069283 ||
+	    tier_crc32c(0x01234567, b + 3, len) != crc32c_scalar(0x01234567, b + 3, len))
+		rc = 1;
+	free(b);
+	return rc;
 }
 
 /* ----------------------------------------------------------------- suite */
@@ -467,15 +568,15 @@ static Suite *crc32c_suite(void)
 	tcase_add_loop_test(tc, known_answer, 0, (int)(ARRAY_SIZE(known) * ARRAY_SIZE(impls)));
 	suite_add_tcase(s, tc);
 
-	tc = tcase_create("sse_vs_scalar");
-	tcase_add_loop_test(tc, sse_vs_scalar_small, 0, 16);
-	tcase_add_loop_test(tc, sse_vs_scalar_large, 0, (int)ARRAY_SIZE(large_lens));
+	tc = tcase_create("simd_vs_scalar");
+	tcase_add_loop_test(tc, simd_vs_scalar_small, 0, 16);
+	tcase_add_loop_test(tc, simd_vs_scalar_large, 0, (int)ARRAY_SIZE(large_lens));
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("extend_combine");
 	tcase_add_loop_test(tc, incremental_equals_oneshot, 0, (int)ARRAY_SIZE(impls));
-	tcase_add_test(tc, combine_equals_oneshot);
-	tcase_add_test(tc, combine_many_units);
+	tcase_add_loop_test(tc, combine_equals_oneshot, 0, (int)ARRAY_SIZE(impls));
+	tcase_add_loop_test(tc, combine_many_units, 0, (int)ARRAY_SIZE(impls));
 	tcase_add_loop_test(tc, combine_associative, 0, (int)ARRAY_SIZE(huge_lens));
 	suite_add_tcase(s, tc);
 
@@ -491,6 +592,7 @@ int main(void)
 	if (getenv(CHILD_ENV))
 		return child_main();
 	if (!crc32c_sse42_supported())
-		printf("note: this CPU lacks SSE4.2 or PCLMULQDQ: crc32c_sse42 is not tested\n");
+		printf("note: this CPU lacks SSE4.2 or PCLMULQDQ: crc32c_sse42 and crc32c_clmul "
+		       "are not tested\n");
 	return t_run_suite(crc32c_suite());
 }
