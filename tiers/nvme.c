@@ -113,6 +113,15 @@ struct nvme_path {
 	struct subio *pending, *pending_tail;
 	unsigned inflight;        /* SQEs submitted, completion not yet seen */
 	bool fixed_files;
+	/* Reads that need CPU work (checksum, copy out of a bounce buffer,
+	 * patching a read-modify-write) go to a worker, so the ring thread
+	 * goes back to reaping and resubmitting at once. */
+	pthread_mutex_t work_lock;
+	pthread_cond_t work_cond;
+	struct subio *work, *work_tail;
+	bool work_stop;
+	pthread_t worker;
+	bool worker_ok;
 };
 
 struct tier_nvme_obj {
@@ -396,38 +405,85 @@ static bool unit_verify(struct tier_nvme *t, struct subio *s, const char *data)
 	return false;
 }
 
-/* A transfer completed whole: the per-operation epilogue. */
-static void sub_complete(struct tier_nvme *t, struct subio *s)
+/* The CPU part of a completed read: verify, patch or copy out. */
+static void read_work(struct tier_nvme *t, struct subio *s)
 {
 	struct tier_nvme_obj *o = s->req->obj;
 
-	if (s->op == TIER_IO_READ) {
-		atomic_fetch_add(&t->bytes_read, s->dev_len);
-		if (tier_fault_check(TIER_FAULT_NVME_BITFLIP))
-			s->dev_buf[s->unit_len / 2] ^= 0x10;
-		if (s->full_unit && !unit_verify(t, s, s->dev_buf)) {
-			sub_done(s);
-			return;
-		}
-		if (s->rmw) {
-			/* Phase 2 of a partial write: patch the unit, write it back. */
-			memcpy(s->bounce + s->unit_off, s->user_buf, s->user_len);
-			if (t->csum) {
-				o->crc[s->unit] = tier_crc32c(0, s->bounce, s->unit_len);
-				o->crc_ok[s->unit] = 1;
-			}
-			s->rmw = false;
-			s->op = TIER_IO_WRITE;
-			s->done = 0;
-			resubmit(s->path, s);
-			return;
-		}
-		if (s->bounce)
-			memcpy(s->user_buf, s->bounce + s->unit_off, s->user_len);
-	} else {
-		atomic_fetch_add(&t->bytes_written, s->dev_len);
+	if (s->full_unit && !unit_verify(t, s, s->dev_buf)) {
+		sub_done(s);
+		return;
 	}
+	if (s->rmw) {
+		/* Phase 2 of a partial write: patch the unit, write it back. */
+		memcpy(s->bounce + s->unit_off, s->user_buf, s->user_len);
+		if (t->csum) {
+			o->crc[s->unit] = tier_crc32c(0, s->bounce, s->unit_len);
+			o->crc_ok[s->unit] = 1;
+		}
+		s->rmw = false;
+		s->op = TIER_IO_WRITE;
+		s->done = 0;
+		resubmit(s->path, s);
+		return;
+	}
+	if (s->bounce)
+		memcpy(s->user_buf, s->bounce + s->unit_off, s->user_len);
 	sub_done(s);
+}
+
+static void *worker_main(void *v)
+{
+	struct nvme_path *p = v;
+
+	pthread_mutex_lock(&p->work_lock);
+	for (;;) {
+		struct subio *s = p->work;
+
+		if (!s) {
+			if (p->work_stop)
+				break;
+			pthread_cond_wait(&p->work_cond, &p->work_lock);
+			continue;
+		}
+		p->work = s->next;
+		if (!p->work)
+			p->work_tail = NULL;
+		pthread_mutex_unlock(&p->work_lock);
+		s->next = NULL;
+		read_work(p->t, s);
+		pthread_mutex_lock(&p->work_lock);
+	}
+	pthread_mutex_unlock(&p->work_lock);
+	return NULL;
+}
+
+/* A transfer completed whole: the per-operation epilogue. */
+static void sub_complete(struct tier_nvme *t, struct subio *s)
+{
+	struct nvme_path *p = s->path;
+
+	if (s->op == TIER_IO_WRITE) {
+		atomic_fetch_add(&t->bytes_written, s->dev_len);
+		sub_done(s);
+		return;
+	}
+	atomic_fetch_add(&t->bytes_read, s->dev_len);
+	if (tier_fault_check(TIER_FAULT_NVME_BITFLIP))
+		s->dev_buf[s->unit_len / 2] ^= 0x10;
+	if (!s->bounce && !(t->csum && s->full_unit && s->req->obj->crc_ok[s->unit])) {
+		sub_done(s); /* nothing to check or copy */
+		return;
+	}
+	pthread_mutex_lock(&p->work_lock);
+	s->next = NULL;
+	if (p->work_tail)
+		p->work_tail->next = s;
+	else
+		p->work = s;
+	p->work_tail = s;
+	pthread_cond_signal(&p->work_cond);
+	pthread_mutex_unlock(&p->work_lock);
 }
 
 static void handle_cqe(struct tier_nvme *t, struct nvme_path *p, struct subio *s, int res)
@@ -751,6 +807,13 @@ static int ring_open(struct tier_nvme *t, struct nvme_path *p, const struct tier
 		p->fixed_files = true;
 	}
 	pthread_mutex_init(&p->lock, NULL);
+	pthread_mutex_init(&p->work_lock, NULL);
+	pthread_cond_init(&p->work_cond, NULL);
+	rc = -pthread_create(&p->worker, NULL, worker_main, p);
+	if (rc)
+		return tier_err(rc, "nvme%d: starting its checksum worker: %s", p->index,
+				tier_strerror(rc));
+	p->worker_ok = true;
 	rc = -pthread_create(&p->thread, NULL, ring_main, p);
 	if (rc)
 		return tier_err(rc, "nvme%d: starting its completion thread: %s", p->index,
@@ -775,6 +838,16 @@ static void ring_stop(struct nvme_path *p)
 		pthread_join(p->thread, NULL);
 		p->thread_ok = false;
 		pthread_mutex_destroy(&p->lock);
+	}
+	if (p->worker_ok) {
+		pthread_mutex_lock(&p->work_lock);
+		p->work_stop = true;
+		pthread_cond_signal(&p->work_cond);
+		pthread_mutex_unlock(&p->work_lock);
+		pthread_join(p->worker, NULL);
+		p->worker_ok = false;
+		pthread_mutex_destroy(&p->work_lock);
+		pthread_cond_destroy(&p->work_cond);
 	}
 	if (p->ring_ok) {
 		io_uring_queue_exit(&p->ring);

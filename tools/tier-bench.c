@@ -78,6 +78,12 @@ static int load_manifest(const char *file, struct tier_manifest **m)
 
 /* ------------------------------------------------------------------ io */
 
+/*
+ * One pass keeps QD requests in flight.  Completions only queue their slot;
+ * the main thread reissues it.  So the write checksums (computed when a
+ * request is submitted) run on the main thread, as they would on a
+ * trainer's thread, not on the ring's completion thread.
+ */
 struct io_run {
 	struct tier_nvme *t;
 	struct tier_nvme_obj *o;
@@ -85,21 +91,19 @@ struct io_run {
 	char *pool;           /* qd buffers of bs bytes */
 	uint64_t size, bs;
 	unsigned qd;
-	uint64_t next_off;    /* next offset to issue (under lock) */
-	unsigned outstanding;
 	int error;
 	char detail[512];
 	pthread_mutex_t lock;
-	pthread_cond_t done;
+	pthread_cond_t ready;
+	unsigned *free_slots; /* slots whose request completed */
+	unsigned nfree;
+	unsigned inflight;
 };
 
 struct slot {
 	struct io_run *run;
-	char *buf;
-	uint64_t off;
+	unsigned index;
 };
-
-static void io_issue(struct slot *s);
 
 static void io_cb(void *arg, int result, const char *detail)
 {
@@ -111,65 +115,67 @@ static void io_cb(void *arg, int result, const char *detail)
 		r->error = result;
 		snprintf(r->detail, sizeof(r->detail), "%s", detail);
 	}
+	r->free_slots[r->nfree++] = s->index;
+	r->inflight--;
+	pthread_cond_signal(&r->ready);
 	pthread_mutex_unlock(&r->lock);
-	io_issue(s);
-}
-
-/* Issues the slot's next request, or retires the slot when none is left. */
-static void io_issue(struct slot *s)
-{
-	struct io_run *r = s->run;
-	uint64_t len;
-	int rc;
-
-	pthread_mutex_lock(&r->lock);
-	if (r->error || r->next_off >= r->size) {
-		if (--r->outstanding == 0)
-			pthread_cond_signal(&r->done);
-		pthread_mutex_unlock(&r->lock);
-		return;
-	}
-	s->off = r->next_off;
-	len = r->size - s->off < r->bs ? r->size - s->off : r->bs;
-	r->next_off += len;
-	pthread_mutex_unlock(&r->lock);
-	rc = tier_nvme_submit(r->t, r->o, r->op, s->off, len, s->buf, io_cb, s);
-	if (rc) {
-		pthread_mutex_lock(&r->lock);
-		if (!r->error) {
-			r->error = rc;
-			snprintf(r->detail, sizeof(r->detail), "%s", tier_last_error());
-		}
-		if (--r->outstanding == 0)
-			pthread_cond_signal(&r->done);
-		pthread_mutex_unlock(&r->lock);
-	}
 }
 
 /* One pass over the object; returns seconds, or a negative value on error. */
 static double io_pass(struct io_run *r, enum tier_io_op op)
 {
 	struct slot *slots = calloc(r->qd, sizeof(*slots));
-	uint64_t t0, t1;
+	uint64_t t0, t1, off = 0;
 
-	if (!slots)
+	r->free_slots = calloc(r->qd, sizeof(*r->free_slots));
+	if (!slots || !r->free_slots) {
+		free(slots);
+		free(r->free_slots);
 		return -1.0;
-	r->op = op;
-	r->next_off = 0;
-	r->outstanding = r->qd;
-	r->error = 0;
-	t0 = now_ns();
-	for (unsigned i = 0; i < r->qd; i++) {
-		slots[i].run = r;
-		slots[i].buf = r->pool + (uint64_t)i * r->bs;
-		io_issue(&slots[i]);
 	}
+	r->op = op;
+	r->error = 0;
+	r->inflight = 0;
+	r->nfree = r->qd;
+	for (unsigned i = 0; i < r->qd; i++) {
+		slots[i] = (struct slot){ r, i };
+		r->free_slots[i] = r->qd - 1 - i;
+	}
+	t0 = now_ns();
 	pthread_mutex_lock(&r->lock);
-	while (r->outstanding)
-		pthread_cond_wait(&r->done, &r->lock);
+	while (!r->error && (off < r->size || r->inflight)) {
+		unsigned i;
+		uint64_t len;
+		int rc;
+
+		if (off >= r->size || r->nfree == 0) {
+			pthread_cond_wait(&r->ready, &r->lock);
+			continue;
+		}
+		i = r->free_slots[--r->nfree];
+		r->inflight++;
+		pthread_mutex_unlock(&r->lock);
+		len = r->size - off < r->bs ? r->size - off : r->bs;
+		rc = tier_nvme_submit(r->t, r->o, op, off, len, r->pool + (uint64_t)i * r->bs,
+				      io_cb, &slots[i]);
+		off += len;
+		pthread_mutex_lock(&r->lock);
+		if (rc) {
+			r->inflight--;
+			if (!r->error) {
+				r->error = rc;
+				snprintf(r->detail, sizeof(r->detail), "%s", tier_last_error());
+			}
+		}
+	}
+	/* After an error, let what is in flight finish before the buffers go. */
+	while (r->inflight)
+		pthread_cond_wait(&r->ready, &r->lock);
 	pthread_mutex_unlock(&r->lock);
 	t1 = now_ns();
 	free(slots);
+	free(r->free_slots);
+	r->free_slots = NULL;
 	if (r->error) {
 		fprintf(stderr, "tier-bench io: %s failed: %s\n", op == TIER_IO_WRITE ? "write" : "read",
 			r->detail[0] ? r->detail : tier_strerror(r->error));
@@ -255,7 +261,7 @@ static int cmd_io(int argc, char **argv)
 	r.bs = bs;
 	r.qd = (unsigned)qd;
 	pthread_mutex_init(&r.lock, NULL);
-	pthread_cond_init(&r.done, NULL);
+	pthread_cond_init(&r.ready, NULL);
 	rc = tier_nvme_open(m, TIER_NVME_SCRATCH, &r.t);
 	if (rc) {
 		fprintf(stderr, "tier-bench io: %s\n", tier_last_error());
@@ -339,7 +345,7 @@ out:
 	free(r.pool);
 	tier_manifest_free(m);
 	pthread_mutex_destroy(&r.lock);
-	pthread_cond_destroy(&r.done);
+	pthread_cond_destroy(&r.ready);
 	return ret;
 }
 
