@@ -103,6 +103,9 @@ struct nvme_path {
 	uint32_t block;           /* transfer alignment */
 	uint32_t qd;
 	bool created;             /* this open created the file */
+	bool owned;               /* known to be ours: its header is ours to write */
+	uint64_t capacity;        /* data area bytes, as the header says */
+	uint64_t created_ns;      /* kept across header rewrites */
 	uint64_t data_off;        /* file offset of the data area */
 	struct tier_extents alloc;
 	struct io_uring ring;
@@ -120,8 +123,8 @@ struct nvme_path {
 	pthread_cond_t work_cond;
 	struct subio *work, *work_tail;
 	bool work_stop;
-	pthread_t worker;
-	bool worker_ok;
+	pthread_t worker[2];
+	unsigned nworkers;
 };
 
 struct tier_nvme_obj {
@@ -138,8 +141,8 @@ struct tier_nvme_obj {
 };
 
 struct tier_nvme {
-	const struct tier_config *cfg;
-	struct tier_manifest_copy *unused;
+	const struct tier_config *cfg;  /* during tier_nvme_open only */
+	char name[TIER_NAME_MAX + 1];   /* the store's name, for headers */
 	unsigned flags;
 	unsigned npaths;
 	uint32_t unit;            /* stripe unit */
@@ -151,13 +154,15 @@ struct tier_nvme {
 	struct tier_nvme_obj *objs;
 	unsigned next_rot;
 	_Atomic bool closing;
-	_Atomic long inflight_reqs;
+	_Atomic long inflight_reqs;  /* until the callback has returned (drain) */
+	_Atomic long active_reqs;    /* until the I/O is done, before the callback */
 	pthread_mutex_t drain_lock;
 	pthread_cond_t drained;
 	struct iovec fixed[MAX_FIXED_BUFS];
 	unsigned nfixed;
 	bool fixed_refused;
 	uint8_t uuid[16];
+	bool opened;              /* tier_nvme_open completed */
 	/* counters */
 	_Atomic uint64_t bytes_read, bytes_written, requests, ios, errors, csum_errors,
 		short_ios, retries, bounced;
@@ -222,10 +227,15 @@ static void req_finish(struct nvme_req *r)
 	struct tier_nvme *t = r->t;
 	int rc = atomic_load(&r->result);
 
-	atomic_fetch_sub(&r->obj->busy, 1);
 	atomic_fetch_add(&t->requests, 1);
 	if (rc)
 		atomic_fetch_add(&t->errors, 1);
+	/*
+	 * The object and the buffers are free before the callback runs: a
+	 * waiter woken by it may destroy the object or register buffers.
+	 */
+	atomic_fetch_sub(&r->obj->busy, 1);
+	atomic_fetch_sub(&t->active_reqs, 1);
 	r->cb(r->arg, rc, rc ? r->detail : "");
 	free(r);
 	if (atomic_fetch_sub(&t->inflight_reqs, 1) == 1) {
@@ -470,7 +480,7 @@ static void sub_complete(struct tier_nvme *t, struct subio *s)
 	}
 	atomic_fetch_add(&t->bytes_read, s->dev_len);
 	if (tier_fault_check(TIER_FAULT_NVME_BITFLIP))
-		s->dev_buf[s->unit_len / 2] ^= 0x10;
+		s->dev_buf[(s->dev_len < s->unit_len ? s->dev_len : s->unit_len) / 2] ^= 0x10;
 	if (!s->bounce && !(t->csum && s->full_unit && s->req->obj->crc_ok[s->unit])) {
 		sub_done(s); /* nothing to check or copy */
 		return;
@@ -638,7 +648,7 @@ static void fill_header(struct tier_nvme *t, struct nvme_path *p, struct tier_nv
 	h->version = TIER_NVME_FORMAT_VERSION;
 	h->header_size = TIER_NVME_HEADER_SIZE;
 	memcpy(h->store_uuid, t->uuid, 16);
-	memcpy(h->store_name, t->cfg->name, strnlen(t->cfg->name, sizeof(h->store_name)));
+	memcpy(h->store_name, t->name, strnlen(t->name, sizeof(h->store_name)));
 	h->path_index = (uint32_t)p->index;
 	h->npaths = t->npaths;
 	h->stripe_unit = t->unit;
@@ -647,8 +657,10 @@ static void fill_header(struct tier_nvme *t, struct nvme_path *p, struct tier_nv
 	h->capacity = capacity;
 	h->checksum = t->csum ? 1 : 0;
 	h->flags = clean ? TIER_NVME_HDR_CLEAN : 0;
-	h->created_ns = realtime_ns();
-	h->closed_ns = clean ? h->created_ns : 0;
+	if (!p->created_ns)
+		p->created_ns = realtime_ns();
+	h->created_ns = p->created_ns;
+	h->closed_ns = clean ? realtime_ns() : 0;
 	nvme_header_seal(h);
 }
 
@@ -718,9 +730,6 @@ static int path_open(struct tier_nvme *t, struct nvme_path *p, const struct tier
 					p->index, p->file);
 		return tier_err(rc, "nvme%d (%s): open: %s", p->index, p->file, tier_strerror(rc));
 	}
-	if (fchmod(p->fd, 0600) != 0)
-		TIER_WARN(TIER_SS_NVME, "nvme%d (%s): chmod 0600: %s", p->index, p->file,
-			  tier_strerror(errno));
 	lbs = path_lbs(p->fd);
 	if (p->direct && lbs > (int)p->block)
 		return tier_err(-EINVAL, "nvme%d (%s): block_size %u is below the device's logical block size %d",
@@ -736,6 +745,8 @@ static int path_open(struct tier_nvme *t, struct nvme_path *p, const struct tier
 	if (existed && st.st_size > 0) {
 		/* Never overwrite a file that is not ours. */
 		rc = header_io(p, h, false);
+		if (rc && rc != -ENOMSG)
+			goto out; /* cannot tell whose it is: leave it alone */
 		if (rc == 0)
 			rc = nvme_header_check(h, p->file);
 		if (rc == -ENOMSG) {
@@ -750,6 +761,11 @@ static int path_open(struct tier_nvme *t, struct nvme_path *p, const struct tier
 		TIER_INFO(TIER_SS_NVME, "nvme%d (%s): reusing an existing backing file", p->index,
 			  p->file);
 	}
+	/* Ours from here on (new, or a backing file being reused). */
+	p->owned = true;
+	if (fchmod(p->fd, 0600) != 0)
+		TIER_WARN(TIER_SS_NVME, "nvme%d (%s): chmod 0600: %s", p->index, p->file,
+			  tier_strerror(errno));
 	size = p->data_off + pc->capacity;
 	rc = tier_fault_check(TIER_FAULT_NVME_FALLOCATE);
 	if (rc == 0 && fallocate(p->fd, 0, 0, (off_t)size) != 0)
@@ -764,6 +780,7 @@ static int path_open(struct tier_nvme *t, struct nvme_path *p, const struct tier
 			 size, tier_strerror(rc));
 		goto out;
 	}
+	p->capacity = pc->capacity;
 	fill_header(t, p, h, pc->capacity, false);
 	rc = header_io(p, h, true);
 	if (rc)
@@ -809,11 +826,14 @@ static int ring_open(struct tier_nvme *t, struct nvme_path *p, const struct tier
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_mutex_init(&p->work_lock, NULL);
 	pthread_cond_init(&p->work_cond, NULL);
-	rc = -pthread_create(&p->worker, NULL, worker_main, p);
-	if (rc)
-		return tier_err(rc, "nvme%d: starting its checksum worker: %s", p->index,
-				tier_strerror(rc));
-	p->worker_ok = true;
+	/* Two workers: a burst of completions is verified on both cores. */
+	for (unsigned w = 0; w < 2; w++) {
+		rc = -pthread_create(&p->worker[w], NULL, worker_main, p);
+		if (rc)
+			return tier_err(rc, "nvme%d: starting its checksum worker: %s", p->index,
+					tier_strerror(rc));
+		p->nworkers++;
+	}
 	rc = -pthread_create(&p->thread, NULL, ring_main, p);
 	if (rc)
 		return tier_err(rc, "nvme%d: starting its completion thread: %s", p->index,
@@ -839,13 +859,14 @@ static void ring_stop(struct nvme_path *p)
 		p->thread_ok = false;
 		pthread_mutex_destroy(&p->lock);
 	}
-	if (p->worker_ok) {
+	if (p->nworkers) {
 		pthread_mutex_lock(&p->work_lock);
 		p->work_stop = true;
-		pthread_cond_signal(&p->work_cond);
+		pthread_cond_broadcast(&p->work_cond);
 		pthread_mutex_unlock(&p->work_lock);
-		pthread_join(p->worker, NULL);
-		p->worker_ok = false;
+		for (unsigned w = 0; w < p->nworkers; w++)
+			pthread_join(p->worker[w], NULL);
+		p->nworkers = 0;
 		pthread_mutex_destroy(&p->work_lock);
 		pthread_cond_destroy(&p->work_cond);
 	}
@@ -876,11 +897,13 @@ int tier_nvme_close(struct tier_nvme *t)
 
 		ring_stop(p);
 		if (p->fd >= 0) {
-			if (!(t->flags & TIER_NVME_SCRATCH)) {
+			/* A clean header only on files that are ours, after an
+			 * open that completed (t->opened), unless about to go. */
+			if (p->owned && t->opened && !((t->flags & TIER_NVME_SCRATCH) && p->created)) {
 				struct tier_nvme_header *h = NULL;
 
 				if (posix_memalign((void **)&h, 4096, sizeof(*h)) == 0) {
-					fill_header(t, p, h, p->alloc.total, true);
+					fill_header(t, p, h, p->capacity, true);
 					if (header_io(p, h, true) && rc == 0)
 						rc = -EIO;
 					free(h);
@@ -927,8 +950,8 @@ int tier_nvme_open(const struct tier_manifest *m, unsigned flags, struct tier_nv
 	if (!t)
 		return tier_err(-ENOMEM, "nvme: out of memory");
 	t->cfg = c;
+	snprintf(t->name, sizeof(t->name), "%s", c->name);
 	t->flags = flags;
-	t->npaths = (unsigned)c->npaths;
 	t->unit = (uint32_t)c->stripe_unit;
 	t->csum = c->checksum == TIER_CSUM_CRC32C;
 	t->block = 4096;
@@ -946,11 +969,12 @@ int tier_nvme_open(const struct tier_manifest *m, unsigned flags, struct tier_nv
 	pthread_mutex_init(&t->lock, NULL);
 	pthread_mutex_init(&t->drain_lock, NULL);
 	pthread_cond_init(&t->drained, NULL);
-	t->paths = tier_calloc(t->npaths, sizeof(*t->paths));
+	t->paths = tier_calloc(c->npaths, sizeof(*t->paths));
 	if (!t->paths) {
 		rc = tier_err(-ENOMEM, "nvme: out of memory");
 		goto fail;
 	}
+	t->npaths = (unsigned)c->npaths;
 	for (unsigned i = 0; i < t->npaths; i++) {
 		t->paths[i].t = t;
 		t->paths[i].fd = -1;
@@ -965,6 +989,9 @@ int tier_nvme_open(const struct tier_manifest *m, unsigned flags, struct tier_nv
 	}
 	TIER_INFO(TIER_SS_NVME, "NVMe tier: %u path(s), stripe unit %u, checksums %s",
 		  t->npaths, t->unit, t->csum ? "crc32c" : "off");
+	/* The manifest may be freed from now on: nothing below reads it. */
+	t->cfg = NULL;
+	t->opened = true;
 	*out = t;
 	return 0;
 fail:
@@ -987,7 +1014,7 @@ int tier_nvme_register_buffer(struct tier_nvme *t, void *base, size_t len)
 	tier_err_clear();
 	if (len == 0 || len > (1ull << 30))
 		return tier_err(-EINVAL, "nvme: a fixed buffer is 1 byte to 1 GiB (got %zu)", len);
-	if (atomic_load(&t->inflight_reqs) > 0)
+	if (atomic_load(&t->active_reqs) > 0)
 		return tier_err(-EBUSY, "nvme: buffers are registered only while no request is in flight");
 	if (t->fixed_refused)
 		return 0;
@@ -1035,12 +1062,21 @@ int tier_nvme_obj_create(struct tier_nvme *t, const char *name, uint64_t size,
 	tier_err_clear();
 	if (!name || !*name || strlen(name) > 255 || size == 0)
 		return tier_err(-EINVAL, "nvme: an object needs a name (1-255 bytes) and a size above zero");
+	{
+		uint64_t total = 0;
+
+		for (unsigned p = 0; p < t->npaths; p++)
+			total += t->paths[p].alloc.total;
+		if (size > total)
+			return tier_err(-ENOSPC, "nvme: no room for object '%s' (%" PRIu64
+					" bytes): the tier holds %" PRIu64 " bytes in all", name, size, total);
+	}
 	o = tier_calloc(1, sizeof(*o));
 	if (!o)
 		return tier_err(-ENOMEM, "nvme: out of memory");
 	o->name = tier_strdup(name);
 	o->size = size;
-	o->nunits = (size + t->unit - 1) / t->unit;
+	o->nunits = size / t->unit + (size % t->unit != 0);
 	o->crc = tier_calloc(o->nunits, sizeof(*o->crc));
 	o->crc_ok = tier_calloc(o->nunits, 1);
 	if (!o->name || !o->crc || !o->crc_ok) {
@@ -1268,6 +1304,7 @@ int tier_nvme_submit(struct tier_nvme *t, struct tier_nvme_obj *o, enum tier_io_
 	atomic_store(&r->pending, (int)(last - first + 1));
 	atomic_fetch_add(&o->busy, 1);
 	atomic_fetch_add(&t->inflight_reqs, 1);
+	atomic_fetch_add(&t->active_reqs, 1);
 	for (uint64_t u = first; u <= last; u++) {
 		uint64_t ustart = u * t->unit;
 		uint64_t a = off > ustart ? off : ustart;
