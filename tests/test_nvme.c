@@ -36,8 +36,8 @@
  *  - O_DIRECT refused (ramfs in a private mount namespace), and a tmpfs
  *    path with direct: false.
  *
- * Tests marked "LIBRARY BUG" fail on the library as it is; the comment
- * above each says what is wrong.
+ * Tests marked "REGRESSION" guard bugs this suite found in tiers/nvme.c
+ * (all fixed); the comment above each says what used to go wrong.
  */
 #include "config.h"
 
@@ -560,7 +560,7 @@ START_TEST(test_header_round_trip)
 END_TEST
 
 /*
- * LIBRARY BUG (nvme.c fill_header, called from tier_nvme_close):
+ * REGRESSION (nvme.c fill_header, called from tier_nvme_close):
  * created_ns is documented as "CLOCK_REALTIME at creation"
  * (nvme_format.h) but every header write sets it to the time of that
  * write, so after a close created_ns == closed_ns, not the creation time.
@@ -579,7 +579,7 @@ START_TEST(test_header_created_ns_kept)
 	close_tier(t);
 	read_header(file_of(m, 0), &h);
 	ck_assert_msg(h.created_ns == created,
-		      "LIBRARY BUG: created_ns %llu at open became %llu at close (closed_ns %llu): "
+		      "REGRESSION: created_ns %llu at open became %llu at close (closed_ns %llu): "
 		      "the creation time is overwritten by every header write",
 		      U64(created), U64(h.created_ns), U64(h.closed_ns));
 	tier_manifest_free(m);
@@ -590,7 +590,7 @@ END_TEST
  * The header's capacity is "bytes in the data area", and the file is
  * preallocated to data_offset + capacity (docs/nvme-format.md).
  *
- * LIBRARY BUG (nvme.c tier_nvme_close -> fill_header(..., p->alloc.total,
+ * REGRESSION (nvme.c tier_nvme_close -> fill_header(..., p->alloc.total,
  * true)): at close the header gets the allocator's total - the capacity
  * rounded down to the allocation alignment - instead of the capacity
  * written at open, so for a capacity that is not a multiple of the stripe
@@ -613,7 +613,7 @@ START_TEST(test_header_capacity_kept)
 	read_header(file_of(m, 0), &h);
 	ck_assert_int_eq(stat(file_of(m, 0), &st), 0);
 	ck_assert_msg(h.capacity == at_open && h.capacity == (uint64_t)st.st_size - h.data_offset,
-		      "LIBRARY BUG: header capacity %llu at open, %llu after close; the data area is "
+		      "REGRESSION: header capacity %llu at open, %llu after close; the data area is "
 		      "%llu bytes (file size %llu - data_offset %llu)",
 		      U64(at_open), U64(h.capacity), U64((uint64_t)st.st_size - h.data_offset),
 		      U64(st.st_size), U64(h.data_offset));
@@ -626,7 +626,7 @@ END_TEST
  * rewrote its header as "not clean", so the close should mark it clean
  * again.
  *
- * LIBRARY BUG (nvme.c tier_nvme_close: the header is written only
+ * REGRESSION (nvme.c tier_nvme_close: the header is written only
  * without TIER_NVME_SCRATCH, but since 68caf9b/e943524 SCRATCH keeps
  * pre-existing files): a reused file closed cleanly under SCRATCH is left
  * with flags 0 (not clean) and closed_ns 0, as after a crash.
@@ -645,7 +645,7 @@ START_TEST(test_scratch_kept_file_clean)
 	read_header(file_of(m, 0), &h);
 	ck_assert_int_eq(nvme_header_check(&h, file_of(m, 0)), 0);
 	ck_assert_msg(h.flags & TIER_NVME_HDR_CLEAN,
-		      "LIBRARY BUG: a pre-existing file kept by a TIER_NVME_SCRATCH close is marked "
+		      "REGRESSION: a pre-existing file kept by a TIER_NVME_SCRATCH close is marked "
 		      "not clean (flags %#x, closed_ns %llu)", h.flags, U64(h.closed_ns));
 	tier_manifest_free(m);
 }
@@ -714,7 +714,7 @@ END_TEST
  * A file at a backing path that is not a tierstore file (or of another
  * format version) is refused and left exactly as it was.
  *
- * LIBRARY BUG (nvme.c path_open + tier_nvme_open's failure path): path_open
+ * REGRESSION (nvme.c path_open + tier_nvme_open's failure path): path_open
  * returns -EEXIST / -EPROTO with the file still open (p->fd >= 0), and
  * tier_nvme_close, run on the failure path, then
  *  - without TIER_NVME_SCRATCH writes a tierstore header over the first
@@ -803,20 +803,20 @@ START_TEST(test_foreign_file)
 		ck_assert_ptr_nonnull(strstr(tier_last_error(), "not a tierstore backing file"));
 
 	ck_assert_msg(stat(file, &st) == 0,
-		      "LIBRARY BUG: %s: the refused file %s was deleted (tier_nvme_close on the "
+		      "REGRESSION: %s: the refused file %s was deleted (tier_nvme_close on the "
 		      "failure path unlinks it under TIER_NVME_SCRATCH)", c->name, file);
 	fd = open(file, O_RDONLY | O_CLOEXEC);
 	ck_assert_int_ge(fd, 0);
 	n = read(fd, got, 16384);
 	close(fd);
 	ck_assert_msg(n == (ssize_t)len && memcmp(got, want, len) == 0,
-		      "LIBRARY BUG: %s: the refused file %s was modified (%zd bytes now, %zu before; "
+		      "REGRESSION: %s: the refused file %s was modified (%zd bytes now, %zu before; "
 		      "starts with '%.8s'): tier_nvme_close on the failure path wrote a header over it",
 		      c->name, file, n, len, (const char *)got);
 	/* The failed open removed what it created, and only that. */
 	ck_assert_int_eq(files_left(), 1);
 	ck_assert_msg((st.st_mode & 07777) == 0644,
-		      "LIBRARY BUG: %s: the refused file's mode changed from 0644 to %04o "
+		      "REGRESSION: %s: the refused file's mode changed from 0644 to %04o "
 		      "(path_open fchmods before checking the header)", c->name,
 		      (unsigned)(st.st_mode & 07777));
 	free(want);
@@ -826,7 +826,7 @@ START_TEST(test_foreign_file)
 END_TEST
 
 /*
- * LIBRARY BUG (nvme.c path_open): when reading the header of an existing
+ * REGRESSION (nvme.c path_open): when reading the header of an existing
  * file fails (here -EIO from the NVME_HEADER site), only -ENOMSG and
  * -EPROTO stop the open; any other error falls through to "reusing an
  * existing backing file", and the file - never shown to be ours - is
@@ -859,7 +859,7 @@ START_TEST(test_header_read_error_on_foreign_file)
 	if (fd >= 0)
 		close(fd);
 	ck_assert_msg(rc == -EIO && n == (ssize_t)len && memcmp(got, want, len) == 0,
-		      "LIBRARY BUG: header read failed with EIO on a file that is not ours: open "
+		      "REGRESSION: header read failed with EIO on a file that is not ours: open "
 		      "returned %d (%s), expected -EIO; the file is now %zd bytes (was %zu), %s",
 		      rc, tier_strerror(rc), n, len,
 		      n < 0 ? "deleted" : memcmp(got, want, len) ? "overwritten" : "unchanged");
@@ -935,7 +935,7 @@ START_TEST(test_no_nvme_paths)
 END_TEST
 
 /*
- * LIBRARY BUG or undocumented contract (nvme.c tier_nvme_open keeps
+ * REGRESSION or undocumented contract (nvme.c tier_nvme_open keeps
  * t->cfg = manifest_config(m); tier_nvme_close reads t->cfg->name in
  * fill_header): freeing the manifest after tier_nvme_open - nothing in
  * tierstore.h says it must outlive the tier - makes the close without
@@ -962,7 +962,7 @@ START_TEST(test_manifest_freed_after_open)
 	close_tier(t);
 	read_header(file0, &h);
 	ck_assert_msg(strncmp(h.store_name, "lifetime", 64) == 0,
-		      "LIBRARY BUG: store name '%.64s' written at close after the manifest was freed",
+		      "REGRESSION: store name '%.64s' written at close after the manifest was freed",
 		      h.store_name);
 	ck_assert_int_eq(nvme_header_check(&h, file0), 0);
 	free(a);
@@ -1138,7 +1138,7 @@ END_TEST
 /*
  * Sizes the tier cannot hold are refused with -ENOSPC.
  *
- * LIBRARY BUG (nvme.c tier_nvme_obj_create): nunits = (size + unit - 1) /
+ * REGRESSION (nvme.c tier_nvme_obj_create): nunits = (size + unit - 1) /
  * unit overflows for sizes within a unit of UINT64_MAX, giving 0 units:
  * no extent is allocated on any path, and the object is created (0)
  * with its full size; a request on it then writes to data-area offset 0
@@ -1168,7 +1168,7 @@ START_TEST(test_object_too_big)
 		tier_nvme_obj_destroy(t, x);
 	ck_assert_msg(rc == -ENOSPC,
 		      "%sobject of %llu bytes on a 2 x 64 MiB tier: %d (%s), expected -ENOSPC",
-		      rc == 0 ? "LIBRARY BUG (unit count overflows): " : "", U64(size), rc,
+		      rc == 0 ? "REGRESSION (unit count overflow): " : "", U64(size), rc,
 		      tier_strerror(rc));
 	ck_assert_ptr_null(x);
 	tier_nvme_get_stats(t, &st);
@@ -1789,7 +1789,7 @@ START_TEST(test_bitflip)
 END_TEST
 
 /*
- * LIBRARY BUG (nvme.c sub_complete, the NVME_BITFLIP site): the bit is
+ * REGRESSION (nvme.c sub_complete, the NVME_BITFLIP site): the bit is
  * flipped at dev_buf[unit_len / 2], but without checksums an aligned part
  * of a unit is read straight into the caller's buffer with dev_len = the
  * part's length, so the flip lands outside the request - in the caller's
@@ -1815,7 +1815,7 @@ START_TEST(test_bitflip_stays_in_request)
 	ck_assert_uint_eq(tier_fault_fired(TIER_FAULT_NVME_BITFLIP), 1);
 	for (uint64_t i = 4096; i < FU; i++)
 		if (b[i] != 0xAA)
-			ck_abort_msg("LIBRARY BUG: a read of bytes [0, 4096) changed the caller's byte %llu "
+			ck_abort_msg("REGRESSION: a read of bytes [0, 4096) changed the caller's byte %llu "
 				     "(0xAA -> %#x): the bit flip lands outside the request", U64(i), b[i]);
 	close_tier(t);
 	free(ref);
@@ -2234,7 +2234,7 @@ END_TEST
  * detail, nothing half-made) or succeeds; it never crashes, hangs or
  * (under ASan) leaks.
  *
- * LIBRARY BUG (nvme.c tier_nvme_open): when the second allocation (the
+ * REGRESSION (nvme.c tier_nvme_open): when the second allocation (the
  * t->paths array) fails, the failure path calls tier_nvme_close(t) with
  * t->npaths set and t->paths NULL, which dereferences NULL (SIGSEGV).
  */
@@ -2334,7 +2334,7 @@ START_TEST(test_alloc_fail_nth)
 	}
 	ck_assert_msg(nfail == 0,
 		      "%d of %llu runs with one failed allocation went wrong (a crash at allocation 2 - "
-		      "signal 11, or exit status 1 under ASan - is the LIBRARY BUG in tier_nvme_open's "
+		      "signal 11, or exit status 1 under ASan - is the REGRESSION in tier_nvme_open's "
 		      "failure path; 23 is a leak under ASan; 42 a bad result, printed above):%s",
 		      nfail, U64(n), failures);
 	ck_assert_uint_gt(n, 10);
@@ -2481,7 +2481,7 @@ END_TEST
  * After a synchronous read or write has returned, nothing is in flight:
  * tier_nvme_register_buffer() must not say -EBUSY.
  *
- * LIBRARY BUG (nvme.c req_finish): the callback runs - for the synchronous
+ * REGRESSION (nvme.c req_finish): the callback runs - for the synchronous
  * forms, ticket_cb, which wakes tier_ticket_wait() - before
  * t->inflight_reqs is decremented, so for a moment after
  * tier_nvme_read()/tier_nvme_write() return the request still counts as
@@ -2513,7 +2513,7 @@ START_TEST(test_register_after_sync_io)
 		close_tier(t);
 	}
 	ck_assert_msg(busy == 0,
-		      "LIBRARY BUG: %d of %d registrations right after tier_nvme_read() returned said "
+		      "REGRESSION: %d of %d registrations right after tier_nvme_read() returned said "
 		      "-EBUSY (a request in flight)", busy, tries);
 	free(buf);
 	tier_manifest_free(m);

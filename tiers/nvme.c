@@ -521,9 +521,10 @@ static void handle_cqe(struct tier_nvme *t, struct nvme_path *p, struct subio *s
 	}
 	if (res < 0) {
 		req_fail(s->req, res,
-			 "nvme%d (%s): %s of '%s' at %" PRIu64 " (file offset %" PRIu64 "): %s",
-			 p->index, p->file, op_name(s->op), s->req->obj->name,
-			 s->unit * t->unit + s->unit_off, s->file_off + s->done, tier_strerror(res));
+			 "nvme%d (%s): %s of '%s' at %" PRIu64 " (file offset %" PRIu64 "%s): %s",
+			 p->index, p->file, op_name(s->req->op), s->req->obj->name,
+			 s->unit * t->unit + s->unit_off, s->file_off + s->done,
+			 s->rmw ? ", reading its stripe unit first" : "", tier_strerror(res));
 		sub_done(s);
 		return;
 	}
