@@ -7,7 +7,7 @@
 # striped over PATHS (1) files in DIR.  Prints every round's figures, the
 # per-round ratios tierstore/fio and their medians.  FIO_EXTRA adds fio
 # options (e.g. "--fixedbufs --registerfiles", the io_uring features the
-# tier uses).
+# tier uses); CHECKSUM=none runs tierstore without checksums.
 set -eu
 dir=$1
 rounds=${2:-7}
@@ -23,12 +23,12 @@ man="$dir/bench-manifest.yaml"
 	echo "dram:"
 	echo "  capacity: 1GiB"
 	echo "nvme:"
-	echo "  checksum: crc32c"
+	echo "  checksum: ${CHECKSUM:-crc32c}"
 	echo "  paths:"
 	i=0
 	while [ "$i" -lt "$npaths" ]; do
 		mkdir -p "$dir/p$i"
-		echo "    - {path: \"$dir/p$i/\", capacity: 2GiB, queue_depth: $qd}"
+		echo "    - {path: \"$dir/p$i/\", capacity: $size, queue_depth: $qd}"
 		i=$((i + 1))
 	done
 } >"$man"
