@@ -359,23 +359,24 @@ static void pump(struct nvme_path *p, struct subio **failed)
 
 static void sub_done(struct subio *s);
 
-static void enqueue(struct nvme_path *p, struct subio *s)
-{
-	s->next = NULL;
-	if (p->pending_tail)
-		p->pending_tail->next = s;
-	else
-		p->pending = s;
-	p->pending_tail = s;
-}
-
-/* Queues @s (again) and pumps; from any thread. */
-static void resubmit(struct nvme_path *p, struct subio *s)
+/*
+ * Appends the list head..tail (may be empty) to the path's pending
+ * sub-I/Os and pumps: one io_uring_enter for the batch.  From any thread;
+ * sub-I/Os the kernel refused are failed with no lock held.
+ */
+static void hand_over(struct nvme_path *p, struct subio *head, struct subio *tail)
 {
 	struct subio *failed = NULL;
 
 	pthread_mutex_lock(&p->lock);
-	enqueue(p, s);
+	if (head) {
+		tail->next = NULL;
+		if (p->pending_tail)
+			p->pending_tail->next = head;
+		else
+			p->pending = head;
+		p->pending_tail = tail;
+	}
 	pump(p, &failed);
 	pthread_mutex_unlock(&p->lock);
 	while (failed) {
@@ -384,6 +385,13 @@ static void resubmit(struct nvme_path *p, struct subio *s)
 		failed = f->next;
 		sub_done(f);
 	}
+}
+
+/* Queues @s (again: a retry, the rest of a short transfer, the write half
+ * of a read-modify-write) and pumps. */
+static void resubmit(struct nvme_path *p, struct subio *s)
+{
+	hand_over(p, s, s);
 }
 
 /* The last step of a sub-I/O: account, maybe finish its request. */
@@ -554,7 +562,6 @@ static void *ring_main(void *v)
 
 	while (!stop) {
 		struct io_uring_cqe *cqe;
-		struct subio *failed = NULL;
 		int rc;
 
 		/* Sleeps in the kernel until a completion arrives. */
@@ -581,15 +588,7 @@ static void *ring_main(void *v)
 				handle_cqe(t, p, (struct subio *)(uintptr_t)tag, res);
 		} while (io_uring_peek_cqe(&p->ring, &cqe) == 0);
 		/* Slots were freed: move waiting sub-I/Os in. */
-		pthread_mutex_lock(&p->lock);
-		pump(p, &failed);
-		pthread_mutex_unlock(&p->lock);
-		while (failed) {
-			struct subio *f = failed;
-
-			failed = f->next;
-			sub_done(f);
-		}
+		hand_over(p, NULL, NULL);
 	}
 	return NULL;
 }
@@ -1242,27 +1241,6 @@ static int make_sub(struct tier_nvme *t, struct nvme_req *r, uint64_t u, uint32_
 	}
 	*out = s;
 	return 0;
-}
-
-/* Hands a path its batch of sub-I/Os: one io_uring_enter for all of them. */
-static void hand_over(struct nvme_path *p, struct subio *head, struct subio *tail)
-{
-	struct subio *failed = NULL;
-
-	pthread_mutex_lock(&p->lock);
-	if (p->pending_tail)
-		p->pending_tail->next = head;
-	else
-		p->pending = head;
-	p->pending_tail = tail;
-	pump(p, &failed);
-	pthread_mutex_unlock(&p->lock);
-	while (failed) {
-		struct subio *f = failed;
-
-		failed = f->next;
-		sub_done(f);
-	}
 }
 
 /* Sub-I/Os per path handed over at once: large requests start on the
