@@ -127,6 +127,13 @@ TIER_API int tier_manifest_parse(const char *text, size_t len,
 				 struct tier_manifest **out);
 
 /*
+ * The manifest a tool uses: @path when given (not NULL or ""), else
+ * $TIER_MANIFEST (the options table), else the embedded default.  Same
+ * returns as tier_manifest_load().
+ */
+TIER_API int tier_manifest_resolve(const char *path, struct tier_manifest **out);
+
+/*
  * The embedded default manifest for this machine: no GPU tier unless a GPU
  * is present, DRAM a modest share of MemAvailable, one NVMe file under
  * $TIER_DATA (or ./tier-data/) sized from the free space there.

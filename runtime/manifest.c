@@ -1737,6 +1737,13 @@ int tier_manifest_default_text(char **out)
 	return 0;
 }
 
+int tier_manifest_resolve(const char *path, struct tier_manifest **out)
+{
+	if (!path || !*path)
+		path = tier_opt_str(TIER_OPT_MANIFEST);
+	return *path ? tier_manifest_load(path, out) : tier_manifest_default(out);
+}
+
 int tier_manifest_default(struct tier_manifest **out)
 {
 	char *text;

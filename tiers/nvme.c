@@ -85,7 +85,6 @@ struct nvme_req {
 	struct tier_nvme *t;
 	struct tier_nvme_obj *obj;
 	int op;
-	uint64_t off, len;
 	tier_io_cb cb;
 	void *arg;
 	_Atomic int pending;      /* sub-I/Os not finished */
@@ -1270,8 +1269,6 @@ int tier_nvme_submit(struct tier_nvme *t, struct tier_nvme_obj *o, enum tier_io_
 	r->t = t;
 	r->obj = o;
 	r->op = op;
-	r->off = off;
-	r->len = len;
 	r->cb = cb;
 	r->arg = arg;
 	atomic_flag_clear(&r->detail_set);

@@ -66,11 +66,8 @@ static int parse_bytes(const char *s, uint64_t *out)
 
 static int load_manifest(const char *file, struct tier_manifest **m)
 {
-	int rc;
+	int rc = tier_manifest_resolve(file, m);
 
-	if (!file || !*file)
-		file = getenv("TIER_MANIFEST");
-	rc = file && *file ? tier_manifest_load(file, m) : tier_manifest_default(m);
 	if (rc)
 		fprintf(stderr, "%s\n", tier_last_error());
 	return rc;

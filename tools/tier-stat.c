@@ -41,20 +41,14 @@ static int do_check(const char *file)
 	struct tier_manifest *m = NULL;
 	int rc;
 
-	if (!file || !*file)
-		file = getenv("TIER_MANIFEST");
-	if (file && *file)
-		rc = tier_manifest_load(file, &m);
-	else
-		rc = tier_manifest_default(&m);
+	rc = tier_manifest_resolve(file, &m);
 	if (rc) {
 		const char *msg = tier_last_error();
 
 		if (*msg)
 			fprintf(stderr, "%s\n", msg);
 		else
-			fprintf(stderr, "%s: %s\n", file && *file ? file : "<default>",
-				tier_strerror(rc));
+			fprintf(stderr, "tier-stat: %s\n", tier_strerror(rc));
 		return rc == -ENOMEM ? 1 : EXIT_USAGE;
 	}
 	rc = tier_manifest_emit(m, stdout);
