@@ -611,6 +611,153 @@ TIER_API int tier_loss_scaler_init(struct tier_loss_scaler *s, double initial_sc
  * skipped (it overflowed). */
 TIER_API bool tier_loss_scaler_update(struct tier_loss_scaler *s, bool found_inf);
 
+/* ------------------------------------------------------------ optimizer */
+
+/*
+ * The optimizer: Adam/AdamW over parameters whose state (fp32 master
+ * weights and both moments) lives on a store, cut into shards of the
+ * manifest's optimizer.shard_size, one store object per shard.  Each step
+ * streams the shards up the tiers ahead of the update (a lookahead window
+ * of prefetch.lookahead bytes), updates a share of them on the CPU (SIMD
+ * kernels on DRAM, over a thread pool) and the rest on the HBM tier (the
+ * CUDA kernel; with the emulated "host" HBM backend, the CPU kernel on the
+ * HBM tier's own thread), and writes the updated state back down behind
+ * the update.  The order of the shards alternates every step, and the
+ * store evicts by it.  The results equal tier_adam_step() run in memory on
+ * the same data, bit for bit, whatever the split.  docs/optimizer.md says
+ * more.  One thread drives an optimizer at a time.
+ */
+struct tier_optim;
+
+/* Where a caller's buffer lives. */
+enum tier_mem {
+	TIER_MEM_HOST = 0,     /* host memory */
+	TIER_MEM_DEVICE = 1,   /* memory of the HBM tier's device (the emulated
+				* "host" backend's device memory is host memory) */
+};
+
+/* A caller's array: gradients in, updated parameters out. */
+struct tier_tensor {
+	void *ptr;             /* NULL: none (for an output) */
+	enum tier_dtype dtype;
+	enum tier_mem mem;
+};
+
+/* offload_fraction: chosen by measuring (see tier_optim_params). */
+#define TIER_OFFLOAD_AUTO (-1.0)
+
+struct tier_optim_params {
+	/* torch.optim.AdamW (decoupled = true) / Adam (false) semantics */
+	double lr, beta1, beta2, eps, weight_decay;
+	bool decoupled;
+	/* moments: TIER_FP32 or TIER_BF16; -1 = the manifest's */
+	int moment_dtype;
+	/* share of the shards updated on the CPU, in [0, 1] (the rest on the
+	 * HBM tier; 1 without one); TIER_OFFLOAD_AUTO measures both rates in
+	 * the first steps and picks the split that minimises step time; NAN =
+	 * the manifest's optimizer.offload_fraction */
+	double offload_fraction;
+	/* clipping by total norm (of the unscaled gradients); 0 = none */
+	double max_grad_norm;
+	/* loss scaling: gradients arrive multiplied by the scale.  dynamic:
+	 * Megatron's DynamicGradScaler with these parameters (a step with an
+	 * inf or nan gradient is skipped); static: the scale stays. */
+	double loss_scale;     /* the (initial) scale; 1 = none */
+	bool dynamic_loss_scale;
+	double min_loss_scale, growth_factor, backoff_factor;
+	uint32_t growth_interval, hysteresis;
+	uint64_t shard_size;   /* bytes of state per shard; 0 = the manifest's */
+	unsigned threads;      /* CPU update threads; 0 = TIER_THREADS / one per CPU */
+};
+
+/* torch's AdamW defaults (lr 1e-3, betas 0.9/0.999, eps 1e-8, weight decay
+ * 0.01), no clipping, no loss scaling, Megatron's scaler defaults (initial
+ * 2^32, min 1, growth 2, backoff 0.5, interval 1000, hysteresis 2) for when
+ * dynamic_loss_scale is set, the manifest's dtype, split and shard size. */
+TIER_API void tier_optim_params_init(struct tier_optim_params *p);
+
+/* An optimizer on @s (which must outlive it).  0, -EINVAL naming the bad
+ * parameter, -ENOMEM, or a thread's creation error. */
+TIER_API int tier_optim_create(struct tier_store *s, const struct tier_optim_params *p,
+			       struct tier_optim **out);
+
+/*
+ * Adds a parameter of @numel elements named @name (its shards are the
+ * store objects "NAME#K"), initial master values @init (fp32, host; NULL:
+ * zeros), moments zero.  *id (may be NULL) gets its index: 0, 1, ... in
+ * the order of adding.  0, -EEXIST, -EINVAL, -ENOSPC (no room at the
+ * store's home), -EBUSY (inside a step), -ENOMEM.
+ */
+TIER_API int tier_optim_add_param(struct tier_optim *o, const char *name, size_t numel,
+				  const float *init, uint32_t *id);
+
+TIER_API uint32_t tier_optim_nparams(const struct tier_optim *o);
+/* The parameter's name and element count; NULL / 0 for a bad id. */
+TIER_API const char *tier_optim_param_name(const struct tier_optim *o, uint32_t id);
+TIER_API size_t tier_optim_param_numel(const struct tier_optim *o, uint32_t id);
+
+/* What one step did. */
+struct tier_step_result {
+	bool applied;          /* false: skipped (an inf or nan gradient) */
+	uint64_t step;         /* steps applied so far (the bias-correction count) */
+	double grad_norm;      /* total L2 norm of the unscaled gradients */
+	double loss_scale;     /* the scale the step's gradients carried */
+	double next_loss_scale;/* the scale for the next step */
+	double clip_coef;      /* 1 when not clipped */
+	double cpu_fraction;   /* share of the shards updated on the CPU */
+	uint32_t cpu_shards, gpu_shards;
+	double step_s;         /* begin to end, seconds */
+	double stall_s;        /* the update waited for state to arrive */
+	uint64_t nvme_read_bytes, nvme_write_bytes; /* during the step */
+	uint64_t h2d_bytes, d2h_bytes;
+};
+
+/*
+ * One step with every gradient at hand: @grads[i] is parameter i's
+ * gradient (numel elements of its dtype, host or device), @outs (NULL, or
+ * one per parameter with ptr NULL for none) receive the updated parameters
+ * in their dtype.  @lr > 0 sets the learning rate from this step on.  The
+ * same as tier_optim_begin, a push per parameter, tier_optim_end.
+ */
+TIER_API int tier_optim_step(struct tier_optim *o, double lr, const struct tier_tensor *grads,
+			     const struct tier_tensor *outs, struct tier_step_result *res);
+
+/*
+ * The streaming form.  begin starts the step: the state of the first
+ * shards starts moving up at once.  push hands one parameter's gradient
+ * (and its output buffer, or NULL) as backward produces it, in any order;
+ * its norm is taken at once, and the buffers must stay valid until end.
+ * end waits for the global norm (clipping, loss scaling), runs the
+ * update of every shard as its state arrives, and returns when every
+ * update is done and its write-back is under way.
+ *
+ * Errors leave the state untouched: push -EINVAL (bad id, dtype or
+ * buffer; no step begun), -EALREADY (the parameter was pushed this step);
+ * end -ENODATA when a parameter was not pushed (named in the detail): the
+ * step is abandoned and nothing is updated.  An error of the tiers in the
+ * middle of end (a failed read) returns it; the shards already updated
+ * stay updated and are reported in the detail.
+ */
+TIER_API int tier_optim_begin(struct tier_optim *o, double lr);
+TIER_API int tier_optim_push(struct tier_optim *o, uint32_t id, const struct tier_tensor *grad,
+			     const struct tier_tensor *out);
+TIER_API int tier_optim_end(struct tier_optim *o, struct tier_step_result *res);
+
+/*
+ * Reads parameter @id's state back into host buffers (any may be NULL):
+ * master weights (fp32) and the moments in the optimizer's moment dtype.
+ */
+TIER_API int tier_optim_read(struct tier_optim *o, uint32_t id, float *master, void *exp_avg,
+			     void *exp_avg_sq);
+
+/* The moment dtype, and the current CPU share of the split. */
+TIER_API enum tier_dtype tier_optim_moment_dtype(const struct tier_optim *o);
+TIER_API double tier_optim_cpu_fraction(const struct tier_optim *o);
+
+/* Waits for every write-back, writes the trace (TIER_TRACE) and frees the
+ * optimizer and its state objects.  Returns 0 or the first error. */
+TIER_API int tier_optim_destroy(struct tier_optim *o);
+
 #ifdef __cplusplus
 }
 #endif
