@@ -51,7 +51,9 @@ enum tier_opt_type {
 	X(FAULT, "fault", TIER_OPT_T_STRING, "TIER_FAULT", "", NULL, 0, 0,     \
 	  "fault sites to arm at start, site:nth[:count[:errno]],... (test builds)") \
 	X(SIMD, "simd", TIER_OPT_T_STRING, "TIER_SIMD", "auto", NULL, 0, 0,    \
-	  "SIMD kernel versions to use, a list of scalar,avx2,avx512 (Adam), sse4.2,clmul (crc32c); auto: the best the CPU has")
+	  "SIMD kernel versions to use, a list of scalar,avx2,avx512 (Adam), sse4.2,clmul (crc32c); auto: the best the CPU has") \
+	X(TRACE, "trace", TIER_OPT_T_STRING, "TIER_TRACE", "", NULL, 0, 0,     \
+	  "write a timeline of optimizer steps (Chrome trace JSON) to this file")
 
 enum tier_opt_id {
 #define X(id, name, type, env, def, choices, min, max, desc) TIER_OPT_##id,

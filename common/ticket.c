@@ -51,6 +51,16 @@ void ticket_discard(struct tier_ticket *tk)
 	free(tk);
 }
 
+bool ticket_done(struct tier_ticket *tk)
+{
+	bool done;
+
+	pthread_mutex_lock(&tk->lock);
+	done = tk->done;
+	pthread_mutex_unlock(&tk->lock);
+	return done;
+}
+
 int tier_ticket_wait(struct tier_ticket *tk)
 {
 	int rc;

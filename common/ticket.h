@@ -7,6 +7,8 @@
 #ifndef TIER_COMMON_TICKET_H
 #define TIER_COMMON_TICKET_H
 
+#include <stdbool.h>
+
 #include "tierstore.h"
 
 /* A new ticket, or NULL (fault site ALLOC). */
@@ -17,6 +19,9 @@ void ticket_complete(struct tier_ticket *tk, int result, const char *detail);
 
 /* ticket_complete with the tier_io_cb signature (arg is the ticket). */
 void ticket_io_cb(void *arg, int result, const char *detail);
+
+/* Whether the ticket has completed (tier_ticket_wait would not block). */
+bool ticket_done(struct tier_ticket *tk);
 
 /* Frees a ticket nobody will complete or wait for (submission failed). */
 void ticket_discard(struct tier_ticket *tk);

@@ -676,7 +676,8 @@ struct tier_optim_params {
  * dynamic_loss_scale is set, the manifest's dtype, split and shard size. */
 TIER_API void tier_optim_params_init(struct tier_optim_params *p);
 
-/* An optimizer on @s (which must outlive it).  0, -EINVAL naming the bad
+/* An optimizer on @s (which must outlive it); @p NULL takes the defaults
+ * of tier_optim_params_init.  0, -EINVAL naming the bad
  * parameter, -ENOMEM, or a thread's creation error. */
 TIER_API int tier_optim_create(struct tier_store *s, const struct tier_optim_params *p,
 			       struct tier_optim **out);

@@ -83,6 +83,22 @@ int adamw_cuda_step(const struct tier_adam_params *p, enum tier_dtype moment_dty
 int adamw_cuda_grad_check(const struct adamw_chunk *chunks, size_t nchunks, enum tier_dtype dtype,
 			  void *stream, double *sumsq, int *nonfinite);
 
+/*
+ * Streams and copies for the optimizer's HBM-tier update, so callers need
+ * no CUDA headers.  stream_open makes @gpu current on the calling thread
+ * and creates a non-blocking stream (*stream); use_device makes @gpu
+ * current (once per thread that launches); sync waits for @stream; copy
+ * moves @len bytes between any host and device memory (cudaMemcpyDefault)
+ * on @stream and waits; alloc/free are cudaMalloc/cudaFree.
+ */
+int adamw_cuda_stream_open(int gpu, void **stream);
+void adamw_cuda_stream_close(void *stream);
+int adamw_cuda_use_device(int gpu);
+int adamw_cuda_sync(void *stream);
+int adamw_cuda_copy(void *dst, const void *src, size_t len, void *stream);
+int adamw_cuda_alloc(size_t len, void **ptr);
+void adamw_cuda_free(void *ptr);
+
 #ifdef __cplusplus
 }
 #endif

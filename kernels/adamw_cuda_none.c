@@ -35,3 +35,48 @@ int adamw_cuda_grad_check(const struct adamw_chunk *chunks, size_t nchunks, enum
 	(void)nonfinite;
 	return tier_err(-ENODEV, "adamw cuda: grad check: built without CUDA");
 }
+
+int adamw_cuda_stream_open(int gpu, void **stream)
+{
+	(void)gpu;
+	*stream = NULL;
+	return tier_err(-ENODEV, "adamw cuda: stream: built without CUDA");
+}
+
+void adamw_cuda_stream_close(void *stream)
+{
+	(void)stream;
+}
+
+int adamw_cuda_use_device(int gpu)
+{
+	(void)gpu;
+	return tier_err(-ENODEV, "adamw cuda: device: built without CUDA");
+}
+
+int adamw_cuda_sync(void *stream)
+{
+	(void)stream;
+	return tier_err(-ENODEV, "adamw cuda: sync: built without CUDA");
+}
+
+int adamw_cuda_copy(void *dst, const void *src, size_t len, void *stream)
+{
+	(void)dst;
+	(void)src;
+	(void)len;
+	(void)stream;
+	return tier_err(-ENODEV, "adamw cuda: copy: built without CUDA");
+}
+
+int adamw_cuda_alloc(size_t len, void **ptr)
+{
+	(void)len;
+	*ptr = NULL;
+	return tier_err(-ENODEV, "adamw cuda: alloc: built without CUDA");
+}
+
+void adamw_cuda_free(void *ptr)
+{
+	(void)ptr;
+}

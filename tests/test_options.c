@@ -501,6 +501,7 @@ static const struct default_row default_rows[] = {
 	{ TIER_OPT_YAML_NODE_LIMIT, "yaml_node_limit", "TIER_YAML_NODE_LIMIT", "int", "10000" },
 	{ TIER_OPT_FAULT, "fault", "TIER_FAULT", "string", "\"\"" },
 	{ TIER_OPT_SIMD, "simd", "TIER_SIMD", "string", "auto" },
+	{ TIER_OPT_TRACE, "trace", "TIER_TRACE", "string", "\"\"" },
 };
 
 /* The table lists every option with its default, type and source. */

@@ -86,6 +86,7 @@ struct tier_obj {
 	struct lvl lv[TIER_LEVELS];
 	uint32_t *pos;               /* positions in the schedule, ascending */
 	uint32_t npos, pos_cap;
+	void *user;                  /* store_obj_set_user */
 };
 
 struct level {
@@ -159,6 +160,8 @@ struct tier_store {
 	uint64_t tick, changes;
 	store_hook hook;
 	void *hook_arg;
+
+	struct tier_config cfg;      /* the manifest's, without the paths */
 };
 
 const char *tier_level_name(enum tier_level level)
@@ -1176,6 +1179,22 @@ static int flush_queue(struct tier_store *s, struct tier_obj *o, bool force,
 	return 0;
 }
 
+int store_flush_async(struct tier_store *s, struct tier_obj *o, struct tier_ticket **tk)
+{
+	int rc;
+
+	*tk = NULL;
+	pthread_mutex_lock(&s->lock);
+	rc = flush_queue(s, o, false, tk);
+	if (rc) {
+		pthread_mutex_unlock(&s->lock);
+		return rc;
+	}
+	pump(s);
+	unlock_and_issue(s);
+	return 0;
+}
+
 int tier_obj_flush(struct tier_store *s, struct tier_obj *o)
 {
 	struct tier_ticket *tk;
@@ -1827,6 +1846,9 @@ int store_create(const struct tier_config *cfg, const struct tier_store_params *
 	s->policy = p->policy;
 	s->home = nvme ? TIER_NVME : TIER_DRAM;
 	snprintf(s->name, sizeof(s->name), "%s", cfg->name);
+	s->cfg = *cfg;
+	s->cfg.paths = NULL;
+	s->cfg.npaths = 0;
 	s->nbuckets = 64;
 	if (!(s->hash = tier_calloc(s->nbuckets, sizeof(*s->hash)))) {
 		rc = tier_err(-ENOMEM, "store: out of memory");
@@ -1884,6 +1906,27 @@ int store_create(const struct tier_config *cfg, const struct tier_store_params *
 fail:
 	store_free(s);
 	return rc;
+}
+
+const struct tier_config *store_config(const struct tier_store *s)
+{
+	return &s->cfg;
+}
+
+struct hbm_dev *store_hbm(const struct tier_store *s, const struct hbm_ops **ops)
+{
+	*ops = s->lv[TIER_HBM].present ? s->hops : NULL;
+	return s->lv[TIER_HBM].present ? s->hdev : NULL;
+}
+
+void store_obj_set_user(struct tier_obj *o, void *user)
+{
+	o->user = user;
+}
+
+void *store_obj_user(const struct tier_obj *o)
+{
+	return o->user;
 }
 
 void store_quiesce(struct tier_store *s)

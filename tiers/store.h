@@ -40,4 +40,24 @@ void store_quiesce(struct tier_store *s);
 /* Installs (or, with NULL, removes) the event hook. */
 void store_set_hook(struct tier_store *s, store_hook fn, void *arg);
 
+/*
+ * tier_obj_flush without the wait: queues the write-back of @o's dirty
+ * bytes down to the home; tier_ticket_wait(*tk) gives what tier_obj_flush
+ * would have returned.  On a non-zero return there is no ticket.
+ */
+int store_flush_async(struct tier_store *s, struct tier_obj *o, struct tier_ticket **tk);
+
+/* The configuration the store was built from (paths left out). */
+const struct tier_config *store_config(const struct tier_store *s);
+
+/* The HBM tier's backend and device (*ops NULL and NULL without one). */
+struct hbm_ops;
+struct hbm_dev;
+struct hbm_dev *store_hbm(const struct tier_store *s, const struct hbm_ops **ops);
+
+/* A pointer the owner of @o attaches to it (for the event hook's users to
+ * find their own record of an object); NULL until set. */
+void store_obj_set_user(struct tier_obj *o, void *user);
+void *store_obj_user(const struct tier_obj *o);
+
 #endif

@@ -1,0 +1,168 @@
+/*
+ * lookahead.c - the lookahead window (see lookahead.h): asynchronous,
+ * pinning acquires issued in the step's order within per-level byte
+ * budgets, taken and given back by the lanes.
+ *
+ * Lock order: la->lock, then the store's lock (inside tier_acquire_async
+ * and tier_release).  Tickets are waited on without la->lock.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "prefetch/lookahead.h"
+
+static bool fits(const struct lookahead *la, const struct la_item *it)
+{
+	bool empty = !la->inflight[TIER_DRAM] && !la->inflight[TIER_HBM];
+
+	if (empty)
+		return true;
+	if (la->inflight[TIER_DRAM] + it->bytes > la->budget[TIER_DRAM])
+		return false;
+	if (it->level == TIER_HBM && la->inflight[TIER_HBM] &&
+	    la->inflight[TIER_HBM] + it->bytes > la->budget[TIER_HBM])
+		return false;
+	return true;
+}
+
+/* Issues items in order while they fit (la->lock held). */
+static void pump(struct lookahead *la)
+{
+	while (!la->issue_rc && la->next_issue < la->n) {
+		struct la_item *it = &la->items[la->next_issue];
+		int rc;
+
+		if (!fits(la, it))
+			break;
+		rc = tier_acquire_async(la->s, it->obj, it->level, TIER_READ | TIER_WRITE, &it->ptr,
+					&it->tk);
+		if (rc) {
+			/* Nothing queued: this item and every later one fail. */
+			la->issue_rc = rc;
+			snprintf(la->issue_err, sizeof(la->issue_err), "%s", tier_last_error());
+			break;
+		}
+		it->state = LA_ISSUED;
+		it->issued = true;
+		la->inflight[TIER_DRAM] += it->bytes;
+		if (it->level == TIER_HBM)
+			la->inflight[TIER_HBM] += it->bytes;
+		la->next_issue++;
+	}
+	pthread_cond_broadcast(&la->cond);
+}
+
+int la_start(struct lookahead *la, struct tier_store *s, struct la_item *items, size_t n,
+	     uint64_t dram_budget, uint64_t hbm_budget)
+{
+	memset(la, 0, sizeof(*la));
+	la->s = s;
+	la->items = items;
+	la->n = n;
+	la->budget[TIER_DRAM] = dram_budget;
+	la->budget[TIER_HBM] = hbm_budget;
+	for (size_t i = 0; i < n; i++) {
+		items[i].state = LA_QUEUED;
+		items[i].tk = NULL;
+		items[i].ptr = NULL;
+		items[i].rc = 0;
+		items[i].issued = false;
+	}
+	pthread_mutex_init(&la->lock, NULL);
+	pthread_cond_init(&la->cond, NULL);
+	pthread_mutex_lock(&la->lock);
+	pump(la);
+	pthread_mutex_unlock(&la->lock);
+	return 0;
+}
+
+int la_take(struct lookahead *la, unsigned lane, struct la_item **out, uint64_t *stall_ns)
+{
+	struct la_item *it = NULL;
+	uint64_t t0 = tier_now_ns();
+	int rc;
+
+	*out = NULL;
+	pthread_mutex_lock(&la->lock);
+	while (la->cursor[lane] < la->n && la->items[la->cursor[lane]].lane != lane)
+		la->cursor[lane]++;
+	if (la->cursor[lane] == la->n) {
+		pthread_mutex_unlock(&la->lock);
+		return 1;
+	}
+	it = &la->items[la->cursor[lane]++];
+	while (it->state == LA_QUEUED && !la->issue_rc)
+		pthread_cond_wait(&la->cond, &la->lock);
+	if (it->state == LA_QUEUED) {
+		/* The window stopped at an acquire that could not be queued. */
+		rc = la->issue_rc;
+		it->rc = rc;
+		it->state = LA_TAKEN;
+		tier_err(rc, "%s", la->issue_err);
+		pthread_mutex_unlock(&la->lock);
+		*out = it;
+		return rc;
+	}
+	pthread_mutex_unlock(&la->lock);
+
+	rc = tier_ticket_wait(it->tk); /* only this lane waits for its items */
+	it->tk = NULL;
+	it->rc = rc;
+	pthread_mutex_lock(&la->lock);
+	it->state = LA_TAKEN;
+	pthread_mutex_unlock(&la->lock);
+	*stall_ns += tier_now_ns() - t0;
+	*out = it;
+	return rc;
+}
+
+static void unaccount(struct lookahead *la, struct la_item *it)
+{
+	la->inflight[TIER_DRAM] -= it->bytes;
+	if (it->level == TIER_HBM)
+		la->inflight[TIER_HBM] -= it->bytes;
+}
+
+int la_done(struct lookahead *la, struct la_item *it, bool dirty)
+{
+	int rc = 0;
+
+	if (it->rc == 0 && it->state == LA_TAKEN)
+		rc = tier_release(la->s, it->obj, it->level, dirty);
+	pthread_mutex_lock(&la->lock);
+	if (it->issued && it->state != LA_DONE)
+		unaccount(la, it); /* an item never issued holds no budget */
+	it->state = LA_DONE;
+	pump(la);
+	pthread_mutex_unlock(&la->lock);
+	return rc;
+}
+
+void la_finish(struct lookahead *la)
+{
+	for (size_t i = 0; i < la->next_issue; i++) {
+		struct la_item *it = &la->items[i];
+
+		if (it->state == LA_ISSUED) {
+			it->rc = tier_ticket_wait(it->tk);
+			it->tk = NULL;
+			if (!it->rc)
+				(void)tier_release(la->s, it->obj, it->level, false);
+			it->state = LA_DONE;
+		} else if (it->state == LA_TAKEN) {
+			/* a lane gave up on it without giving it back */
+			if (!it->rc)
+				(void)tier_release(la->s, it->obj, it->level, false);
+			it->state = LA_DONE;
+		}
+	}
+	tier_err_clear();
+	pthread_mutex_destroy(&la->lock);
+	pthread_cond_destroy(&la->cond);
+}

@@ -1,0 +1,93 @@
+/*
+ * lookahead.h - the lookahead window of one optimizer step.
+ *
+ * A step is a list of items in the order the update consumes them: a
+ * store object (one shard of state) and the level its lane updates it on
+ * (DRAM for the CPU lane, HBM for the GPU lane).  The window acquires
+ * items ahead of the update, in list order, with asynchronous acquires
+ * that pin them (so nothing the window brought up is evicted before its
+ * use), while the bytes acquired and not yet released stay within the
+ * budget of each level: DRAM (every item, the hierarchy being inclusive)
+ * and HBM (the GPU lane's items).  One item is always allowed when nothing
+ * is in flight, so a budget below one item still makes progress.
+ *
+ * Issuing in list order also keeps the store's schedule cursor in step
+ * with the update (each acquire advances it to the object's next use), so
+ * the store evicts by the step's real order.
+ *
+ * Each lane takes its own items in order (la_take: waits for the item to
+ * be issued and resident, and accounts the wait as stall) and gives each
+ * back (la_done: releases the pin, clean or dirty, which frees budget and
+ * issues more).  Two lanes may take and give concurrently; one thread per
+ * lane.  la_finish waits for every item still issued and releases it
+ * clean: after an abandoned step, or an error, nothing stays pinned.
+ *
+ * Internal to the library (prefetch/, runtime/).
+ */
+#ifndef TIER_PREFETCH_LOOKAHEAD_H
+#define TIER_PREFETCH_LOOKAHEAD_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tierstore.h"
+
+#define LA_LANES 2 /* 0: CPU (DRAM), 1: GPU (HBM) */
+
+struct la_item {
+	struct tier_obj *obj;
+	enum tier_level level;
+	unsigned lane;
+	uint64_t bytes;
+	void *user;              /* the caller's record of the item */
+
+	/* set by the window */
+	void *ptr;               /* the object's bytes on @level once taken */
+	struct tier_ticket *tk;
+	int state;               /* LA_QUEUED, LA_ISSUED, LA_TAKEN, LA_DONE */
+	int rc;                  /* the acquire's result */
+	bool issued;             /* its acquire was queued (holds budget until done) */
+};
+
+enum { LA_QUEUED, LA_ISSUED, LA_TAKEN, LA_DONE };
+
+struct lookahead {
+	struct tier_store *s;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct la_item *items;
+	size_t n;
+	size_t next_issue;       /* the first item not issued */
+	size_t cursor[LA_LANES]; /* per lane: where to look for its next item */
+	uint64_t inflight[TIER_LEVELS], budget[TIER_LEVELS];
+	int issue_rc;            /* an acquire that could not be queued */
+	char issue_err[256];
+};
+
+/*
+ * Starts a window over @items[0..n) (owned by the caller, alive until
+ * la_finish) with @dram_budget and @hbm_budget bytes, and issues the first
+ * acquires at once.  0 or -ENOMEM.
+ */
+int la_start(struct lookahead *la, struct tier_store *s, struct la_item *items, size_t n,
+	     uint64_t dram_budget, uint64_t hbm_budget);
+
+/*
+ * The next item of @lane, resident and pinned on its level: *out, with
+ * the time spent waiting added to *stall_ns.  0; 1 when the lane has no
+ * item left (*out NULL); or the acquire's error (*out is the item, not
+ * pinned: give it back with la_done all the same).
+ */
+int la_take(struct lookahead *la, unsigned lane, struct la_item **out, uint64_t *stall_ns);
+
+/* Gives a taken item back: releases its pin (@dirty: the bytes changed),
+ * and issues more.  0 or the release's error. */
+int la_done(struct lookahead *la, struct la_item *it, bool dirty);
+
+/* Waits for every issued item not given back, releases it clean, and frees
+ * the window's resources.  Items never issued are left alone. */
+void la_finish(struct lookahead *la);
+
+#endif

@@ -1,0 +1,41 @@
+/*
+ * schedule.h - the order of an optimizer step and its split between the
+ * lanes.
+ *
+ * Shards are numbered 0..n-1 in the order of their parameters.  Step k
+ * (counted over the steps that ran to their end) visits them forward when
+ * k is even and backward when it is odd, so the shards the last step
+ * touched last, which are the ones still resident, come first.  The store
+ * is given the cycle of two steps (this step's order, then the next one's)
+ * and evicts by it.
+ *
+ * The split gives round(n * (1 - cpu_fraction)) shards to the GPU lane,
+ * spread evenly over the order (shard i is the GPU lane's when
+ * floor((i + 1) g / n) > floor(i g / n)), so both lanes work all through
+ * the step.
+ *
+ * Internal to the library (prefetch/, runtime/).
+ */
+#ifndef TIER_PREFETCH_SCHEDULE_H
+#define TIER_PREFETCH_SCHEDULE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* order[0..n) = the shards in the order of a step of parity @k % 2. */
+void sched_order(size_t n, uint64_t k, uint32_t *order);
+
+/* lane[i] = 0 (CPU) or 1 (GPU) for shard i; returns the GPU lane's count. */
+size_t sched_split(size_t n, double cpu_fraction, unsigned char *lane);
+
+/*
+ * Write-behind: whether a shard updated with @after bytes still to come in
+ * this step should be written back now.  The last @keep bytes of a step
+ * (keep = DRAM capacity - lookahead - two shards, the part of the DRAM
+ * tier the next step finds resident: its first shards) stay dirty, since
+ * the next step rewrites them before they could be evicted; the rest is
+ * written back at once, so that eviction finds it clean.
+ */
+uint64_t sched_keep_bytes(uint64_t dram, uint64_t lookahead, uint64_t shard);
+
+#endif
