@@ -708,7 +708,9 @@ struct tier_step_result {
 	double cpu_fraction;   /* share of the shards updated on the CPU */
 	uint32_t cpu_shards, gpu_shards;
 	double step_s;         /* begin to end, seconds */
-	double stall_s;        /* the update waited for state to arrive */
+	/* time the update waited for state to arrive: per lane, and the
+	 * larger of the two (at most step_s) */
+	double stall_s, cpu_stall_s, gpu_stall_s;
 	uint64_t nvme_read_bytes, nvme_write_bytes; /* during the step */
 	uint64_t h2d_bytes, d2h_bytes;
 };

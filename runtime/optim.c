@@ -869,7 +869,9 @@ static void fill_result(struct tier_optim *o, struct tier_step_result *res, bool
 			res->cpu_shards++;
 	}
 	res->step_s = (double)(tier_now_ns() - o->t0) * 1e-9;
-	res->stall_s = (double)(o->lane[0].stall_ns + o->lane[1].stall_ns) * 1e-9;
+	res->cpu_stall_s = (double)o->lane[0].stall_ns * 1e-9;
+	res->gpu_stall_s = (double)o->lane[1].stall_ns * 1e-9;
+	res->stall_s = res->cpu_stall_s > res->gpu_stall_s ? res->cpu_stall_s : res->gpu_stall_s;
 	if (o->home_nvme) {
 		res->nvme_read_bytes = st.level[TIER_DRAM].bytes_in - d0->bytes_in;
 		res->nvme_write_bytes = st.level[TIER_DRAM].bytes_out - d0->bytes_out;
