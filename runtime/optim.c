@@ -108,7 +108,7 @@ struct tier_optim {
 	_Atomic uint64_t begun;  /* for the trace */
 	bool synced;             /* the store's schedule matches the next step */
 	int failed;              /* a step failed part way: later steps refused */
-	char failed_msg[512];
+	char failed_msg[TIER_ERR_MAX + 64];
 
 	/* the step in progress */
 	bool in_step;
