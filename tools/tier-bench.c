@@ -31,178 +31,23 @@
  *       roofline's GB/s and roofline_frac = roofline time / step time.
  *       Between runs, untimed, exp_avg_sq is made non-negative again (the
  *       roofline adds the gradient to it).
+ *
+ *   tier-bench step [OPTIONS]
+ *       The main job: optimizer steps of a synthetic model through the
+ *       store, against the bound measured in the same run (bench_step.c).
+ *
+ * What the subcommands share is in bench_common.c (bench.h).
  */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <time.h>
 
-#include "tierstore.h"
-
-enum { EXIT_USAGE = 2 };
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-/* Parses "1GiB", "4096", "1M" (binary units) for the command line. */
-static int parse_bytes(const char *s, uint64_t *out)
-{
-	char *end;
-	unsigned long long v = strtoull(s, &end, 10);
-	uint64_t mult = 1;
-
-	if (end == s)
-		return -EINVAL;
-	if (*end) {
-		char u = (char)(*end | 0x20);
-
-		mult = u == 'k' ? 1ull << 10 : u == 'm' ? 1ull << 20 : u == 'g' ? 1ull << 30 :
-		       u == 't' ? 1ull << 40 : u == 'b' ? 1 : 0;
-		if (!mult)
-			return -EINVAL;
-		end++;
-		if (*end == 'i' || *end == 'I')
-			end++;
-		if (*end == 'B' || *end == 'b')
-			end++;
-		if (*end)
-			return -EINVAL;
-	}
-	if (v == 0 || v > UINT64_MAX / mult)
-		return -EINVAL;
-	*out = v * mult;
-	return 0;
-}
-
-static int load_manifest(const char *file, struct tier_manifest **m)
-{
-	int rc = tier_manifest_resolve(file, m);
-
-	if (rc)
-		fprintf(stderr, "%s\n", tier_last_error());
-	return rc;
-}
-
-/* ------------------------------------------------------------------ io */
-
-/*
- * One pass keeps QD requests in flight.  Completions only queue their slot;
- * the main thread reissues it.  So the write checksums (computed when a
- * request is submitted) run on the main thread, as they would on a
- * trainer's thread, not on the ring's completion thread.
- */
-struct io_run {
-	struct tier_nvme *t;
-	struct tier_nvme_obj *o;
-	enum tier_io_op op;
-	char *pool;           /* qd buffers of bs bytes */
-	uint64_t size, bs;
-	unsigned qd;
-	int error;
-	char detail[512];
-	pthread_mutex_t lock;
-	pthread_cond_t ready;
-	unsigned *free_slots; /* slots whose request completed */
-	unsigned nfree;
-	unsigned inflight;
-};
-
-struct slot {
-	struct io_run *run;
-	unsigned index;
-};
-
-static void io_cb(void *arg, int result, const char *detail)
-{
-	struct slot *s = arg;
-	struct io_run *r = s->run;
-
-	pthread_mutex_lock(&r->lock);
-	if (result && !r->error) {
-		r->error = result;
-		snprintf(r->detail, sizeof(r->detail), "%s", detail);
-	}
-	r->free_slots[r->nfree++] = s->index;
-	r->inflight--;
-	pthread_cond_signal(&r->ready);
-	pthread_mutex_unlock(&r->lock);
-}
-
-/* One pass over the object; returns seconds, or a negative value on error. */
-static double io_pass(struct io_run *r, enum tier_io_op op)
-{
-	struct slot *slots = calloc(r->qd, sizeof(*slots));
-	uint64_t t0, t1, off = 0;
-
-	r->free_slots = calloc(r->qd, sizeof(*r->free_slots));
-	if (!slots || !r->free_slots) {
-		free(slots);
-		free(r->free_slots);
-		return -1.0;
-	}
-	r->op = op;
-	r->error = 0;
-	r->inflight = 0;
-	r->nfree = r->qd;
-	for (unsigned i = 0; i < r->qd; i++) {
-		slots[i] = (struct slot){ r, i };
-		r->free_slots[i] = r->qd - 1 - i;
-	}
-	t0 = now_ns();
-	pthread_mutex_lock(&r->lock);
-	while (!r->error && (off < r->size || r->inflight)) {
-		unsigned i;
-		uint64_t len;
-		int rc;
-
-		if (off >= r->size || r->nfree == 0) {
-			pthread_cond_wait(&r->ready, &r->lock);
-			continue;
-		}
-		i = r->free_slots[--r->nfree];
-		r->inflight++;
-		pthread_mutex_unlock(&r->lock);
-		len = r->size - off < r->bs ? r->size - off : r->bs;
-		rc = tier_nvme_submit(r->t, r->o, op, off, len, r->pool + (uint64_t)i * r->bs,
-				      io_cb, &slots[i]);
-		off += len;
-		pthread_mutex_lock(&r->lock);
-		if (rc) {
-			r->inflight--;
-			if (!r->error) {
-				r->error = rc;
-				snprintf(r->detail, sizeof(r->detail), "%s", tier_last_error());
-			}
-		}
-	}
-	/* After an error, let what is in flight finish before the buffers go. */
-	while (r->inflight)
-		pthread_cond_wait(&r->ready, &r->lock);
-	pthread_mutex_unlock(&r->lock);
-	t1 = now_ns();
-	free(slots);
-	free(r->free_slots);
-	r->free_slots = NULL;
-	if (r->error) {
-		fprintf(stderr, "tier-bench io: %s failed: %s\n", op == TIER_IO_WRITE ? "write" : "read",
-			r->detail[0] ? r->detail : tier_strerror(r->error));
-		return -1.0;
-	}
-	return (double)(t1 - t0) * 1e-9;
-}
+#include "bench.h"
 
 static void io_usage(FILE *f)
 {
@@ -229,10 +74,10 @@ static int cmd_io(int argc, char **argv)
 	uint64_t size = 1ull << 30, bs = 1ull << 20, qd = 32;
 	bool json = false, verify = false;
 	struct tier_manifest *m = NULL;
-	struct io_run r = { 0 };
+	struct bench_io_result r;
 	struct tier_nvme_stats st;
 	double wt, rtime;
-	int c, rc, ret = 1;
+	int c, ret;
 
 	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (c) {
@@ -277,69 +122,13 @@ static int cmd_io(int argc, char **argv)
 	}
 	if (load_manifest(manifest, &m))
 		return EXIT_USAGE;
-	r.size = size;
-	r.bs = bs;
-	r.qd = (unsigned)qd;
-	pthread_mutex_init(&r.lock, NULL);
-	pthread_cond_init(&r.ready, NULL);
-	rc = tier_nvme_open(m, TIER_NVME_SCRATCH, &r.t);
-	if (rc) {
-		fprintf(stderr, "tier-bench io: %s\n", tier_last_error());
+	ret = bench_io(m, &(struct bench_io_opts){ .size = size, .bs = bs, .qd = qd,
+						    .verify = verify, .who = "tier-bench io" }, &r);
+	if (ret)
 		goto out;
-	}
-	rc = tier_nvme_obj_create(r.t, "tier-bench-io", size, &r.o);
-	if (rc) {
-		fprintf(stderr, "tier-bench io: %s\n", tier_last_error());
-		goto out;
-	}
-	if (posix_memalign((void **)&r.pool, 2u << 20, r.bs * r.qd) != 0) {
-		fprintf(stderr, "tier-bench io: out of memory for %" PRIu64 " buffers of %" PRIu64 " bytes\n",
-			qd, bs);
-		goto out;
-	}
-	madvise(r.pool, r.bs * r.qd, MADV_HUGEPAGE);
-	/* Data that does not compress or dedupe: a xorshift stream. */
-	{
-		uint64_t x = 0x9e3779b97f4a7c15ull;
-
-		for (uint64_t i = 0; i + 8 <= r.bs * r.qd; i += 8) {
-			x ^= x << 13;
-			x ^= x >> 7;
-			x ^= x << 17;
-			memcpy(r.pool + i, &x, 8);
-		}
-	}
-	if (r.bs * r.qd <= (1ull << 30) && tier_nvme_register_buffer(r.t, r.pool, r.bs * r.qd)) {
-		fprintf(stderr, "tier-bench io: %s\n", tier_last_error());
-		goto out;
-	}
-	wt = io_pass(&r, TIER_IO_WRITE);
-	if (wt < 0)
-		goto out;
-	rtime = io_pass(&r, TIER_IO_READ);
-	if (rtime < 0)
-		goto out;
-	if (verify) {
-		/* Write each block with its offset stamped in, read it back, compare. */
-		char *a = r.pool, *b = r.pool + r.bs;
-
-		for (uint64_t off = 0; off < size; off += bs) {
-			uint64_t len = size - off < bs ? size - off : bs;
-
-			for (uint64_t i = 0; i + 8 <= len; i += 8) {
-				uint64_t v = (off + i) * 0x9e3779b97f4a7c15ull;
-
-				memcpy(a + i, &v, 8);
-			}
-			if (tier_nvme_write(r.t, r.o, off, len, a) ||
-			    tier_nvme_read(r.t, r.o, off, len, b) || memcmp(a, b, len) != 0) {
-				fprintf(stderr, "tier-bench io: verification failed at %" PRIu64 ": %s\n",
-					off, tier_last_error()[0] ? tier_last_error() : "data differs");
-				goto out;
-			}
-		}
-	}
-	tier_nvme_get_stats(r.t, &st);
+	wt = r.write_s;
+	rtime = r.read_s;
+	st = r.stats;
 	if (json) {
 		printf("{\"size\": %" PRIu64 ", \"bs\": %" PRIu64 ", \"qd\": %" PRIu64
 		       ", \"paths\": %u, \"stripe_unit\": %u, \"write_s\": %.6f, \"read_s\": %.6f"
@@ -356,16 +145,8 @@ static int cmd_io(int argc, char **argv)
 		printf("  read   %8.3f GB/s  (%.3f s)%s\n", (double)size / rtime * 1e-9, rtime,
 		       verify ? "  verified" : "");
 	}
-	ret = 0;
 out:
-	if (r.t && tier_nvme_close(r.t) && ret == 0) {
-		fprintf(stderr, "tier-bench io: close: %s\n", tier_last_error());
-		ret = 1;
-	}
-	free(r.pool);
 	tier_manifest_free(m);
-	pthread_mutex_destroy(&r.lock);
-	pthread_cond_destroy(&r.ready);
 	return ret;
 }
 
@@ -886,120 +667,6 @@ struct adam_opts {
 	bool json;
 };
 
-static const char *dtype_name(int d)
-{
-	return d < 0 ? "none" : d == TIER_FP32 ? "fp32" : d == TIER_BF16 ? "bf16" : "fp16";
-}
-
-static size_t dtype_size(int d)
-{
-	return d < 0 ? 0 : d == TIER_FP32 ? 4 : 2;
-}
-
-/* "fp32", "bf16", "fp16" (and "none" when @allow_none) -> 0, or -EINVAL. */
-static int parse_dtype(const char *s, bool allow_none, int *out)
-{
-	if (strcmp(s, "fp32") == 0)
-		*out = TIER_FP32;
-	else if (strcmp(s, "bf16") == 0)
-		*out = TIER_BF16;
-	else if (strcmp(s, "fp16") == 0)
-		*out = TIER_FP16;
-	else if (allow_none && strcmp(s, "none") == 0)
-		*out = -1;
-	else
-		return -EINVAL;
-	return 0;
-}
-
-/* fp32 -> bf16, round to nearest even (the data are finite). */
-static uint16_t adam_to_bf16(float f)
-{
-	uint32_t x;
-
-	memcpy(&x, &f, 4);
-	x += 0x7fffu + ((x >> 16) & 1u);
-	return (uint16_t)(x >> 16);
-}
-
-/* fp32 -> fp16, round to nearest even, subnormals included. */
-static uint16_t adam_to_fp16(float f)
-{
-	uint32_t x, sign;
-	uint16_t o;
-
-	memcpy(&x, &f, 4);
-	sign = (x >> 16) & 0x8000u;
-	x &= 0x7fffffffu;
-	if (x >= 0x47800000u) {         /* too large: inf (nan stays nan) */
-		o = x > 0x7f800000u ? 0x7e00u : 0x7c00u;
-	} else if (x < 0x38800000u) {   /* fp16 subnormal or zero */
-		float a;
-		uint32_t u;
-
-		memcpy(&a, &x, 4);
-		a += 0.5f;              /* the sum's low bits are the rounded subnormal */
-		memcpy(&u, &a, 4);
-		o = (uint16_t)(u - 0x3f000000u);
-	} else {
-		x += ((uint32_t)(15 - 127) << 23) + 0xfffu + ((x >> 13) & 1u);
-		o = (uint16_t)(x >> 13);
-	}
-	return (uint16_t)(o | sign);
-}
-
-/* xorshift64*: fast enough to fill a GiB in well under a second. */
-static uint64_t adam_rand(uint64_t *s)
-{
-	*s ^= *s >> 12;
-	*s ^= *s << 25;
-	*s ^= *s >> 27;
-	return *s * 0x2545f4914f6cdd1dull;
-}
-
-/* About N(0,1): Irwin-Hall of four 16-bit uniforms, rescaled to unit variance. */
-static float adam_gauss(uint64_t *s)
-{
-	uint64_t r = adam_rand(s);
-	unsigned sum = (unsigned)(r & 0xffff) + (unsigned)(r >> 16 & 0xffff) +
-		       (unsigned)(r >> 32 & 0xffff) + (unsigned)(r >> 48);
-
-	return ((float)sum * (1.0f / 65536.0f) - 2.0f) * 1.7320508f;
-}
-
-enum adam_fill { FILL_PARAM, FILL_GRAD, FILL_EXP_AVG, FILL_EXP_AVG_SQ };
-
-/* Writes every element of @p (so the pages are faulted in before timing). */
-static void adam_fill(void *p, size_t n, int dtype, enum adam_fill what, uint64_t seed)
-{
-	uint64_t s = seed * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull;
-
-	for (size_t i = 0; i < n; i++) {
-		float g = adam_gauss(&s), v;
-
-		switch (what) {
-		case FILL_PARAM:
-			v = g;
-			break;
-		case FILL_GRAD:
-			v = g * 1e-3f;
-			break;
-		case FILL_EXP_AVG:
-			v = g * 1e-4f;
-			break;
-		default:
-			v = (g * g + 0.01f) * 1e-6f;
-			break;
-		}
-		if (dtype == TIER_FP32)
-			((float *)p)[i] = v;
-		else if (dtype == TIER_BF16)
-			((uint16_t *)p)[i] = adam_to_bf16(v);
-		else
-			((uint16_t *)p)[i] = adam_to_fp16(v);
-	}
-}
-
 /*
  * The roofline adds the gradient to both moments, which leaves about half
  * of exp_avg_sq negative, and the step's square root of a negative number
@@ -1033,47 +700,6 @@ static size_t adam_nonfinite(const float *p, size_t n)
 		bad += (u & 0x7f800000u) == 0x7f800000u;
 	}
 	return bad;
-}
-
-/* 2 MiB-aligned, rounded up to 2 MiB, huge pages asked for; NULL on failure. */
-static void *adam_alloc(size_t bytes)
-{
-	size_t huge = 2u << 20, len = (bytes + huge - 1) / huge * huge;
-	void *p;
-
-	if (posix_memalign(&p, huge, len ? len : huge) != 0)
-		return NULL;
-	madvise(p, len ? len : huge, MADV_HUGEPAGE);
-	return p;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
-static double median(const double *v, size_t n)
-{
-	double *s = malloc(n * sizeof(*s)), m;
-
-	if (!s)
-		return v[0];
-	memcpy(s, v, n * sizeof(*s));
-	qsort(s, n, sizeof(*s), cmp_double);
-	m = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
-	free(s);
-	return m;
-}
-
-static double min_of(const double *v, size_t n)
-{
-	double m = v[0];
-
-	for (size_t i = 1; i < n; i++)
-		m = v[i] < m ? v[i] : m;
-	return m;
 }
 
 static void adam_usage(FILE *f)
@@ -1317,6 +943,7 @@ static void usage(FILE *f)
 	fprintf(f, "usage: tier-bench io [OPTIONS]      NVMe tier write and read bandwidth\n"
 		   "       tier-bench cache [OPTIONS]   DRAM cache over NVMe on a cyclic schedule\n"
 		   "       tier-bench adam [OPTIONS]    CPU AdamW step against its memory roofline\n"
+		   "       tier-bench step [OPTIONS]    optimizer steps through the tiers against the bound\n"
 		   "       tier-bench --version | --help\n"
 		   "Run 'tier-bench COMMAND --help' for its options.\n");
 }
@@ -1333,6 +960,8 @@ int main(int argc, char **argv)
 		return cmd_cache(argc - 1, argv + 1);
 	if (strcmp(argv[1], "adam") == 0)
 		return cmd_adam(argc - 1, argv + 1);
+	if (strcmp(argv[1], "step") == 0)
+		return cmd_step(argc - 1, argv + 1);
 	if (strcmp(argv[1], "--version") == 0) {
 		printf("tier-bench (tierstore) %s [%s]\n", tier_version(), tier_build_features());
 		return 0;
