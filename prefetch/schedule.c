@@ -4,6 +4,7 @@
 #include "config.h"
 
 #include <math.h>
+#include <stdint.h>
 
 #include "prefetch/schedule.h"
 
@@ -27,9 +28,11 @@ size_t sched_split(size_t n, double cpu_fraction, unsigned char *lane)
 	return g;
 }
 
-uint64_t sched_keep_bytes(uint64_t dram, uint64_t lookahead, uint64_t shard)
+uint64_t sched_keep_bytes(uint64_t dram, uint64_t lookahead, uint64_t shard, uint64_t state)
 {
 	uint64_t reserved = lookahead + 2 * shard;
 
+	if (state + shard <= dram)
+		return UINT64_MAX;
 	return dram > reserved ? dram - reserved : 0;
 }

@@ -29,13 +29,16 @@ void sched_order(size_t n, uint64_t k, uint32_t *order);
 size_t sched_split(size_t n, double cpu_fraction, unsigned char *lane);
 
 /*
- * Write-behind: whether a shard updated with @after bytes still to come in
- * this step should be written back now.  The last @keep bytes of a step
- * (keep = DRAM capacity - lookahead - two shards, the part of the DRAM
- * tier the next step finds resident: its first shards) stay dirty, since
- * the next step rewrites them before they could be evicted; the rest is
- * written back at once, so that eviction finds it clean.
+ * Write-behind: a shard updated with more than this many bytes still to
+ * come in its step is written back at once, so that eviction finds it
+ * clean; the last ones stay dirty, since the next step finds them resident
+ * and rewrites them first.  When the whole state @state fits in the DRAM
+ * tier with a shard to spare, nothing is ever evicted and nothing is
+ * written behind (UINT64_MAX).  Otherwise the part kept is the DRAM tier
+ * less the window and two shards: the next step's window evicts to make
+ * room for its reads, and its victims (the shards updated earliest) must
+ * be clean already.
  */
-uint64_t sched_keep_bytes(uint64_t dram, uint64_t lookahead, uint64_t shard);
+uint64_t sched_keep_bytes(uint64_t dram, uint64_t lookahead, uint64_t shard, uint64_t state);
 
 #endif

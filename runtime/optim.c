@@ -89,7 +89,7 @@ struct tier_optim {
 	enum tier_dtype md;
 	size_t mb;               /* bytes per moment element */
 	size_t shard_elems;
-	uint64_t dram_cap, hbm_cap, lookahead, hbm_budget, keep;
+	uint64_t dram_cap, hbm_cap, lookahead, hbm_budget, keep, shard_bytes;
 	bool home_nvme;
 
 	struct param *params;
@@ -499,7 +499,7 @@ int tier_optim_create(struct tier_store *s, const struct tier_optim_params *p,
 	if (o->lookahead < shard_bytes)
 		o->lookahead = shard_bytes;
 	o->hbm_budget = o->hbm_cap / 2;
-	o->keep = sched_keep_bytes(o->dram_cap, o->lookahead, shard_bytes);
+	o->shard_bytes = shard_bytes;
 
 	/* The split. */
 	f = p->offload_fraction;
@@ -536,9 +536,9 @@ int tier_optim_create(struct tier_store *s, const struct tier_optim_params *p,
 			goto fail;
 		store_set_hook(s, hook, o);
 	}
-	TIER_INFO(TIER_SS_OPTIM, "optimizer: shards of %zu elements (%" PRIu64 " bytes), moments %s, lookahead %" PRIu64 " bytes, keep %" PRIu64 ", cpu share %s%g",
+	TIER_INFO(TIER_SS_OPTIM, "optimizer: shards of %zu elements (%" PRIu64 " bytes), moments %s, lookahead %" PRIu64 " bytes, cpu share %s%g",
 		  o->shard_elems, shard_bytes, o->md == TIER_BF16 ? "bf16" : "fp32", o->lookahead,
-		  o->keep, o->auto_split ? "auto, from " : "", o->cpu_fraction);
+		  o->auto_split ? "auto, from " : "", o->cpu_fraction);
 	*out = o;
 	return 0;
 fail:
@@ -691,6 +691,16 @@ double tier_optim_cpu_fraction(const struct tier_optim *o)
 
 /* ------------------------------------------------------------ the step */
 
+/* The bytes of every shard's state. */
+static uint64_t state_bytes(const struct tier_optim *o)
+{
+	uint64_t sum = 0;
+
+	for (uint32_t i = 0; i < o->nshards; i++)
+		sum += o->shards[i]->bytes;
+	return sum;
+}
+
 /* Registers the cycle of this step's order and the next one's. */
 static int sync_schedule(struct tier_optim *o)
 {
@@ -750,6 +760,7 @@ int tier_optim_begin(struct tier_optim *o, double lr)
 		return rc;
 	if (lr > 0)
 		o->lr = lr;
+	o->keep = sched_keep_bytes(o->dram_cap, o->lookahead, o->shard_bytes, state_bytes(o));
 	sched_split(n, o->cpu_fraction, o->lanes);
 	sched_order(n, o->ran, o->order);
 	for (size_t i = n; i-- > 0;) {

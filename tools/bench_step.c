@@ -167,7 +167,9 @@ static void step_usage(FILE *f)
 		   "  --verify            after the steps, compare every parameter's state and copy\n"
 		   "                      with tier_adam_step run in memory (bit for bit)\n"
 		   "Without a GPU in the manifest, the HBM tier is the emulated \"host\" backend when\n"
-		   "some shards go to it (its updates then run on the CPU too).  The bound of a step\n"
+		   "asked for (an offload fraction below 1, or --hbm-capacity; its updates then run\n"
+		   "on the CPU too), else there is none and \"auto\" updates everything on the CPU.\n"
+		   "The bound of a step\n"
 		   "is the larger of the NVMe time of its bytes at the bandwidth measured in this\n"
 		   "run and the in-memory update time; efficiency = bound / median step time.\n");
 }
@@ -943,9 +945,12 @@ static int step_setup(const struct step_opts *o, const struct tier_manifest *m,
 		else
 			snprintf(su->offload_text, sizeof(su->offload_text), "%g", o->offload);
 	}
+	/* Without a GPU, an emulated HBM tier only when asked for: a split
+	 * below 1, or --hbm-capacity (its updates run on the CPU as well, so
+	 * "auto" alone does not make one). */
 	if (su->gpu)
 		su->hbm_backend = NULL;
-	else if (su->offload == TIER_OFFLOAD_AUTO || su->offload < 1.0)
+	else if ((su->offload != TIER_OFFLOAD_AUTO && su->offload < 1.0) || o->hbm_capacity)
 		su->hbm_backend = "host";
 	else
 		su->hbm_backend = "none";
