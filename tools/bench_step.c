@@ -977,8 +977,19 @@ static int step_setup(const struct step_opts *o, const struct tier_manifest *m,
 		su->lookahead = su->shard_size;
 
 	/* The NVMe measurement: a shard per request, the window's shards in
-	 * flight (at least 2, at most 32, and 1 GiB of buffers). */
+	 * flight (at least 2, at most 32, and 1 GiB of buffers).  Requests are
+	 * at least a stripe unit: the store moves whole objects, never part of
+	 * a unit, where smaller requests into one object would be
+	 * read-modify-writes of a shared unit. */
 	su->io_bs = su->shard_size < (1ull << 30) ? su->shard_size : 1ull << 30;
+	{
+		uint64_t unit = 1u << 20;
+
+		if (!manifest_value(m, "nvme", "stripe_unit", buf, sizeof(buf)))
+			(void)parse_bytes(buf, &unit);
+		if (su->io_bs < unit)
+			su->io_bs = unit;
+	}
 	su->io_qd = su->lookahead / su->shard_size;
 	if (su->io_qd < 2)
 		su->io_qd = 2;
