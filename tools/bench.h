@@ -80,7 +80,8 @@ struct bench_io_opts {
 
 struct bench_io_result {
 	double write_s, read_s;       /* the fastest pass of each */
-	double write_pass_s[BENCH_IO_MAX_PASSES], read_pass_s[BENCH_IO_MAX_PASSES];
+	/* room for two measurements' passes (tier-bench step merges them) */
+	double write_pass_s[2 * BENCH_IO_MAX_PASSES], read_pass_s[2 * BENCH_IO_MAX_PASSES];
 	unsigned passes;
 	struct tier_nvme_stats stats; /* after the passes */
 };
