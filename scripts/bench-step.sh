@@ -4,8 +4,8 @@
 # e.g. scripts/bench-step.sh 5 --manifest examples/laptop.yaml --dram 256MiB
 # Each round runs `tier-bench step --json` with the options given (the
 # manifest, --dram, --params, ...; default: the embedded default manifest).
-# Every round measures its own NVMe bandwidth and in-memory update time
-# before its steps, so its bound is of that round.  Prints each round's
+# Every round measures its own NVMe bandwidth (before and after its steps)
+# and in-memory update time, so its bound is of that round.  Prints each round's
 # median step time, bound, efficiency = bound / step time, stall share and
 # NVMe bytes per step, then the medians over the rounds.  The binary is
 # $TIER_BENCH (default build/tools/tier-bench).
