@@ -34,7 +34,7 @@ static bool fits(const struct lookahead *la, const struct la_item *it)
 /* Issues items in order while they fit (la->lock held). */
 static void pump(struct lookahead *la)
 {
-	while (!la->issue_rc && la->next_issue < la->n) {
+	while (!la->issue_rc && !la->aborted && la->next_issue < la->n) {
 		struct la_item *it = &la->items[la->next_issue];
 		int rc;
 
@@ -96,9 +96,18 @@ int la_take(struct lookahead *la, unsigned lane, struct la_item **out, uint64_t 
 		pthread_mutex_unlock(&la->lock);
 		return 1;
 	}
+	if (la->aborted) {
+		pthread_mutex_unlock(&la->lock);
+		return 1;
+	}
 	it = &la->items[la->cursor[lane]++];
-	while (it->state == LA_QUEUED && !la->issue_rc)
+	while (it->state == LA_QUEUED && !la->issue_rc && !la->aborted)
 		pthread_cond_wait(&la->cond, &la->lock);
+	if (la->aborted && it->state == LA_QUEUED) {
+		it->state = LA_DONE; /* never issued: nothing to give back */
+		pthread_mutex_unlock(&la->lock);
+		return 1;
+	}
 	if (it->state == LA_QUEUED) {
 		/* The window stopped at an acquire that could not be queued. */
 		rc = la->issue_rc;
@@ -142,6 +151,14 @@ int la_done(struct lookahead *la, struct la_item *it, bool dirty)
 	pump(la);
 	pthread_mutex_unlock(&la->lock);
 	return rc;
+}
+
+void la_abort(struct lookahead *la)
+{
+	pthread_mutex_lock(&la->lock);
+	la->aborted = true;
+	pthread_cond_broadcast(&la->cond);
+	pthread_mutex_unlock(&la->lock);
 }
 
 void la_finish(struct lookahead *la)

@@ -63,6 +63,7 @@ struct lookahead {
 	size_t cursor[LA_LANES]; /* per lane: where to look for its next item */
 	uint64_t inflight[TIER_LEVELS], budget[TIER_LEVELS];
 	int issue_rc;            /* an acquire that could not be queued */
+	bool aborted;            /* la_abort: no more issues, no more takes */
 	char issue_err[256];
 };
 
@@ -85,6 +86,12 @@ int la_take(struct lookahead *la, unsigned lane, struct la_item **out, uint64_t 
 /* Gives a taken item back: releases its pin (@dirty: the bytes changed),
  * and issues more.  0 or the release's error. */
 int la_done(struct lookahead *la, struct la_item *it, bool dirty);
+
+/* Stops the window: nothing more is issued, and every lane's next la_take
+ * returns 1 (no item), so a lane that failed does not leave the others
+ * waiting for budget its untaken items hold.  Items already taken are
+ * given back as usual. */
+void la_abort(struct lookahead *la);
 
 /* Waits for every issued item not given back, releases it clean, and frees
  * the window's resources.  Items never issued are left alone. */

@@ -316,6 +316,7 @@ static void run_lane(struct tier_optim *o, unsigned lane)
 			snprintf(ln->err, sizeof(ln->err), "%s", tier_last_error());
 			ln->rc = rc;
 			la_done(&o->la, it, false);
+			la_abort(&o->la);
 			break;
 		}
 		sh = it->user;
@@ -332,11 +333,13 @@ static void run_lane(struct tier_optim *o, unsigned lane)
 				 tier_last_error());
 			ln->rc = rc;
 			la_done(&o->la, it, false);
+			la_abort(&o->la);
 			break;
 		}
 		if ((rc = la_done(&o->la, it, true))) {
 			snprintf(ln->err, sizeof(ln->err), "%s", tier_last_error());
 			ln->rc = rc;
+			la_abort(&o->la);
 			break;
 		}
 		ln->bytes += sh->bytes;
