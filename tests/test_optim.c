@@ -1,0 +1,1840 @@
+/*
+ * test_optim.c - the optimizer (runtime/optim.c, prefetch/) against its
+ * contract in include/tierstore.h ("optimizer"), through the public API
+ * only, on a real store: NVMe backing files in a scratch directory, a DRAM
+ * tier smaller than the optimizer state, and the emulated ("host") HBM
+ * tier.
+ *
+ * The reference is an in-memory optimizer written here from the kernels'
+ * public functions: the global norm is the sum, in parameter id order and
+ * in double, of each parameter's sum of squares from tier_grad_check()
+ * (a fresh struct tier_grad_stats per parameter, no pool), norm =
+ * sqrt(total) / loss_scale, clip_coef = tier_clip_coef(norm, max) when
+ * max_grad_norm > 0 else 1, grad_scale = clip_coef / loss_scale; a
+ * nonfinite gradient anywhere skips the step (state, outputs and the step
+ * count stay), and a dynamic scale follows a struct tier_loss_scaler fed
+ * every step; each parameter is then updated by tier_adam_step() on the
+ * whole parameter in memory.  The optimizer must equal it bit for bit
+ * (memcmp of master weights, both moments and the output copies).
+ *
+ * Covers:
+ *  - the matrix (optim_matrix): offload_fraction 1 (no HBM tier), 0 (all
+ *    on the emulated HBM tier), 0.5, TIER_OFFLOAD_AUTO, 0.5 without an
+ *    HBM tier (all on the CPU); bf16 moments; fp32/bf16/fp16 and mixed
+ *    gradients and output copies (and none); decoupled and L2 weight
+ *    decay; clipping that clips; a static loss scale of 1024 (gradients
+ *    carry it); a dynamic loss scale (grows during the run); the streaming
+ *    form in shuffled order; NVMe completions delayed (fault site
+ *    nvme_delay, persistent); O_DIRECT with checksums.  Four parameters of
+ *    ragged sizes (1, 4099, 70000, 300000 elements; the first starts at
+ *    zeros), 64 KiB shards, ~4.5 MB of state over a 2 MiB DRAM tier
+ *    (the delayed cases: three parameters, ~0.9 MB over 512 KiB), 3-8
+ *    steps with a learning rate that changes (and lr 0 = keep).  After
+ *    every step: the result's fields (applied, step, grad_norm and
+ *    clip_coef exactly, loss scales, shard counts = the store objects
+ *    "NAME#K", CPU/GPU split, NVMe bytes read and written when the state
+ *    exceeds twice the DRAM tier, HBM traffic when everything runs
+ *    there), tier_store_validate(), the outputs bit for bit; the state
+ *    read back bit for bit after the first and the last step (an error in
+ *    any step stays in it);
+ *  - overflow (optim_overflow): steps with +inf, -inf or nan at chosen
+ *    positions (a one-element parameter, the middle of a parameter, the
+ *    last element) in fp32/bf16/fp16 gradients, static and dynamic scale,
+ *    tier_optim_step and the streaming form: applied false, the state read
+ *    back and the output buffers byte-identical to before, the step count
+ *    unchanged; the dynamic scale's next_loss_scale follows a reference
+ *    tier_loss_scaler (hysteresis, backoff, growth) and later steps carry
+ *    the new scale;
+ *  - golden data (optim_golden): the torch.optim cases of tests/golden
+ *    ($TIER_GOLDEN) through the optimizer.  Their parameters are small
+ *    (1031 and 4099 elements, 12-48 KiB of state, under the 64 KiB minimum
+ *    shard), so the parameter given to the optimizer is the golden one
+ *    repeated C times (C chosen for ~600 KB of state: ~10 shards, cut at
+ *    places that fall anywhere inside a copy) with the gradient repeated
+ *    alike, next to one plain copy as a parameter of its own, over a
+ *    256 KiB DRAM tier (the least that holds four 64 KiB shards); all
+ *    steps, every lr from lr.f32; every copy must end within the golden
+ *    tolerances of test_adamw.c (1e-7 of the largest |param|, 1e-6 for
+ *    the moments) and equal the in-memory kernel bit for bit (and each
+ *    other); with all on the CPU and split with the HBM tier;
+ *  - the streaming form (optim_stream): pushes in reverse and shuffled
+ *    order give the same bytes as tier_optim_step on a twin optimizer;
+ *    errors: push without begin, bad id, bad dtype, NULL buffer (-EINVAL,
+ *    the step still ends normally), begin twice (an error with a detail),
+ *    a parameter pushed twice (-EALREADY, the first push stands), a
+ *    parameter missing at end (-ENODATA naming it, nothing updated, a
+ *    following step works and counts from the old step count), end
+ *    without begin;
+ *  - a tier failing in the middle of a step (tier_failure): one failed
+ *    fill (fault site store_io) with the CPU lane alone and with both
+ *    lanes, every NVMe operation failing (nvme_io_err): end returns an
+ *    error naming a shard (and returns: no lane waits forever for the
+ *    other), nothing after the failing shard is updated, later steps are
+ *    refused;
+ *  - creation (optim_create): tier_optim_params_init's defaults, the
+ *    manifest's moment dtype, offload fraction and shard size taken when
+ *    asked; NULL params (the defaults); bad moment dtypes, offload
+ *    fractions 1.5 and -0.5, negative lr (-EINVAL naming the parameter),
+ *    NULL store or out (-EINVAL); add_param: ids in
+ *    order, names and sizes back, duplicate name (-EEXIST), numel 0 and
+ *    NULL name (-EINVAL), inside a step (-EBUSY), no room at home
+ *    (-ENOSPC, nothing left behind); read with a bad id; destroy frees the
+ *    state objects.
+ */
+#include "config.h"
+
+#include <check.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/fault.h"
+#include "t_helpers.h"
+#include "tierstore.h"
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define KiB (1ull << 10)
+#define MiB (1ull << 20)
+#define U64(x) ((unsigned long long)(x))
+
+#define SHARD (64 * KiB)
+#define MAXP 8
+
+static char *g_dir;
+
+/* Tables of random gradient values, per dtype and scale (gen_grad). */
+#define TBL_N 400009u
+#define TBL_MAX 16
+
+static struct {
+	int dt;
+	double scale;
+	void *v;
+} g_tbl[TBL_MAX];
+
+static void setup(void)
+{
+	tier_fault_reset_all();
+	g_dir = t_mkdtemp();
+}
+
+static void teardown(void)
+{
+	tier_fault_reset_all();
+	t_rmtree(g_dir);
+	free(g_dir);
+	g_dir = NULL;
+	for (int t = 0; t < TBL_MAX; t++) {
+		free(g_tbl[t].v);
+		g_tbl[t].v = NULL;
+	}
+}
+
+/* ------------------------------------------------------------ helpers */
+
+/* xorshift64*: fixed seeds, so a failure reproduces. */
+static uint64_t rnd(uint64_t *s)
+{
+	*s ^= *s >> 12;
+	*s ^= *s << 25;
+	*s ^= *s >> 27;
+	return *s * 0x2545F4914F6CDD1Dull;
+}
+
+static size_t rnd_below(uint64_t *s, size_t n)
+{
+	return n ? (size_t)(rnd(s) % n) : 0;
+}
+
+static size_t esize(int dt)
+{
+	return dt == TIER_FP32 ? 4 : 2;
+}
+
+static const char *dt_name(int dt)
+{
+	switch (dt) {
+	case TIER_FP32:
+		return "fp32";
+	case TIER_BF16:
+		return "bf16";
+	case TIER_FP16:
+		return "fp16";
+	default:
+		return "none";
+	}
+}
+
+static float f_bits(uint32_t u)
+{
+	float f;
+
+	memcpy(&f, &u, sizeof(f));
+	return f;
+}
+
+static uint32_t bits_f(float f)
+{
+	uint32_t u;
+
+	memcpy(&u, &f, sizeof(u));
+	return u;
+}
+
+/* An element of a 32- or 16-bit array as a float (for messages). */
+static float elem_f(const void *a, int dt, size_t i)
+{
+	uint16_t h;
+
+	if (dt == TIER_FP32)
+		return ((const float *)a)[i];
+	h = ((const uint16_t *)a)[i];
+	if (dt == TIER_BF16)
+		return f_bits((uint32_t)h << 16);
+	{
+		int e = (h >> 10) & 31, m = h & 1023;
+		float v = e == 0 ? ldexpf((float)m, -24)
+			  : e == 31 ? (m ? NAN : INFINITY)
+				    : ldexpf((float)(1024 + m), e - 25);
+
+		return (h & 0x8000) ? -v : v;
+	}
+}
+
+/* fp16 bits of @f, which must be zero or a normal fp16 value exactly;
+ * *ok cleared when it is not.  (No ck_assert here: it runs per element,
+ * and every Check assertion sends a message to the parent process.) */
+static uint16_t f16_exact(float f, bool *ok)
+{
+	uint32_t u = bits_f(f);
+	uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
+	int e;
+
+	if ((u & 0x7fffffffu) == 0)
+		return sign;
+	e = (int)((u >> 23) & 255) - 127 + 15;
+	if (e < 1 || e > 30 || (u & 0x1fffu) != 0)
+		*ok = false;
+	return (uint16_t)(sign | (uint16_t)(e << 10) | (uint16_t)((u >> 13) & 0x3ff));
+}
+
+/*
+ * @n random values of @dt, times @scale (a power of two): exactly
+ * representable in @dt, |x| in [2^-12, 2^2) or zero, so that scaling is
+ * exact and stays finite (fp16 up to scale 2^13).
+ */
+static void gen_values(void *buf, int dt, size_t n, uint64_t seed, double scale)
+{
+	uint64_t s = seed * 0x9E3779B97F4A7C15ull + 0x1234567;
+	unsigned mb = dt == TIER_FP32 ? 23 : dt == TIER_BF16 ? 7 : 10;
+	float sc = (float)scale;
+	bool ok = true;
+
+	for (size_t i = 0; i < n; i++) {
+		uint64_t r = rnd(&s);
+		float x;
+
+		if (r % 64 == 0) {
+			x = 0.0f;
+		} else {
+			uint32_t sign = (uint32_t)(r >> 63) << 31;
+			uint32_t e = (uint32_t)(127 - 12 + (int)((r >> 8) % 14));
+			uint32_t mant = (uint32_t)(rnd(&s) >> 20) & ((1u << mb) - 1);
+
+			x = f_bits(sign | e << 23 | mant << (23 - mb));
+		}
+		x *= sc;
+		if (dt == TIER_FP32)
+			((float *)buf)[i] = x;
+		else if (dt == TIER_BF16)
+			((uint16_t *)buf)[i] = (uint16_t)(bits_f(x) >> 16);
+		else
+			((uint16_t *)buf)[i] = f16_exact(x, &ok);
+	}
+	ck_assert_msg(ok, "gen_values: scale %g overflows fp16", scale);
+}
+
+/*
+ * Gradients are windows of a table of random values per dtype and scale,
+ * made once (per-element work is slow under the sanitizers; a memcpy is
+ * one range access): @n elements from an offset picked by @seed.
+ */
+static void gen_grad(void *buf, int dt, size_t n, uint64_t seed, double scale)
+{
+	int t;
+	uint64_t s = seed * 0x2545F4914F6CDD1Dull + 99;
+	size_t off;
+
+	ck_assert_uint_lt(n, TBL_N);
+	for (t = 0; t < TBL_MAX && g_tbl[t].v; t++)
+		if (g_tbl[t].dt == dt && g_tbl[t].scale == scale)
+			break;
+	ck_assert_int_lt(t, TBL_MAX);
+	if (!g_tbl[t].v) {
+		g_tbl[t].v = malloc((size_t)TBL_N * esize(dt));
+		ck_assert_ptr_nonnull(g_tbl[t].v);
+		gen_values(g_tbl[t].v, dt, TBL_N, 31 + (uint64_t)t, scale);
+		g_tbl[t].dt = dt;
+		g_tbl[t].scale = scale;
+	}
+	off = rnd_below(&s, TBL_N - n + 1);
+	memcpy(buf, (char *)g_tbl[t].v + off * esize(dt), n * esize(dt));
+}
+
+/* Puts +inf ('i'), -inf ('-') or nan ('n') at element @pos. */
+static void put_bad(void *buf, int dt, size_t pos, char kind)
+{
+	if (dt == TIER_FP32) {
+		((float *)buf)[pos] = kind == 'n' ? NAN : kind == '-' ? -INFINITY : INFINITY;
+		return;
+	}
+	if (dt == TIER_BF16)
+		((uint16_t *)buf)[pos] = kind == 'n' ? 0x7fc1 : kind == '-' ? 0xff80 : 0x7f80;
+	else
+		((uint16_t *)buf)[pos] = kind == 'n' ? 0x7e01 : kind == '-' ? 0xfc00 : 0x7c00;
+}
+
+/* The first index where @a and @b (n elements of @es bytes) differ, or -1. */
+static long first_diff(const void *a, const void *b, size_t n, size_t es)
+{
+	if (memcmp(a, b, n * es) == 0)
+		return -1;
+	for (size_t i = 0; i < n; i++)
+		if (memcmp((const char *)a + i * es, (const char *)b + i * es, es))
+			return (long)i;
+	return -1;
+}
+
+/* ------------------------------------------------------------ a world */
+
+/* The store under the optimizer. */
+struct scfg {
+	uint64_t dram;          /* bytes */
+	uint64_t hbm;           /* bytes of the "host" HBM tier; 0: none */
+	bool direct, csum;
+	const char *moment;     /* the manifest's optimizer.moment_dtype */
+	const char *offload;    /* the manifest's optimizer.offload_fraction */
+	const char *shard;      /* the manifest's optimizer.shard_size */
+	uint64_t nvme;          /* NVMe capacity; 0: 64 MiB */
+};
+
+/* One parameter: the optimizer's and the reference's. */
+struct param {
+	char name[48];
+	size_t n;
+	uint32_t id;
+	float *p;               /* reference master weights */
+	void *m, *v;            /* reference moments (the moment dtype) */
+	void *g;                /* this step's gradient */
+	int gdt;
+	void *out, *rout;       /* the optimizer's output buffer, the reference's */
+	int odt;                /* -1: no output */
+	/* read back */
+	float *rp;
+	void *rm, *rv;
+	uint32_t shards;        /* store objects NAME#K */
+};
+
+struct world {
+	char sub[32];
+	struct scfg sc;
+	struct tier_manifest *man;
+	struct tier_store *s;
+	struct tier_optim *o;
+	struct tier_optim_params hp;
+	enum tier_dtype md;
+	size_t np;
+	struct param pa[MAXP];
+	bool outs;              /* pass output buffers */
+	/* the reference optimizer */
+	double lr;
+	uint64_t step;
+	double scale;
+	struct tier_loss_scaler scaler;
+};
+
+/* What the reference says a step does. */
+struct ref_res {
+	bool applied;
+	uint64_t step;
+	double norm, clip, loss_scale, next_loss_scale;
+};
+
+#define VALID(s)                                                                        \
+	do {                                                                           \
+		int vrc_ = tier_store_validate(s);                                     \
+		ck_assert_msg(vrc_ == 0, "line %d: validate: %d: %s", __LINE__, vrc_,  \
+			      tier_last_error());                                      \
+	} while (0)
+
+static void world_open(struct world *w, const char *sub, const struct scfg *c)
+{
+	struct tier_store_params sp = {
+		.dram_capacity = c->dram,
+		.hbm_backend = c->hbm ? "host" : "none",
+		.hbm_capacity = c->hbm,
+		.flags = TIER_STORE_SCRATCH,
+	};
+	char text[2048];
+	int n, rc;
+
+	memset(w, 0, sizeof(*w));
+	snprintf(w->sub, sizeof(w->sub), "%s", sub);
+	w->sc = *c;
+	n = snprintf(text, sizeof(text),
+		     "gpu:\n  device: none\n"
+		     "dram:\n  capacity: %llu\n"
+		     "optimizer:\n  shard_size: %s\n  moment_dtype: %s\n  offload_fraction: %s\n"
+		     "nvme:\n  stripe_unit: 64KiB\n  checksum: %s\n  direct: %s\n"
+		     "  paths:\n    - path: %s/%s/\n      capacity: %llu\n      create: true\n",
+		     U64(c->dram), c->shard ? c->shard : "64KiB", c->moment ? c->moment : "fp32",
+		     c->offload ? c->offload : "1", c->csum ? "crc32c" : "none",
+		     c->direct ? "true" : "false", g_dir, sub, U64(c->nvme ? c->nvme : 64 * MiB));
+	ck_assert_int_lt(n, (int)sizeof(text));
+	rc = tier_manifest_parse(text, (size_t)n, "optim-test.yaml", 0, &w->man);
+	ck_assert_msg(rc == 0, "manifest refused: %s\n%s", tier_last_error(), text);
+	rc = tier_store_open(w->man, &sp, &w->s);
+	ck_assert_msg(rc == 0, "store open: %d: %s", rc, tier_last_error());
+	ck_assert(tier_store_has_level(w->s, TIER_HBM) == (c->hbm != 0));
+	ck_assert(tier_store_home(w->s) == TIER_NVME);
+	VALID(w->s);
+}
+
+/* Parameters every world uses unless a test sets them. */
+static void hp_base(struct tier_optim_params *p)
+{
+	tier_optim_params_init(p);
+	p->lr = 1e-3;
+	p->beta1 = 0.9;
+	p->beta2 = 0.999;
+	p->eps = 1e-8;
+	p->weight_decay = 0.01;
+	p->decoupled = true;
+	p->moment_dtype = TIER_FP32;
+	p->offload_fraction = 1.0;
+	p->shard_size = SHARD;
+	p->threads = 2;
+}
+
+static void world_create(struct world *w, const struct tier_optim_params *hp)
+{
+	int rc = tier_optim_create(w->s, hp, &w->o);
+
+	ck_assert_msg(rc == 0, "optim create: %d: %s", rc, tier_last_error());
+	ck_assert_ptr_nonnull(w->o);
+	w->hp = *hp;
+	w->md = tier_optim_moment_dtype(w->o);
+	if (hp->moment_dtype >= 0)
+		ck_assert_int_eq(w->md, hp->moment_dtype);
+	w->lr = hp->lr;
+	w->step = 0;
+	w->scale = hp->loss_scale;
+	if (hp->dynamic_loss_scale)
+		ck_assert_int_eq(tier_loss_scaler_init(&w->scaler, hp->loss_scale,
+						       hp->min_loss_scale, hp->growth_factor,
+						       hp->backoff_factor, hp->growth_interval,
+						       hp->hysteresis),
+				 0);
+	ck_assert_uint_eq(tier_optim_nparams(w->o), 0);
+}
+
+static void sentinel(void *p, size_t len, uint64_t seed)
+{
+	uint64_t s = seed | 1;
+
+	for (size_t i = 0; i < len; i++)
+		((unsigned char *)p)[i] = (unsigned char)(rnd(&s) >> 56);
+}
+
+/*
+ * Adds parameter @name of @n elements with initial values @init (NULL:
+ * zeros, init NULL to the optimizer), gradients of @gdt and an output
+ * copy of @odt (-1: none); @seed fills the output buffers' first bytes.
+ */
+static struct param *world_add_init(struct world *w, const char *name, size_t n,
+				    const float *init, int gdt, int odt, uint64_t seed)
+{
+	struct param *q = &w->pa[w->np];
+	size_t ms = esize(w->md);
+	uint32_t id = UINT32_MAX;
+	int rc;
+
+	ck_assert_uint_lt(w->np, MAXP);
+	snprintf(q->name, sizeof(q->name), "%s", name);
+	q->n = n;
+	q->gdt = gdt;
+	q->odt = odt;
+	q->p = calloc(n, 4);
+	q->m = calloc(n, ms);
+	q->v = calloc(n, ms);
+	q->g = malloc(n * 4);
+	q->rp = malloc(n * 4);
+	q->rm = malloc(n * ms);
+	q->rv = malloc(n * ms);
+	ck_assert(q->p && q->m && q->v && q->g && q->rp && q->rm && q->rv);
+	if (odt >= 0) {
+		q->out = malloc(n * esize(odt));
+		q->rout = malloc(n * esize(odt));
+		ck_assert(q->out && q->rout);
+		sentinel(q->out, n * esize(odt), seed ^ 0x5a5a);
+		memcpy(q->rout, q->out, n * esize(odt));
+	}
+	if (init)
+		memcpy(q->p, init, n * 4);
+	rc = tier_optim_add_param(w->o, name, n, init, &id);
+	ck_assert_msg(rc == 0, "add_param %s: %d: %s", name, rc, tier_last_error());
+	ck_assert_uint_eq(id, w->np);
+	q->id = id;
+	w->np++;
+	ck_assert_uint_eq(tier_optim_nparams(w->o), w->np);
+	ck_assert_str_eq(tier_optim_param_name(w->o, id), name);
+	ck_assert_uint_eq(tier_optim_param_numel(w->o, id), n);
+	return q;
+}
+
+/* world_add_init with random initial values in [-0.1, 0.1), or zeros. */
+static struct param *world_add(struct world *w, const char *name, size_t n, bool zeros, int gdt,
+			       int odt, uint64_t seed)
+{
+	float *init = NULL;
+	struct param *q;
+
+	if (!zeros) {
+		uint64_t s = seed;
+
+		init = malloc(n * 4);
+		ck_assert_ptr_nonnull(init);
+		for (size_t i = 0; i < n; i++)
+			init[i] = (float)((double)(rnd(&s) >> 11) * 0x1p-53 - 0.5) * 0.2f;
+	}
+	q = world_add_init(w, name, n, init, gdt, odt, seed);
+	free(init);
+	return q;
+}
+
+/* Counts the store objects NAME#K of each parameter; their sizes are at
+ * most @shard bytes and cover the parameter's state. */
+static uint32_t world_count_shards(struct world *w, uint64_t shard)
+{
+	uint32_t total = 0;
+	uint64_t bpe = 4 + 2 * esize(w->md);
+
+	for (size_t i = 0; i < w->np; i++) {
+		struct param *q = &w->pa[i];
+		uint64_t bytes = 0;
+		char nm[80];
+		struct tier_obj *ob;
+		uint32_t k;
+
+		uint64_t largest = 0;
+
+		for (k = 0;; k++) {
+			snprintf(nm, sizeof(nm), "%s#%u", q->name, k);
+			ob = tier_obj_find(w->s, nm);
+			if (!ob)
+				break;
+			if (tier_obj_size(ob) > largest)
+				largest = tier_obj_size(ob);
+			bytes += tier_obj_size(ob);
+		}
+		ck_assert_msg(largest <= shard, "%s: a shard of %llu bytes > shard size %llu", q->name,
+			      U64(largest), U64(shard));
+		ck_assert_msg(k > 0, "no store object %s#0", q->name);
+		ck_assert_msg(bytes >= q->n * bpe, "%s: %u shards of %llu bytes for %zu elements (%llu bytes of state)",
+			      q->name, k, U64(bytes), q->n, U64(q->n * bpe));
+		ck_assert_uint_ge(k, (q->n * bpe + shard - 1) / shard);
+		q->shards = k;
+		total += k;
+	}
+	return total;
+}
+
+static uint64_t world_state_bytes(const struct world *w)
+{
+	uint64_t b = 0;
+
+	for (size_t i = 0; i < w->np; i++)
+		b += w->pa[i].n * (4 + 2 * esize(w->md));
+	return b;
+}
+
+/* Fills every gradient for step @k (the reference's current scale). */
+static void world_grads(struct world *w, uint64_t seed, int k)
+{
+	for (size_t i = 0; i < w->np; i++) {
+		struct param *q = &w->pa[i];
+
+		gen_grad(q->g, q->gdt, q->n, seed + (uint64_t)k * 131 + i * 7, w->scale);
+	}
+}
+
+/* The reference step. */
+static void ref_step(struct world *w, double lr, struct ref_res *rr)
+{
+	double total = 0.0;
+	bool nonfinite = false;
+
+	if (lr > 0)
+		w->lr = lr;
+	for (size_t i = 0; i < w->np; i++) {
+		struct tier_grad_stats st = { 0 };
+
+		ck_assert_int_eq(tier_grad_check(NULL, w->pa[i].g, (enum tier_dtype)w->pa[i].gdt,
+						 w->pa[i].n, &st),
+				 0);
+		total += st.sumsq;
+		nonfinite |= st.nonfinite;
+	}
+	memset(rr, 0, sizeof(*rr));
+	rr->loss_scale = w->scale;
+	if (w->hp.dynamic_loss_scale) {
+		ck_assert(tier_loss_scaler_update(&w->scaler, nonfinite) == nonfinite);
+		rr->next_loss_scale = w->scaler.scale;
+	} else {
+		rr->next_loss_scale = w->scale;
+	}
+	rr->applied = !nonfinite;
+	if (!nonfinite) {
+		struct tier_adam_params ap;
+
+		rr->norm = sqrt(total) / w->scale;
+		rr->clip = w->hp.max_grad_norm > 0 ? tier_clip_coef(rr->norm, w->hp.max_grad_norm)
+						   : 1.0;
+		w->step++;
+		ap = (struct tier_adam_params){
+			.lr = w->lr,
+			.beta1 = w->hp.beta1,
+			.beta2 = w->hp.beta2,
+			.eps = w->hp.eps,
+			.weight_decay = w->hp.weight_decay,
+			.decoupled = w->hp.decoupled,
+			.step = w->step,
+			.grad_scale = rr->clip / w->scale,
+		};
+		for (size_t i = 0; i < w->np; i++) {
+			struct param *q = &w->pa[i];
+			struct tier_adam_tensors t = {
+				.n = q->n,
+				.param = q->p,
+				.exp_avg = q->m,
+				.exp_avg_sq = q->v,
+				.moment_dtype = w->md,
+				.grad = q->g,
+				.grad_dtype = (enum tier_dtype)q->gdt,
+				.param_out = q->odt >= 0 ? q->rout : NULL,
+				.out_dtype = q->odt >= 0 ? (enum tier_dtype)q->odt : TIER_FP32,
+			};
+
+			ck_assert_int_eq(tier_adam_step(NULL, &ap, &t), 0);
+		}
+	}
+	rr->step = w->step;
+	w->scale = rr->next_loss_scale;
+}
+
+static struct tier_tensor grad_t(const struct param *q)
+{
+	return (struct tier_tensor){ .ptr = q->g, .dtype = (enum tier_dtype)q->gdt,
+				     .mem = TIER_MEM_HOST };
+}
+
+static struct tier_tensor out_t(const struct param *q)
+{
+	return (struct tier_tensor){ .ptr = q->odt >= 0 ? q->out : NULL,
+				     .dtype = q->odt >= 0 ? (enum tier_dtype)q->odt : TIER_FP32,
+				     .mem = TIER_MEM_HOST };
+}
+
+/* How a step is driven. */
+enum drive { D_STEP, D_FORWARD, D_REVERSE, D_SHUFFLE };
+
+/* The optimizer's step: tier_optim_step or begin / push in some order / end. */
+static int opt_step(struct world *w, double lr, enum drive d, uint64_t seed,
+		    struct tier_step_result *res)
+{
+	struct tier_tensor g[MAXP], out[MAXP];
+	uint32_t order[MAXP];
+	int rc;
+
+	for (size_t i = 0; i < w->np; i++) {
+		g[i] = grad_t(&w->pa[i]);
+		out[i] = out_t(&w->pa[i]);
+		order[i] = (uint32_t)i;
+	}
+	memset(res, 0xee, sizeof(*res));
+	if (d == D_STEP) {
+		rc = tier_optim_step(w->o, lr, g, w->outs ? out : NULL, res);
+		ck_assert_msg(rc == 0, "step: %d: %s", rc, tier_last_error());
+		return rc;
+	}
+	if (d == D_REVERSE)
+		for (size_t i = 0; i < w->np; i++)
+			order[i] = (uint32_t)(w->np - 1 - i);
+	if (d == D_SHUFFLE) {
+		uint64_t s = seed | 1;
+
+		for (size_t i = w->np; i > 1; i--) {
+			size_t j = rnd_below(&s, i);
+			uint32_t t = order[i - 1];
+
+			order[i - 1] = order[j];
+			order[j] = t;
+		}
+	}
+	rc = tier_optim_begin(w->o, lr);
+	ck_assert_msg(rc == 0, "begin: %d: %s", rc, tier_last_error());
+	for (size_t i = 0; i < w->np; i++) {
+		uint32_t id = order[i];
+
+		rc = tier_optim_push(w->o, id, &g[id], w->outs ? &out[id] : NULL);
+		ck_assert_msg(rc == 0, "push %u: %d: %s", id, rc, tier_last_error());
+	}
+	rc = tier_optim_end(w->o, res);
+	ck_assert_msg(rc == 0, "end: %d: %s", rc, tier_last_error());
+	return rc;
+}
+
+/* The result against the reference's; @nshards: the shard count. */
+static void check_result(struct world *w, const struct tier_step_result *r,
+			 const struct ref_res *rr, uint32_t nshards, int k)
+{
+	ck_assert_msg(r->applied == rr->applied, "step %d: applied %d, want %d", k, r->applied,
+		      rr->applied);
+	ck_assert_msg(r->step == rr->step, "step %d: result.step %llu, want %llu", k,
+		      U64(r->step), U64(rr->step));
+	ck_assert_msg(r->loss_scale == rr->loss_scale, "step %d: loss_scale %.17g, want %.17g", k,
+		      r->loss_scale, rr->loss_scale);
+	ck_assert_msg(r->next_loss_scale == rr->next_loss_scale,
+		      "step %d: next_loss_scale %.17g, want %.17g", k, r->next_loss_scale,
+		      rr->next_loss_scale);
+	ck_assert_msg(r->step_s >= 0 && r->cpu_stall_s >= 0 && r->gpu_stall_s >= 0 &&
+			      r->stall_s == fmax(r->cpu_stall_s, r->gpu_stall_s) &&
+			      r->stall_s <= r->step_s,
+		      "step %d: step_s %g, stall_s %g (cpu %g, gpu %g): want the larger lane's, at most step_s",
+		      k, r->step_s, r->stall_s, r->cpu_stall_s, r->gpu_stall_s);
+	VALID(w->s);
+	if (!rr->applied)
+		return;
+	ck_assert_msg(r->grad_norm == rr->norm, "step %d: grad_norm %.17g, want %.17g", k,
+		      r->grad_norm, rr->norm);
+	ck_assert_msg(r->clip_coef == rr->clip, "step %d: clip_coef %.17g, want %.17g", k,
+		      r->clip_coef, rr->clip);
+	ck_assert_msg(r->cpu_shards + r->gpu_shards == nshards,
+		      "step %d: cpu_shards %u + gpu_shards %u != %u shards", k, r->cpu_shards,
+		      r->gpu_shards, nshards);
+	ck_assert_msg(r->cpu_fraction >= 0 && r->cpu_fraction <= 1, "step %d: cpu_fraction %g",
+		      k, r->cpu_fraction);
+	if (!w->sc.hbm) {
+		/* no HBM tier: everything on the CPU */
+		ck_assert_msg(r->gpu_shards == 0 && r->cpu_fraction == 1.0,
+			      "step %d: no HBM tier, but gpu_shards %u, cpu_fraction %g", k,
+			      r->gpu_shards, r->cpu_fraction);
+		ck_assert_uint_eq(r->h2d_bytes, 0);
+		ck_assert_uint_eq(r->d2h_bytes, 0);
+	}
+	if (world_state_bytes(w) > 2 * w->sc.dram)
+		ck_assert_msg(r->nvme_read_bytes > 0 && r->nvme_write_bytes > 0,
+			      "step %d: %llu bytes of state over %llu of DRAM, but NVMe read %llu, written %llu",
+			      k, U64(world_state_bytes(w)), U64(w->sc.dram), U64(r->nvme_read_bytes),
+			      U64(r->nvme_write_bytes));
+}
+
+/* Parameter @q's state read back against the reference. */
+static void check_read(struct world *w, struct param *q, const char *when)
+{
+	size_t ms = esize(w->md);
+	long d;
+	int rc;
+
+	/* all ones: NaN in every dtype, which no state holds */
+	memset(q->rp, 0xff, q->n * 4);
+	memset(q->rm, 0xff, q->n * ms);
+	memset(q->rv, 0xff, q->n * ms);
+	rc = tier_optim_read(w->o, q->id, q->rp, q->rm, q->rv);
+	ck_assert_msg(rc == 0, "%s: read %s: %d: %s", when, q->name, rc, tier_last_error());
+	d = first_diff(q->rp, q->p, q->n, 4);
+	ck_assert_msg(d < 0, "%s: %s: master[%ld] = %.9g (%08x), reference %.9g (%08x)", when,
+		      q->name, d, (double)q->rp[d < 0 ? 0 : d], bits_f(q->rp[d < 0 ? 0 : d]),
+		      (double)q->p[d < 0 ? 0 : d], bits_f(q->p[d < 0 ? 0 : d]));
+	d = first_diff(q->rm, q->m, q->n, ms);
+	ck_assert_msg(d < 0, "%s: %s: exp_avg[%ld] (%s) = %.9g, reference %.9g", when, q->name, d,
+		      dt_name(w->md), (double)elem_f(q->rm, w->md, d < 0 ? 0 : (size_t)d),
+		      (double)elem_f(q->m, w->md, d < 0 ? 0 : (size_t)d));
+	d = first_diff(q->rv, q->v, q->n, ms);
+	ck_assert_msg(d < 0, "%s: %s: exp_avg_sq[%ld] (%s) = %.9g, reference %.9g", when, q->name,
+		      d, dt_name(w->md), (double)elem_f(q->rv, w->md, d < 0 ? 0 : (size_t)d),
+		      (double)elem_f(q->v, w->md, d < 0 ? 0 : (size_t)d));
+}
+
+/* The output buffers, and (@read) the state read back, against the
+ * reference. */
+static void check_state2(struct world *w, const char *when, bool read)
+{
+	for (size_t i = 0; i < w->np; i++) {
+		struct param *q = &w->pa[i];
+		long d;
+
+		if (read)
+			check_read(w, q, when);
+		if (q->odt >= 0) {
+			d = first_diff(q->out, q->rout, q->n, esize(q->odt));
+			ck_assert_msg(d < 0, "%s: %s: out[%ld] (%s) = %.9g, reference %.9g", when,
+				      q->name, d, dt_name(q->odt),
+				      (double)elem_f(q->out, q->odt, d < 0 ? 0 : (size_t)d),
+				      (double)elem_f(q->rout, q->odt, d < 0 ? 0 : (size_t)d));
+		}
+	}
+	VALID(w->s);
+}
+
+static void check_state(struct world *w, const char *when)
+{
+	check_state2(w, when, true);
+}
+
+static void world_close(struct world *w)
+{
+	int rc;
+
+	if (w->o) {
+		char nm[80];
+
+		rc = tier_optim_destroy(w->o);
+		ck_assert_msg(rc == 0, "optim destroy: %d: %s", rc, tier_last_error());
+		w->o = NULL;
+		/* its state objects are gone */
+		for (size_t i = 0; i < w->np; i++) {
+			snprintf(nm, sizeof(nm), "%s#0", w->pa[i].name);
+			ck_assert_msg(tier_obj_find(w->s, nm) == NULL, "%s left after destroy", nm);
+		}
+	}
+	VALID(w->s);
+	rc = tier_store_close(w->s);
+	ck_assert_msg(rc == 0, "store close: %d: %s", rc, tier_last_error());
+	tier_manifest_free(w->man);
+	for (size_t i = 0; i < w->np; i++) {
+		struct param *q = &w->pa[i];
+
+		free(q->p);
+		free(q->m);
+		free(q->v);
+		free(q->g);
+		free(q->out);
+		free(q->rout);
+		free(q->rp);
+		free(q->rm);
+		free(q->rv);
+	}
+	memset(w, 0, sizeof(*w));
+}
+
+/* Learning rates of the steps; 0 keeps the previous one. */
+static const double step_lr[] = { 1e-3, 2e-3, 0, 5e-4, 1.5e-3, 0, 3e-3, 1e-3 };
+
+/* Parameter sets. */
+struct pdef {
+	const char *name;
+	size_t n;
+	bool zeros;
+};
+static const struct pdef big_set[] = {
+	{ "bias.one", 1, true },
+	{ "layer0.w", 4099, false },
+	{ "layer1.w", 70000, false },
+	{ "emb.w", 300000, false },
+};
+static const struct pdef small_set[] = {
+	{ "bias.one", 1, true },
+	{ "layer0.w", 4099, false },
+	{ "layer1.w", 70000, false },
+};
+
+/* ------------------------------------------------------------ matrix */
+
+#define MIXED (-2)
+#define NONE (-1)
+
+struct mcase {
+	const char *name;
+	double offload;
+	uint64_t hbm;           /* bytes of the host HBM tier; 0: none */
+	int moment;
+	double wd;
+	bool l2;                /* decoupled = false */
+	double max_norm;
+	double loss_scale;
+	bool dynamic;
+	int gdt;                /* MIXED: fp32, bf16, fp16 by turns */
+	int odt;                /* NONE: outs NULL; MIXED: by turns, with a NULL ptr */
+	enum drive drive;
+	bool delay, direct;
+	int steps;
+	unsigned threads;
+	bool small;             /* small_set over 512 KiB of DRAM */
+};
+
+static const struct mcase mcases[] = {
+	{ "cpu", 1.0, 0, TIER_FP32, 0.01, false, 0, 1, false, TIER_FP32, TIER_FP32, D_STEP,
+	  false, false, 6, 2, false },
+	{ "hbm", 0.0, 1 * MiB, TIER_FP32, 0.01, false, 0, 1, false, TIER_FP32, TIER_BF16, D_STEP,
+	  false, false, 6, 2, false },
+	{ "half", 0.5, 1 * MiB, TIER_FP32, 0.01, false, 0, 1, false, TIER_FP32, TIER_FP32, D_STEP,
+	  false, false, 6, 2, false },
+	{ "auto", TIER_OFFLOAD_AUTO, 1 * MiB, TIER_FP32, 0.01, false, 0, 1, false, TIER_FP32,
+	  TIER_FP16, D_STEP, false, false, 8, 0, false },
+	{ "half-no-hbm", 0.5, 0, TIER_FP32, 0.01, false, 0, 1, false, TIER_FP32, TIER_FP32,
+	  D_STEP, false, false, 5, 2, false },
+	{ "bf16-moments", 0.5, 1 * MiB, TIER_BF16, 0.01, false, 0, 1, false, TIER_BF16, TIER_BF16,
+	  D_STEP, false, false, 6, 2, false },
+	{ "bf16-moments-cpu", 1.0, 0, TIER_BF16, 0.01, false, 0, 1, false, MIXED, MIXED, D_STEP,
+	  false, false, 6, 3, false },
+	{ "wd-decoupled", 1.0, 0, TIER_FP32, 0.1, false, 0, 1, false, TIER_FP16, TIER_FP16,
+	  D_STEP, false, false, 6, 2, false },
+	{ "wd-l2", 0.5, 1 * MiB, TIER_FP32, 0.05, true, 0, 1, false, TIER_FP32, TIER_FP32, D_STEP,
+	  false, false, 6, 2, false },
+	{ "clip", 0.5, 1 * MiB, TIER_FP32, 0.01, false, 0.5, 1, false, MIXED, TIER_FP32, D_STEP,
+	  false, false, 6, 2, false },
+	{ "static-scale", 1.0, 0, TIER_FP32, 0.01, false, 0, 1024, false, TIER_FP32, NONE, D_STEP,
+	  false, false, 6, 2, false },
+	{ "static-scale-clip-fp16", 0.5, 1 * MiB, TIER_FP32, 0.01, false, 1.0, 1024, false,
+	  TIER_FP16, MIXED, D_STEP, false, false, 6, 2, false },
+	{ "dynamic-scale", 0.5, 1 * MiB, TIER_FP32, 0.01, false, 0, 1024, true, TIER_FP32,
+	  TIER_FP32, D_STEP, false, false, 7, 2, false },
+	{ "stream-shuffled", 0.5, 1 * MiB, TIER_FP32, 0.01, false, 0.5, 1, false, MIXED, MIXED,
+	  D_SHUFFLE, false, false, 6, 2, false },
+	{ "direct-crc", 0.5, 1 * MiB, TIER_FP32, 0.01, false, 0, 1, false, TIER_FP32, TIER_FP32,
+	  D_STEP, false, true, 5, 2, false },
+	{ "nvme-delay", 0.5, 1 * MiB, TIER_FP32, 0.01, false, 0, 1, false, TIER_FP32, TIER_FP32,
+	  D_REVERSE, true, false, 3, 2, true },
+	{ "nvme-delay-cpu", 1.0, 0, TIER_BF16, 0.01, false, 0, 1, false, TIER_FP32, TIER_BF16,
+	  D_STEP, true, false, 3, 2, true },
+};
+
+static const int turn_dt[] = { TIER_FP32, TIER_BF16, TIER_FP16 };
+
+/* Opens the world of a matrix-like case and adds its parameters. */
+static void mworld_open(struct world *w, const struct mcase *c, const char *sub)
+{
+	struct scfg sc = { .dram = c->small ? 512 * KiB : 2 * MiB, .hbm = c->hbm,
+			   .direct = c->direct, .csum = c->direct };
+	struct tier_optim_params hp;
+	const struct pdef *set = c->small ? small_set : big_set;
+	size_t nset = c->small ? ARRAY_SIZE(small_set) : ARRAY_SIZE(big_set);
+
+	world_open(w, sub, &sc);
+	hp_base(&hp);
+	hp.moment_dtype = c->moment;
+	hp.offload_fraction = c->offload;
+	hp.weight_decay = c->wd;
+	hp.decoupled = !c->l2;
+	hp.max_grad_norm = c->max_norm;
+	hp.loss_scale = c->loss_scale;
+	hp.dynamic_loss_scale = c->dynamic;
+	if (c->dynamic) {
+		hp.growth_interval = 2;
+		hp.hysteresis = 2;
+		hp.min_loss_scale = 1;
+		hp.growth_factor = 2;
+		hp.backoff_factor = 0.5;
+	}
+	hp.threads = c->threads;
+	world_create(w, &hp);
+	w->outs = c->odt != NONE;
+	for (size_t i = 0; i < nset; i++) {
+		int gdt = c->gdt == MIXED ? turn_dt[i % 3] : c->gdt;
+		int odt = c->odt == NONE ? NONE
+			  : c->odt == MIXED ? (i % 4 == 3 ? NONE : turn_dt[(i + 1) % 3])
+					    : c->odt;
+
+		world_add(w, set[i].name, set[i].n, set[i].zeros, gdt, odt, 1000 + i);
+	}
+	VALID(w->s);
+}
+
+/* _i = case */
+START_TEST(optim_matrix)
+{
+	const struct mcase *c = &mcases[_i];
+	struct world w;
+	uint32_t nshards;
+	uint64_t seed = 77 + (uint64_t)_i;
+
+	if (c->delay && !tier_fault_available()) {
+		fprintf(stderr, "%s: no fault sites in this build; skipped\n", c->name);
+		return;
+	}
+	mworld_open(&w, c, c->name);
+	nshards = world_count_shards(&w, SHARD);
+	ck_assert_uint_gt(nshards, w.np); /* parameters span several shards */
+	ck_assert_msg(world_state_bytes(&w) > w.sc.dram, "%s: the state fits DRAM", c->name);
+	check_state(&w, "before the first step");
+	if (c->delay)
+		ck_assert_int_eq(tier_fault_arm(TIER_FAULT_NVME_DELAY, 1, TIER_FAULT_PERSISTENT,
+						-EIO),
+				 0);
+	for (int k = 0; k < c->steps; k++) {
+		struct tier_step_result r;
+		struct ref_res rr;
+		double lr = step_lr[(size_t)k % ARRAY_SIZE(step_lr)];
+		char when[64];
+
+		world_grads(&w, seed, k);
+		opt_step(&w, lr, c->drive, seed + (uint64_t)k, &r);
+		ref_step(&w, lr, &rr);
+		ck_assert_msg(rr.applied, "the reference skipped a clean step");
+		check_result(&w, &r, &rr, nshards, k);
+		if (c->max_norm > 0)
+			ck_assert_msg(r.clip_coef < 1.0, "%s: step %d: no clipping (norm %g)", c->name,
+				      k, r.grad_norm);
+		if (c->offload == 1.0)
+			ck_assert_msg(r.cpu_fraction == 1.0 && r.gpu_shards == 0,
+				      "step %d: offload 1: cpu_fraction %g, gpu_shards %u", k,
+				      r.cpu_fraction, r.gpu_shards);
+		if (c->offload == 0.0 && c->hbm) {
+			ck_assert_msg(r.cpu_fraction == 0.0 && r.cpu_shards == 0,
+				      "step %d: offload 0: cpu_fraction %g, cpu_shards %u", k,
+				      r.cpu_fraction, r.cpu_shards);
+			/* the state is larger than the HBM tier: it moves both ways */
+			ck_assert_msg(r.h2d_bytes > 0 && r.d2h_bytes > 0,
+				      "step %d: offload 0: h2d %llu, d2h %llu bytes", k,
+				      U64(r.h2d_bytes), U64(r.d2h_bytes));
+		}
+		if (c->offload == 0.5 && c->hbm)
+			ck_assert_msg(r.cpu_shards > 0 && r.gpu_shards > 0,
+				      "step %d: offload 0.5: cpu_shards %u, gpu_shards %u", k,
+				      r.cpu_shards, r.gpu_shards);
+		VALID(w.s);
+		/* the state is read back after the first and the last step (an
+		 * error in any step stays in it), the outputs after every step */
+		snprintf(when, sizeof(when), "%s, after step %d", c->name, k + 1);
+		check_state2(&w, when, !c->delay && (k == 0 || k + 1 == c->steps));
+	}
+	if (c->delay) {
+		ck_assert_uint_gt(tier_fault_fired(TIER_FAULT_NVME_DELAY), 0);
+		tier_fault_disarm(TIER_FAULT_NVME_DELAY);
+		check_state(&w, "after the delayed steps");
+	}
+	if (!c->hbm || c->offload == 1.0)
+		ck_assert(tier_optim_cpu_fraction(w.o) == 1.0);
+	else if (c->offload == 0.0)
+		ck_assert(tier_optim_cpu_fraction(w.o) == 0.0);
+	else
+		ck_assert(tier_optim_cpu_fraction(w.o) >= 0.0 && tier_optim_cpu_fraction(w.o) <= 1.0);
+	if (c->dynamic)
+		ck_assert_msg(w.scale > c->loss_scale, "the dynamic scale never grew (%g)", w.scale);
+	world_close(&w);
+}
+END_TEST
+
+/* ------------------------------------------------------------ overflow */
+
+struct ocase {
+	const char *name;
+	const char *pattern;    /* per step: 'c' clean, 'i' +inf, '-' -inf, 'n' nan */
+	int gdt;
+	bool dynamic;
+	enum drive drive;
+	uint32_t bad_param;
+	size_t bad_pos;         /* SIZE_MAX: the last element */
+	double offload;
+};
+
+static const struct ocase ocases[] = {
+	{ "static-inf", "cicc", TIER_FP32, false, D_STEP, 2, 65537, 0.5 },
+	{ "static-nan", "cnc", TIER_FP32, false, D_STEP, 2, SIZE_MAX, 1.0 },
+	{ "static-neginf-first", "icc", TIER_FP32, false, D_STEP, 0, 0, 0.5 },
+	{ "static-nan-bf16", "ccnc", TIER_BF16, false, D_STEP, 1, 4000, 0.5 },
+	{ "static-inf-fp16-stream", "cicic", TIER_FP16, false, D_SHUFFLE, 2, 12345, 0.5 },
+	{ "dynamic-inf", "cciicccc", TIER_FP32, true, D_STEP, 2, 65537, 0.5 },
+	{ "dynamic-nan-fp16", "ccnccncnnc", TIER_FP16, true, D_STEP, 1, 0, 1.0 },
+	{ "dynamic-mixed-stream", "c-ncccic", TIER_BF16, true, D_REVERSE, 2, SIZE_MAX, 0.5 },
+};
+
+/* _i = case */
+START_TEST(optim_overflow)
+{
+	const struct ocase *c = &ocases[_i];
+	struct scfg sc = { .dram = 512 * KiB, .hbm = 1 * MiB };
+	struct tier_optim_params hp;
+	struct world w;
+	uint32_t nshards;
+	uint64_t seed = 4242 + (uint64_t)_i;
+	size_t nsteps = strlen(c->pattern);
+	int skipped = 0;
+
+	world_open(&w, c->name, &sc);
+	hp_base(&hp);
+	hp.offload_fraction = c->offload;
+	hp.max_grad_norm = 1.0;
+	if (c->dynamic) {
+		hp.loss_scale = 256;
+		hp.dynamic_loss_scale = true;
+		hp.min_loss_scale = 1;
+		hp.growth_factor = 2;
+		hp.backoff_factor = 0.5;
+		hp.growth_interval = 3;
+		hp.hysteresis = 2;
+	} else {
+		hp.loss_scale = 1024;
+	}
+	world_create(&w, &hp);
+	w.outs = true;
+	for (size_t i = 0; i < ARRAY_SIZE(small_set); i++)
+		world_add(&w, small_set[i].name, small_set[i].n, small_set[i].zeros, c->gdt,
+			  turn_dt[i % 3], 50 + i);
+	nshards = world_count_shards(&w, SHARD);
+	for (size_t k = 0; k < nsteps; k++) {
+		struct tier_step_result r;
+		struct ref_res rr;
+		double lr = step_lr[k % ARRAY_SIZE(step_lr)];
+		struct param *bp = &w.pa[c->bad_param];
+		char when[96];
+
+		world_grads(&w, seed, (int)k);
+		if (c->pattern[k] != 'c')
+			put_bad(bp->g, bp->gdt, c->bad_pos == SIZE_MAX ? bp->n - 1 : c->bad_pos,
+				c->pattern[k]);
+		opt_step(&w, lr, c->drive, seed + k, &r);
+		ref_step(&w, lr, &rr);
+		ck_assert_msg(rr.applied == (c->pattern[k] == 'c'), "the reference disagrees");
+		check_result(&w, &r, &rr, nshards, (int)k);
+		if (!rr.applied) {
+			skipped++;
+			ck_assert_msg(!r.applied, "step %zu ('%c' in %s) applied", k, c->pattern[k],
+				      bp->name);
+		}
+		/* a skipped step leaves the state and the outputs as they were:
+		 * the reference did not move */
+		snprintf(when, sizeof(when), "%s, after step %zu ('%c')", c->name, k + 1,
+			 c->pattern[k]);
+		check_state(&w, when);
+	}
+	ck_assert_int_gt(skipped, 0);
+	world_close(&w);
+}
+END_TEST
+
+/* ------------------------------------------------------------ golden */
+
+struct golden {
+	size_t numel, steps;
+	bool decoupled;
+	double beta1, beta2, eps, wd;
+	float *p0, *grads, *lr, *pf, *mf, *vf;
+};
+
+/* The number after "key": in @json (or after "key": [ for the @idx-th). */
+static double json_num(const char *json, const char *key, int idx)
+{
+	char pat[64];
+	const char *p;
+
+	snprintf(pat, sizeof(pat), "\"%s\":", key);
+	p = strstr(json, pat);
+	ck_assert_msg(p != NULL, "meta.json: no %s", key);
+	p += strlen(pat);
+	while (*p == ' ' || *p == '\n' || *p == '[')
+		p++;
+	for (int i = 0; i < idx; i++) {
+		p = strchr(p, ',');
+		ck_assert_ptr_nonnull(p);
+		p++;
+		while (*p == ' ' || *p == '\n')
+			p++;
+	}
+	return strtod(p, NULL);
+}
+
+static void *read_all(const char *dir, const char *name, size_t *len)
+{
+	char path[4096];
+	FILE *f;
+	long sz;
+	void *buf;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "rb");
+	ck_assert_msg(f != NULL, "cannot open %s", path);
+	ck_assert_int_eq(fseek(f, 0, SEEK_END), 0);
+	sz = ftell(f);
+	ck_assert_int_ge(sz, 0);
+	rewind(f);
+	buf = malloc((size_t)sz + 1);
+	ck_assert_ptr_nonnull(buf);
+	ck_assert_uint_eq(fread(buf, 1, (size_t)sz, f), (size_t)sz);
+	((char *)buf)[sz] = '\0';
+	fclose(f);
+	*len = (size_t)sz;
+	return buf;
+}
+
+static void golden_load(struct golden *g, const char *name)
+{
+	const char *root = getenv("TIER_GOLDEN");
+	char dir[4096];
+	char *meta;
+	size_t len;
+
+	ck_assert_msg(root != NULL, "TIER_GOLDEN is not set (meson test sets it)");
+	snprintf(dir, sizeof(dir), "%s/adamw/%s", root, name);
+	meta = read_all(dir, "meta.json", &len);
+	g->numel = (size_t)json_num(meta, "numel", 0);
+	g->steps = (size_t)json_num(meta, "steps", 0);
+	g->beta1 = json_num(meta, "betas", 0);
+	g->beta2 = json_num(meta, "betas", 1);
+	g->eps = json_num(meta, "eps", 0);
+	g->wd = json_num(meta, "weight_decay", 0);
+	g->decoupled = strstr(meta, "\"decoupled_weight_decay\": true") != NULL;
+	ck_assert_msg(strstr(meta, g->decoupled ? "\"AdamW\"" : "\"Adam\""), "%s: optimizer", dir);
+	free(meta);
+	g->p0 = read_all(dir, "params0.f32", &len);
+	ck_assert_uint_eq(len, g->numel * 4);
+	g->grads = read_all(dir, "grads.f32", &len);
+	ck_assert_uint_eq(len, g->steps * g->numel * 4);
+	g->lr = read_all(dir, "lr.f32", &len);
+	ck_assert_uint_eq(len, g->steps * 4);
+	g->pf = read_all(dir, "params_final.f32", &len);
+	ck_assert_uint_eq(len, g->numel * 4);
+	g->mf = read_all(dir, "exp_avg_final.f32", &len);
+	ck_assert_uint_eq(len, g->numel * 4);
+	g->vf = read_all(dir, "exp_avg_sq_final.f32", &len);
+	ck_assert_uint_eq(len, g->numel * 4);
+}
+
+static void golden_free(struct golden *g)
+{
+	free(g->p0);
+	free(g->grads);
+	free(g->lr);
+	free(g->pf);
+	free(g->mf);
+	free(g->vf);
+}
+
+/* Largest |x - ref| over the largest |ref|; *worst: where. */
+static double rel_err(const float *x, const float *ref, size_t n, size_t *worst)
+{
+	double big = 0, e = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		double d = fabs((double)x[i] - (double)ref[i]);
+
+		big = fmax(big, fabs((double)ref[i]));
+		if (!(d <= e)) {
+			e = d;
+			*worst = i;
+		}
+	}
+	return big > 0 ? e / big : e;
+}
+
+/* test_adamw.c's bounds for these files. */
+#define GOLDEN_TOL_PARAM 1e-7
+#define GOLDEN_TOL_MOMENT 1e-6
+
+static const char *const golden_cases[] = { "adamw_wd", "adam_l2", "adamw_sched" };
+
+/* _i = case * 2 + split (0: all on the CPU, no HBM; 1: half on the HBM tier) */
+START_TEST(optim_golden)
+{
+	const char *gname = golden_cases[_i / 2];
+	bool split = _i % 2;
+	struct scfg sc = { .dram = 256 * KiB, .hbm = split ? 1 * MiB : 0 };
+	struct tier_optim_params hp;
+	struct golden g;
+	struct world w;
+	struct param *tiled, *plain;
+	size_t copies, n;
+	char sub[64];
+
+	golden_load(&g, gname);
+	/* ~600 KB of fp32 state in the tiled parameter (~10 shards), over
+	 * twice the DRAM tier (256 KiB, the least that holds 4 shards) */
+	copies = (size_t)(600 * 1000 / (g.numel * 12)) + 1;
+	n = copies * g.numel;
+	snprintf(sub, sizeof(sub), "%s-%d", gname, split);
+	world_open(&w, sub, &sc);
+	hp_base(&hp);
+	hp.lr = (double)g.lr[0];
+	hp.beta1 = g.beta1;
+	hp.beta2 = g.beta2;
+	hp.eps = g.eps;
+	hp.weight_decay = g.wd;
+	hp.decoupled = g.decoupled;
+	hp.offload_fraction = split ? 0.5 : 1.0;
+	world_create(&w, &hp);
+	w.outs = true;
+	{
+		float *init = malloc(n * 4);
+
+		ck_assert_ptr_nonnull(init);
+		for (size_t c = 0; c < copies; c++)
+			memcpy(init + c * g.numel, g.p0, g.numel * 4);
+		tiled = world_add_init(&w, "golden.tiled", n, init, TIER_FP32, TIER_FP32, 9);
+		free(init);
+	}
+	plain = world_add_init(&w, "golden.plain", g.numel, g.p0, TIER_FP32, NONE, 10);
+	ck_assert_uint_ge(world_count_shards(&w, SHARD), 9);
+	ck_assert_uint_ge(tiled->shards, 8);
+	check_state(&w, "golden, before");
+	for (size_t st = 0; st < g.steps; st++) {
+		struct tier_step_result r;
+		struct ref_res rr;
+		double lr = (double)g.lr[st];
+		char when[64];
+
+		for (size_t c = 0; c < copies; c++)
+			memcpy((float *)tiled->g + c * g.numel, g.grads + st * g.numel, g.numel * 4);
+		memcpy(plain->g, g.grads + st * g.numel, g.numel * 4);
+		opt_step(&w, lr, st % 3 == 2 ? D_SHUFFLE : D_STEP, st, &r);
+		ref_step(&w, lr, &rr);
+		check_result(&w, &r, &rr, tiled->shards + plain->shards, (int)st);
+		if (st % 10 == 9 || st + 1 == g.steps) {
+			snprintf(when, sizeof(when), "%s, after step %zu", gname, st + 1);
+			check_state(&w, when);
+		}
+	}
+	/* the state read back (equal to the reference, checked above) against torch */
+	for (size_t c = 0; c <= copies; c++) {
+		const float *xp = c < copies ? tiled->rp + c * g.numel : plain->rp;
+		const float *xm = c < copies ? (const float *)tiled->rm + c * g.numel
+					     : (const float *)plain->rm;
+		const float *xv = c < copies ? (const float *)tiled->rv + c * g.numel
+					     : (const float *)plain->rv;
+		size_t wp = 0, wm = 0, wv = 0;
+		double ep = rel_err(xp, g.pf, g.numel, &wp);
+		double em = rel_err(xm, g.mf, g.numel, &wm);
+		double ev = rel_err(xv, g.vf, g.numel, &wv);
+
+		ck_assert_msg(ep <= GOLDEN_TOL_PARAM && em <= GOLDEN_TOL_MOMENT &&
+				      ev <= GOLDEN_TOL_MOMENT,
+			      "%s, copy %zu: errors (of the largest |value|) param %.3g (at %zu: %.9g, torch %.9g), exp_avg %.3g (at %zu), exp_avg_sq %.3g (at %zu)",
+			      gname, c, ep, wp, (double)xp[wp], (double)g.pf[wp], em, wm, ev, wv);
+		/* and every copy is the same bytes */
+		if (c > 0 && c < copies)
+			ck_assert_msg(memcmp(xp, tiled->rp, g.numel * 4) == 0,
+				      "%s: copy %zu differs from copy 0", gname, c);
+	}
+	ck_assert_msg(memcmp(plain->rp, tiled->rp, g.numel * 4) == 0,
+		      "%s: the plain parameter differs from the tiled one", gname);
+	world_close(&w);
+	golden_free(&g);
+}
+END_TEST
+
+/* ------------------------------------------------------------ streaming */
+
+/* Reverse and shuffled pushes equal tier_optim_step on a twin. */
+START_TEST(stream_order)
+{
+	struct scfg sc = { .dram = 2 * MiB, .hbm = 1 * MiB };
+	struct tier_optim_params hp;
+	struct world a, b;
+	uint32_t na, nb;
+	static const enum drive drives[] = { D_REVERSE, D_SHUFFLE, D_SHUFFLE, D_FORWARD,
+					     D_REVERSE, D_SHUFFLE };
+
+	hp_base(&hp);
+	hp.offload_fraction = 0.5;
+	hp.max_grad_norm = 2.0;
+	world_open(&a, "a", &sc);
+	world_create(&a, &hp);
+	world_open(&b, "b", &sc);
+	world_create(&b, &hp);
+	a.outs = b.outs = true;
+	for (size_t i = 0; i < ARRAY_SIZE(big_set); i++) {
+		world_add(&a, big_set[i].name, big_set[i].n, big_set[i].zeros, turn_dt[i % 3],
+			  turn_dt[(i + 2) % 3], 300 + i);
+		world_add(&b, big_set[i].name, big_set[i].n, big_set[i].zeros, turn_dt[i % 3],
+			  turn_dt[(i + 2) % 3], 300 + i);
+	}
+	na = world_count_shards(&a, SHARD);
+	nb = world_count_shards(&b, SHARD);
+	ck_assert_uint_eq(na, nb);
+	for (int k = 0; k < (int)ARRAY_SIZE(drives); k++) {
+		struct tier_step_result ra, rb;
+		struct ref_res rra, rrb;
+		double lr = step_lr[k];
+		char when[64];
+
+		world_grads(&a, 5, k);
+		world_grads(&b, 5, k);
+		opt_step(&a, lr, D_STEP, 0, &ra);
+		opt_step(&b, lr, drives[k], 1000 + (uint64_t)k, &rb);
+		ref_step(&a, lr, &rra);
+		ref_step(&b, lr, &rrb);
+		check_result(&a, &ra, &rra, na, k);
+		check_result(&b, &rb, &rrb, nb, k);
+		ck_assert(ra.grad_norm == rb.grad_norm);
+		snprintf(when, sizeof(when), "step form, after step %d", k + 1);
+		check_state(&a, when);
+		snprintf(when, sizeof(when), "streaming form, after step %d", k + 1);
+		check_state(&b, when);
+		for (size_t i = 0; i < a.np; i++) {
+			ck_assert(memcmp(a.pa[i].rp, b.pa[i].rp, a.pa[i].n * 4) == 0);
+			ck_assert(memcmp(a.pa[i].rm, b.pa[i].rm, a.pa[i].n * 4) == 0);
+			ck_assert(memcmp(a.pa[i].rv, b.pa[i].rv, a.pa[i].n * 4) == 0);
+			ck_assert(memcmp(a.pa[i].out, b.pa[i].out, a.pa[i].n * esize(a.pa[i].odt)) == 0);
+		}
+	}
+	world_close(&a);
+	world_close(&b);
+}
+END_TEST
+
+#define ASSERT_ERR(expr, want, what)                                                    \
+	do {                                                                           \
+		int rc_ = (expr);                                                      \
+		ck_assert_msg(rc_ == (want), "%s: %d (%s), want %d; detail '%s'", what, rc_, \
+			      tier_strerror(rc_), want, tier_last_error());            \
+		ck_assert_msg(*tier_last_error() != '\0', "%s: no detail", what);      \
+	} while (0)
+
+/* Opens a small world with outputs, for the error tests. */
+static void small_world(struct world *w, const char *sub, double offload)
+{
+	struct scfg sc = { .dram = 512 * KiB, .hbm = 1 * MiB };
+	struct tier_optim_params hp;
+
+	world_open(w, sub, &sc);
+	hp_base(&hp);
+	hp.offload_fraction = offload;
+	world_create(w, &hp);
+	w->outs = true;
+	for (size_t i = 0; i < ARRAY_SIZE(small_set); i++)
+		world_add(w, small_set[i].name, small_set[i].n, small_set[i].zeros, TIER_FP32,
+			  turn_dt[i % 3], 70 + i);
+}
+
+START_TEST(stream_errors)
+{
+	struct world w;
+	struct tier_tensor g[MAXP], out[MAXP], bad;
+	struct tier_step_result r;
+	struct ref_res rr;
+	uint32_t nshards;
+	int rc;
+
+	small_world(&w, "errs", 0.5);
+	nshards = world_count_shards(&w, SHARD);
+	for (size_t i = 0; i < w.np; i++) {
+		g[i] = grad_t(&w.pa[i]);
+		out[i] = out_t(&w.pa[i]);
+	}
+
+	/* no step begun */
+	ASSERT_ERR(tier_optim_push(w.o, 0, &g[0], &out[0]), -EINVAL, "push without begin");
+	rc = tier_optim_end(w.o, &r);
+	ck_assert_msg(rc < 0, "end without begin: %d", rc);
+	check_state(&w, "after pushes without a step");
+
+	/* step 1: bad pushes, begin twice, add inside, a double push */
+	world_grads(&w, 9, 0);
+	ck_assert_int_eq(tier_optim_begin(w.o, 2e-3), 0);
+	rc = tier_optim_begin(w.o, 2e-3);
+	ck_assert_msg(rc < 0, "begin twice: %d", rc);
+	ck_assert_msg(*tier_last_error() != '\0', "begin twice: no detail");
+	ASSERT_ERR(tier_optim_push(w.o, (uint32_t)w.np, &g[0], NULL), -EINVAL, "push id = nparams");
+	ASSERT_ERR(tier_optim_push(w.o, UINT32_MAX, &g[0], NULL), -EINVAL, "push id UINT32_MAX");
+	bad = g[1];
+	bad.ptr = NULL;
+	ASSERT_ERR(tier_optim_push(w.o, 1, &bad, NULL), -EINVAL, "push NULL gradient buffer");
+	bad = g[1];
+	bad.dtype = (enum tier_dtype)7;
+	ASSERT_ERR(tier_optim_push(w.o, 1, &bad, NULL), -EINVAL, "push bad gradient dtype");
+	bad = out[1];
+	bad.dtype = (enum tier_dtype)9;
+	ASSERT_ERR(tier_optim_push(w.o, 1, &g[1], &bad), -EINVAL, "push bad output dtype");
+	ASSERT_ERR(tier_optim_push(w.o, 1, NULL, NULL), -EINVAL, "push NULL gradient");
+	ASSERT_ERR(tier_optim_add_param(w.o, "late", 100, NULL, NULL), -EBUSY, "add inside a step");
+	ck_assert_uint_eq(tier_optim_nparams(w.o), w.np);
+	ck_assert_ptr_null(tier_obj_find(w.s, "late#0"));
+	for (size_t i = w.np; i-- > 0;) {
+		rc = tier_optim_push(w.o, (uint32_t)i, &g[i], &out[i]);
+		ck_assert_msg(rc == 0, "push %zu: %d: %s", i, rc, tier_last_error());
+	}
+	{
+		/* a second push of parameter 2 with another gradient: refused,
+		 * the first stands */
+		struct param *q = &w.pa[2];
+		float *other = malloc(q->n * 4);
+
+		ck_assert_ptr_nonnull(other);
+		gen_grad(other, TIER_FP32, q->n, 999, 1.0);
+		bad = g[2];
+		bad.ptr = other;
+		ASSERT_ERR(tier_optim_push(w.o, 2, &bad, &out[2]), -EALREADY, "push twice");
+		rc = tier_optim_end(w.o, &r);
+		ck_assert_msg(rc == 0, "end after the refused pushes: %d: %s", rc, tier_last_error());
+		free(other);
+	}
+	ref_step(&w, 2e-3, &rr);
+	check_result(&w, &r, &rr, nshards, 0);
+	ck_assert_uint_eq(r.step, 1);
+	check_state(&w, "after the step with refused pushes");
+
+	/* step 2: parameter 1 missing at end; outputs passed must stay */
+	world_grads(&w, 9, 1);
+	ck_assert_int_eq(tier_optim_begin(w.o, 1e-3), 0);
+	ck_assert_int_eq(tier_optim_push(w.o, 2, &g[2], &out[2]), 0);
+	ck_assert_int_eq(tier_optim_push(w.o, 0, &g[0], &out[0]), 0);
+	rc = tier_optim_end(w.o, &r);
+	ck_assert_msg(rc == -ENODATA, "end with %s missing: %d (%s): %s", w.pa[1].name, rc,
+		      tier_strerror(rc), tier_last_error());
+	ck_assert_msg(strstr(tier_last_error(), w.pa[1].name) != NULL,
+		      "the detail '%s' does not name %s", tier_last_error(), w.pa[1].name);
+	check_state(&w, "after the abandoned step");
+
+	/* a full step works after it, counting from step 1 */
+	opt_step(&w, 1e-3, D_SHUFFLE, 3, &r);
+	ref_step(&w, 1e-3, &rr);
+	check_result(&w, &r, &rr, nshards, 1);
+	ck_assert_uint_eq(r.step, 2);
+	check_state(&w, "after the step that followed the abandoned one");
+
+	/* all missing */
+	ck_assert_int_eq(tier_optim_begin(w.o, 1e-3), 0);
+	rc = tier_optim_end(w.o, &r);
+	ck_assert_msg(rc == -ENODATA, "end with nothing pushed: %d: %s", rc, tier_last_error());
+	check_state(&w, "after the empty step");
+
+	/* and tier_optim_step */
+	world_grads(&w, 9, 2);
+	opt_step(&w, 0, D_STEP, 0, &r);
+	ref_step(&w, 0, &rr);
+	check_result(&w, &r, &rr, nshards, 2);
+	ck_assert_uint_eq(r.step, 3);
+	check_state(&w, "after the last step");
+	world_close(&w);
+}
+END_TEST
+
+/*
+ * A failure of the tiers in the middle of end (docs/optimizer.md): the
+ * error comes back naming a shard, the shards before it are updated and
+ * the rest are not, and the optimizer refuses further steps (the trainer
+ * restores a checkpoint).  The store stays consistent and closes.
+ *
+ * "one fill": the store is flushed and everything evicted (a filler object
+ * the size of DRAM), so the first fill of the next step, that of its first
+ * shard, is the first call of the store_io site, armed to fail once: the
+ * lane that owns that shard fails there and the other lane (if any) has
+ * every shard it needs.  With the CPU lane alone nothing is updated.
+ * "nvme errors": every NVMe operation fails from the step on.
+ */
+struct fcase {
+	const char *name;
+	bool one_fill;
+	double offload;
+	uint64_t hbm;
+};
+
+static const struct fcase fcases[] = {
+	{ "one-fill-cpu", true, 1.0, 0 },
+	{ "one-fill-split", true, 0.5, 1 * MiB },
+	{ "nvme-errors-split", false, 0.5, 1 * MiB },
+};
+
+/* _i = case */
+START_TEST(tier_failure)
+{
+	const struct fcase *c = &fcases[_i];
+	struct scfg sc = { .dram = 2 * MiB, .hbm = c->hbm };
+	struct tier_optim_params hp;
+	struct tier_tensor g[MAXP], out[MAXP];
+	struct world w;
+	struct tier_step_result r;
+	struct ref_res rr;
+	enum tier_fault_site site = c->one_fill ? TIER_FAULT_STORE_IO : TIER_FAULT_NVME_IO_ERR;
+	uint32_t nshards;
+	int rc, rc2;
+	const char *d;
+
+	NEED_FAULTS();
+	world_open(&w, c->name, &sc);
+	hp_base(&hp);
+	hp.offload_fraction = c->offload;
+	world_create(&w, &hp);
+	w.outs = true;
+	for (size_t i = 0; i < ARRAY_SIZE(big_set); i++)
+		world_add(&w, big_set[i].name, big_set[i].n, big_set[i].zeros, TIER_FP32,
+			  turn_dt[i % 3], 70 + i);
+	nshards = world_count_shards(&w, SHARD);
+	world_grads(&w, 21, 0);
+	opt_step(&w, 1e-3, D_STEP, 0, &r);
+	ref_step(&w, 1e-3, &rr);
+	check_result(&w, &r, &rr, nshards, 0);
+	world_grads(&w, 21, 1);
+	if (c->one_fill) {
+		struct tier_obj *f;
+		void *ptr;
+
+		ck_assert_int_eq(tier_flush(w.s), 0);
+		ck_assert_int_eq(tier_obj_create(w.s, "filler", sc.dram, &f), 0);
+		ck_assert_int_eq(tier_acquire(w.s, f, TIER_DRAM, TIER_WRITE | TIER_DISCARD, &ptr), 0);
+		ck_assert_int_eq(tier_release(w.s, f, TIER_DRAM, false), 0);
+		ck_assert_int_eq(tier_obj_destroy(w.s, f), 0);
+		ck_assert_int_eq(tier_fault_arm(site, 1, 1, -EIO), 0);
+	} else {
+		ck_assert_int_eq(tier_fault_arm(site, 1, TIER_FAULT_PERSISTENT, -EIO), 0);
+	}
+	for (size_t i = 0; i < w.np; i++) {
+		g[i] = grad_t(&w.pa[i]);
+		out[i] = out_t(&w.pa[i]);
+	}
+	rc = tier_optim_step(w.o, 1e-3, g, out, &r);
+	ck_assert_msg(rc < 0, "%s: a step with a failing fill returned %d", c->name, rc);
+	d = tier_last_error();
+	ck_assert_msg(strchr(d, '#') != NULL, "%s: the detail '%s' names no shard", c->name, d);
+	ck_assert_uint_ge(tier_fault_fired(site), 1);
+	tier_fault_disarm(site);
+	if (c->one_fill && c->offload == 1.0)
+		check_state(&w, "after a step whose first fill failed");
+	rc2 = tier_optim_step(w.o, 1e-3, g, out, &r);
+	ck_assert_msg(rc2 < 0, "%s: a step after a failed one: %d", c->name, rc2);
+	ck_assert_msg(*tier_last_error() != '\0', "%s: the refusal has no detail", c->name);
+	rc2 = tier_optim_begin(w.o, 1e-3);
+	ck_assert_msg(rc2 < 0, "%s: begin after a failed step: %d", c->name, rc2);
+	VALID(w.s);
+	/* destroy returns 0 or the error met */
+	rc2 = tier_optim_destroy(w.o);
+	ck_assert_msg(rc2 == 0 || rc2 == rc, "%s: destroy: %d: %s", c->name, rc2, tier_last_error());
+	w.o = NULL;
+	world_close(&w);
+}
+END_TEST
+
+/* ------------------------------------------------------------ creation */
+
+START_TEST(params_defaults)
+{
+	struct tier_optim_params p;
+
+	memset(&p, 0x5a, sizeof(p));
+	tier_optim_params_init(&p);
+	ck_assert(p.lr == 1e-3);
+	ck_assert(p.beta1 == 0.9);
+	ck_assert(p.beta2 == 0.999);
+	ck_assert(p.eps == 1e-8);
+	ck_assert(p.weight_decay == 0.01);
+	ck_assert(p.decoupled);
+	ck_assert_int_eq(p.moment_dtype, -1);
+	ck_assert(isnan(p.offload_fraction));
+	ck_assert(p.max_grad_norm == 0);
+	ck_assert(!p.dynamic_loss_scale);
+	ck_assert(p.min_loss_scale == 1);
+	ck_assert(p.growth_factor == 2);
+	ck_assert(p.backoff_factor == 0.5);
+	ck_assert_uint_eq(p.growth_interval, 1000);
+	ck_assert_uint_eq(p.hysteresis, 2);
+	ck_assert_uint_eq(p.shard_size, 0);
+	ck_assert_uint_eq(p.threads, 0);
+}
+END_TEST
+
+/* moment dtype -1, offload NAN and shard_size 0 take the manifest's. */
+START_TEST(manifest_values)
+{
+	struct scfg sc = { .dram = 1 * MiB, .hbm = 1 * MiB, .moment = "bf16", .offload = "0.25",
+			   .shard = "128KiB" };
+	struct tier_optim_params hp;
+	struct world w;
+	uint32_t nshards;
+	bool big = false;
+
+	world_open(&w, "man", &sc);
+	tier_optim_params_init(&hp);
+	hp.threads = 2;
+	hp.loss_scale = 1;
+	world_create(&w, &hp);
+	ck_assert_int_eq(tier_optim_moment_dtype(w.o), TIER_BF16);
+	ck_assert_msg(tier_optim_cpu_fraction(w.o) == 0.25, "cpu fraction %g",
+		      tier_optim_cpu_fraction(w.o));
+	w.outs = true;
+	world_add(&w, "w", 70000, false, TIER_FP32, TIER_FP32, 1);
+	world_add(&w, "b", 33, false, TIER_FP32, NONE, 2);
+	nshards = world_count_shards(&w, 128 * KiB);
+	for (uint32_t k = 0; k < w.pa[0].shards; k++) {
+		char nm[64];
+
+		snprintf(nm, sizeof(nm), "w#%u", k);
+		big |= tier_obj_size(tier_obj_find(w.s, nm)) > 64 * KiB;
+	}
+	ck_assert_msg(big, "no shard above 64 KiB: the manifest's 128 KiB was not used");
+	for (int k = 0; k < 3; k++) {
+		struct tier_step_result r;
+		struct ref_res rr;
+
+		world_grads(&w, 11, k);
+		opt_step(&w, step_lr[k], D_STEP, 0, &r);
+		ref_step(&w, step_lr[k], &rr);
+		check_result(&w, &r, &rr, nshards, k);
+		check_state(&w, "manifest values");
+	}
+	world_close(&w);
+}
+END_TEST
+
+struct bad_create {
+	const char *what;
+	const char *word;       /* the detail names it */
+	int moment;
+	double offload, lr;
+};
+
+static const struct bad_create bad_creates[] = {
+	{ "moment dtype fp16", "moment", TIER_FP16, 1.0, 1e-3 },
+	{ "moment dtype 7", "moment", 7, 1.0, 1e-3 },
+	{ "offload_fraction 1.5", "offload", TIER_FP32, 1.5, 1e-3 },
+	{ "offload_fraction -0.5", "offload", TIER_FP32, -0.5, 1e-3 },
+	{ "negative lr", "lr", TIER_FP32, 1.0, -1e-3 },
+};
+
+START_TEST(create_errors)
+{
+	struct scfg sc = { .dram = 512 * KiB, .hbm = 1 * MiB };
+	struct tier_optim_params hp;
+	struct tier_optim *o = NULL;
+	struct world w;
+
+	world_open(&w, "cerr", &sc);
+	for (size_t i = 0; i < ARRAY_SIZE(bad_creates); i++) {
+		const struct bad_create *b = &bad_creates[i];
+
+		hp_base(&hp);
+		hp.moment_dtype = b->moment;
+		hp.offload_fraction = b->offload;
+		hp.lr = b->lr;
+		ASSERT_ERR(tier_optim_create(w.s, &hp, &o), -EINVAL, b->what);
+		ck_assert_msg(strstr(tier_last_error(), b->word) != NULL,
+			      "%s: the detail '%s' does not name '%s'", b->what, tier_last_error(),
+			      b->word);
+	}
+	/* NULL params: tier_optim_params_init's */
+	ck_assert_int_eq(tier_optim_create(w.s, NULL, &o), 0);
+	ck_assert_int_eq(tier_optim_moment_dtype(o), TIER_FP32); /* the manifest's */
+	ck_assert_int_eq(tier_optim_destroy(o), 0);
+	o = NULL;
+	hp_base(&hp);
+	ASSERT_ERR(tier_optim_create(NULL, &hp, &o), -EINVAL, "create on a NULL store");
+	ASSERT_ERR(tier_optim_create(w.s, &hp, NULL), -EINVAL, "create with NULL out");
+	VALID(w.s);
+	world_close(&w);
+}
+END_TEST
+
+START_TEST(add_errors)
+{
+	struct scfg sc = { .dram = 512 * KiB, .hbm = 0, .nvme = 16 * MiB };
+	struct tier_optim_params hp;
+	struct world w;
+	uint32_t id = 77;
+	float *m = malloc(4099 * 4);
+
+	ck_assert_ptr_nonnull(m);
+	world_open(&w, "aerr", &sc);
+	hp_base(&hp);
+	world_create(&w, &hp);
+	w.outs = true;
+	world_add(&w, "first", 4099, false, TIER_FP32, TIER_FP32, 1);
+	ASSERT_ERR(tier_optim_add_param(w.o, "first", 10, NULL, &id), -EEXIST, "duplicate name");
+	ASSERT_ERR(tier_optim_add_param(w.o, "empty", 0, NULL, &id), -EINVAL, "numel 0");
+	ck_assert_ptr_null(tier_obj_find(w.s, "empty#0"));
+	ASSERT_ERR(tier_optim_add_param(w.o, NULL, 10, NULL, &id), -EINVAL, "NULL name");
+	/* 2M elements, 24 MB of state, on a 16 MiB home */
+	ASSERT_ERR(tier_optim_add_param(w.o, "huge", 2u << 20, NULL, &id), -ENOSPC,
+		   "larger than the home");
+	ck_assert_ptr_null(tier_obj_find(w.s, "huge#0"));
+	ck_assert_uint_eq(tier_optim_nparams(w.o), 1);
+	ck_assert_ptr_null(tier_optim_param_name(w.o, 1));
+	ck_assert_ptr_null(tier_optim_param_name(w.o, UINT32_MAX));
+	ck_assert_uint_eq(tier_optim_param_numel(w.o, 1), 0);
+	ASSERT_ERR(tier_optim_read(w.o, 1, m, NULL, NULL), -EINVAL, "read of a bad id");
+	/* read with only the master weights */
+	ck_assert_int_eq(tier_optim_read(w.o, 0, m, NULL, NULL), 0);
+	ck_assert(memcmp(m, w.pa[0].p, 4099 * 4) == 0);
+	VALID(w.s);
+	/* a second parameter after the failures gets id 1 */
+	world_add(&w, "second", 70000, true, TIER_BF16, TIER_FP16, 2);
+	{
+		struct tier_step_result r;
+		struct ref_res rr;
+		uint32_t ns = world_count_shards(&w, SHARD);
+
+		world_grads(&w, 3, 0);
+		opt_step(&w, 1e-3, D_STEP, 0, &r);
+		ref_step(&w, 1e-3, &rr);
+		check_result(&w, &r, &rr, ns, 0);
+		check_state(&w, "after the failed adds");
+	}
+	free(m);
+	world_close(&w);
+}
+END_TEST
+
+/* ------------------------------------------------------------ suite */
+
+static Suite *optim_suite(void)
+{
+	Suite *s = suite_create("optim");
+	TCase *tc;
+
+	tc = tcase_create("matrix");
+	tcase_add_unchecked_fixture(tc, t_case_setup, t_case_teardown);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_loop_test(tc, optim_matrix, 0, (int)ARRAY_SIZE(mcases));
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("overflow");
+	tcase_add_unchecked_fixture(tc, t_case_setup, t_case_teardown);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_loop_test(tc, optim_overflow, 0, (int)ARRAY_SIZE(ocases));
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("golden");
+	tcase_add_unchecked_fixture(tc, t_case_setup, t_case_teardown);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_loop_test(tc, optim_golden, 0, (int)ARRAY_SIZE(golden_cases) * 2);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("stream");
+	tcase_add_unchecked_fixture(tc, t_case_setup, t_case_teardown);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, stream_order);
+	tcase_add_test(tc, stream_errors);
+	suite_add_tcase(s, tc);
+
+	/* its own case and a short timeout: a hang here is a failure of this
+	 * test, not of the whole suite's time limit */
+	tc = tcase_create("failure");
+	tcase_add_unchecked_fixture(tc, t_case_setup, t_case_teardown);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 20);
+	tcase_add_loop_test(tc, tier_failure, 0, (int)ARRAY_SIZE(fcases));
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("create");
+	tcase_add_unchecked_fixture(tc, t_case_setup, t_case_teardown);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, params_defaults);
+	tcase_add_test(tc, manifest_values);
+	tcase_add_test(tc, create_errors);
+	tcase_add_test(tc, add_errors);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return t_run_suite(optim_suite());
+}
