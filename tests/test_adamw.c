@@ -483,52 +483,6 @@ struct golden {
 	double beta1, beta2, eps, weight_decay;
 };
 
-/* The number after "key": in @json (or after "key": [ for the @idx-th). */
-static double json_num(const char *json, const char *key, int idx)
-{
-	char pat[64];
-	const char *p;
-
-	snprintf(pat, sizeof(pat), "\"%s\":", key);
-	p = strstr(json, pat);
-	ck_assert_msg(p != NULL, "meta.json: no %s", key);
-	p += strlen(pat);
-	while (*p == ' ' || *p == '\n' || *p == '[')
-		p++;
-	for (int i = 0; i < idx; i++) {
-		p = strchr(p, ',');
-		ck_assert_ptr_nonnull(p);
-		p++;
-		while (*p == ' ' || *p == '\n')
-			p++;
-	}
-	return strtod(p, NULL);
-}
-
-/* The whole file @dir/@name; *len its size. */
-static void *read_all(const char *dir, const char *name, size_t *len)
-{
-	char path[4096];
-	FILE *f;
-	long sz;
-	void *buf;
-
-	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	f = fopen(path, "rb");
-	ck_assert_msg(f != NULL, "cannot open %s", path);
-	ck_assert_int_eq(fseek(f, 0, SEEK_END), 0);
-	sz = ftell(f);
-	ck_assert_int_ge(sz, 0);
-	rewind(f);
-	buf = malloc((size_t)sz + 1);
-	ck_assert_ptr_nonnull(buf);
-	ck_assert_uint_eq(fread(buf, 1, (size_t)sz, f), (size_t)sz);
-	((char *)buf)[sz] = '\0';
-	fclose(f);
-	*len = (size_t)sz;
-	return buf;
-}
-
 static const char *const golden_cases[] = { "adamw_wd", "adam_l2", "adamw_sched" };
 
 /* Largest |x - ref| over the largest |ref| (norm-wise relative error);
@@ -572,28 +526,28 @@ START_TEST(golden_case)
 
 	ck_assert_msg(root != NULL, "TIER_GOLDEN is not set (meson test sets it)");
 	snprintf(dir, sizeof(dir), "%s/adamw/%s", root, golden_cases[_i]);
-	meta = read_all(dir, "meta.json", &len);
-	numel = (size_t)json_num(meta, "numel", 0);
-	steps = (size_t)json_num(meta, "steps", 0);
-	hp.beta1 = json_num(meta, "betas", 0);
-	hp.beta2 = json_num(meta, "betas", 1);
-	hp.eps = json_num(meta, "eps", 0);
-	hp.weight_decay = json_num(meta, "weight_decay", 0);
+	meta = t_read_all(dir, "meta.json", &len);
+	numel = (size_t)t_json_num(meta, "numel", 0);
+	steps = (size_t)t_json_num(meta, "steps", 0);
+	hp.beta1 = t_json_num(meta, "betas", 0);
+	hp.beta2 = t_json_num(meta, "betas", 1);
+	hp.eps = t_json_num(meta, "eps", 0);
+	hp.weight_decay = t_json_num(meta, "weight_decay", 0);
 	hp.decoupled = strstr(meta, "\"decoupled_weight_decay\": true") != NULL;
 	hp.grad_scale = 1.0;
 	ck_assert_msg(strstr(meta, hp.decoupled ? "\"AdamW\"" : "\"Adam\""), "%s: optimizer", dir);
 
-	p0 = read_all(dir, "params0.f32", &len);
+	p0 = t_read_all(dir, "params0.f32", &len);
 	ck_assert_uint_eq(len, numel * 4);
-	grads = read_all(dir, "grads.f32", &len);
+	grads = t_read_all(dir, "grads.f32", &len);
 	ck_assert_uint_eq(len, steps * numel * 4);
-	lr = read_all(dir, "lr.f32", &len);
+	lr = t_read_all(dir, "lr.f32", &len);
 	ck_assert_uint_eq(len, steps * 4);
-	pf = read_all(dir, "params_final.f32", &len);
+	pf = t_read_all(dir, "params_final.f32", &len);
 	ck_assert_uint_eq(len, numel * 4);
-	mf = read_all(dir, "exp_avg_final.f32", &len);
+	mf = t_read_all(dir, "exp_avg_final.f32", &len);
 	ck_assert_uint_eq(len, numel * 4);
-	vf = read_all(dir, "exp_avg_sq_final.f32", &len);
+	vf = t_read_all(dir, "exp_avg_sq_final.f32", &len);
 	ck_assert_uint_eq(len, numel * 4);
 
 	for (int v = 0; v < ADAMW_ISA__COUNT; v++) {

@@ -1128,51 +1128,6 @@ struct golden {
 	float *p0, *grads, *lr, *pf, *mf, *vf;
 };
 
-/* The number after "key": in @json (or after "key": [ for the @idx-th). */
-static double json_num(const char *json, const char *key, int idx)
-{
-	char pat[64];
-	const char *p;
-
-	snprintf(pat, sizeof(pat), "\"%s\":", key);
-	p = strstr(json, pat);
-	ck_assert_msg(p != NULL, "meta.json: no %s", key);
-	p += strlen(pat);
-	while (*p == ' ' || *p == '\n' || *p == '[')
-		p++;
-	for (int i = 0; i < idx; i++) {
-		p = strchr(p, ',');
-		ck_assert_ptr_nonnull(p);
-		p++;
-		while (*p == ' ' || *p == '\n')
-			p++;
-	}
-	return strtod(p, NULL);
-}
-
-static void *read_all(const char *dir, const char *name, size_t *len)
-{
-	char path[4096];
-	FILE *f;
-	long sz;
-	void *buf;
-
-	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	f = fopen(path, "rb");
-	ck_assert_msg(f != NULL, "cannot open %s", path);
-	ck_assert_int_eq(fseek(f, 0, SEEK_END), 0);
-	sz = ftell(f);
-	ck_assert_int_ge(sz, 0);
-	rewind(f);
-	buf = malloc((size_t)sz + 1);
-	ck_assert_ptr_nonnull(buf);
-	ck_assert_uint_eq(fread(buf, 1, (size_t)sz, f), (size_t)sz);
-	((char *)buf)[sz] = '\0';
-	fclose(f);
-	*len = (size_t)sz;
-	return buf;
-}
-
 static void golden_load(struct golden *g, const char *name)
 {
 	const char *root = getenv("TIER_GOLDEN");
@@ -1182,27 +1137,27 @@ static void golden_load(struct golden *g, const char *name)
 
 	ck_assert_msg(root != NULL, "TIER_GOLDEN is not set (meson test sets it)");
 	snprintf(dir, sizeof(dir), "%s/adamw/%s", root, name);
-	meta = read_all(dir, "meta.json", &len);
-	g->numel = (size_t)json_num(meta, "numel", 0);
-	g->steps = (size_t)json_num(meta, "steps", 0);
-	g->beta1 = json_num(meta, "betas", 0);
-	g->beta2 = json_num(meta, "betas", 1);
-	g->eps = json_num(meta, "eps", 0);
-	g->wd = json_num(meta, "weight_decay", 0);
+	meta = t_read_all(dir, "meta.json", &len);
+	g->numel = (size_t)t_json_num(meta, "numel", 0);
+	g->steps = (size_t)t_json_num(meta, "steps", 0);
+	g->beta1 = t_json_num(meta, "betas", 0);
+	g->beta2 = t_json_num(meta, "betas", 1);
+	g->eps = t_json_num(meta, "eps", 0);
+	g->wd = t_json_num(meta, "weight_decay", 0);
 	g->decoupled = strstr(meta, "\"decoupled_weight_decay\": true") != NULL;
 	ck_assert_msg(strstr(meta, g->decoupled ? "\"AdamW\"" : "\"Adam\""), "%s: optimizer", dir);
 	free(meta);
-	g->p0 = read_all(dir, "params0.f32", &len);
+	g->p0 = t_read_all(dir, "params0.f32", &len);
 	ck_assert_uint_eq(len, g->numel * 4);
-	g->grads = read_all(dir, "grads.f32", &len);
+	g->grads = t_read_all(dir, "grads.f32", &len);
 	ck_assert_uint_eq(len, g->steps * g->numel * 4);
-	g->lr = read_all(dir, "lr.f32", &len);
+	g->lr = t_read_all(dir, "lr.f32", &len);
 	ck_assert_uint_eq(len, g->steps * 4);
-	g->pf = read_all(dir, "params_final.f32", &len);
+	g->pf = t_read_all(dir, "params_final.f32", &len);
 	ck_assert_uint_eq(len, g->numel * 4);
-	g->mf = read_all(dir, "exp_avg_final.f32", &len);
+	g->mf = t_read_all(dir, "exp_avg_final.f32", &len);
 	ck_assert_uint_eq(len, g->numel * 4);
-	g->vf = read_all(dir, "exp_avg_sq_final.f32", &len);
+	g->vf = t_read_all(dir, "exp_avg_sq_final.f32", &len);
 	ck_assert_uint_eq(len, g->numel * 4);
 }
 

@@ -91,3 +91,49 @@ void t_case_teardown(void)
 	free(g_case_saved_tmpdir);
 	g_case_saved_tmpdir = NULL;
 }
+
+/* The number after "key": in @json (or after "key": [ for the @idx-th). */
+double t_json_num(const char *json, const char *key, int idx)
+{
+	char pat[64];
+	const char *p;
+
+	snprintf(pat, sizeof(pat), "\"%s\":", key);
+	p = strstr(json, pat);
+	ck_assert_msg(p != NULL, "meta.json: no %s", key);
+	p += strlen(pat);
+	while (*p == ' ' || *p == '\n' || *p == '[')
+		p++;
+	for (int i = 0; i < idx; i++) {
+		p = strchr(p, ',');
+		ck_assert_ptr_nonnull(p);
+		p++;
+		while (*p == ' ' || *p == '\n')
+			p++;
+	}
+	return strtod(p, NULL);
+}
+
+/* The whole file @dir/@name; *len its size. */
+void *t_read_all(const char *dir, const char *name, size_t *len)
+{
+	char path[4096];
+	FILE *f;
+	long sz;
+	void *buf;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "rb");
+	ck_assert_msg(f != NULL, "cannot open %s", path);
+	ck_assert_int_eq(fseek(f, 0, SEEK_END), 0);
+	sz = ftell(f);
+	ck_assert_int_ge(sz, 0);
+	rewind(f);
+	buf = malloc((size_t)sz + 1);
+	ck_assert_ptr_nonnull(buf);
+	ck_assert_uint_eq(fread(buf, 1, (size_t)sz, f), (size_t)sz);
+	((char *)buf)[sz] = '\0';
+	fclose(f);
+	*len = (size_t)sz;
+	return buf;
+}

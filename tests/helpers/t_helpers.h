@@ -21,6 +21,15 @@ void t_rmtree(const char *path);
 /* Writes @text to @dir/@name; returns the malloc'd path. */
 char *t_write_file(const char *dir, const char *name, const char *text);
 
+/* The whole file @dir/@name, NUL-terminated (free() it); *len its size.
+ * Fails the test when it cannot be read. */
+void *t_read_all(const char *dir, const char *name, size_t *len);
+
+/* The number after "key": in the JSON text @json (after "key": [ for the
+ * @idx-th element of an array), for the golden data's meta.json.  Fails the
+ * test when the key is missing. */
+double t_json_num(const char *json, const char *key, int idx);
+
 /*
  * Skips (returns from) the calling test with a note when the build has no
  * fault sites.  The test includes common/fault.h.
