@@ -161,7 +161,7 @@ void tier_optim_params_init(struct tier_optim_params *p)
 	p->weight_decay = 0.01;
 	p->decoupled = true;
 	p->moment_dtype = -1;
-	p->offload_fraction = NAN;
+	p->offload_fraction = (double)NAN;
 	p->max_grad_norm = 0;
 	p->loss_scale = 1.0;
 	p->dynamic_loss_scale = false;

@@ -1051,7 +1051,7 @@ int cmd_step(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	struct step_opts o = {
-		.steps = 5, .offload = NAN, .moments = -1, .copy_out = TIER_BF16,
+		.steps = 5, .offload = (double)NAN, .moments = -1, .copy_out = TIER_BF16,
 		.hbm_bandwidth = 25e9, .io_size = 1ull << 30, .io_passes = 2, .update_runs = 3,
 		.progress = -1,
 	};
