@@ -21,6 +21,7 @@ step "$build/tools/tier-stat" --gpu-selftest 0
 step "$build/tests/gpu/test_gpu"
 step "$build/tests/gpu/test_gpu_hbm"
 step "$build/tests/gpu/test_gpu_adamw"
+step "$build/tests/gpu/test_gpu_optim"
 TIER_DATA="$TIER_TEST_TMPDIR/data" step "$build/tools/tier-stat" --check
 step "$build/tests/test_manifest"
 exit $fail
