@@ -713,6 +713,8 @@ struct tier_step_result {
 	double stall_s, cpu_stall_s, gpu_stall_s;
 	uint64_t nvme_read_bytes, nvme_write_bytes; /* during the step */
 	uint64_t h2d_bytes, d2h_bytes;
+	/* the same over step_s: bytes per second achieved on each link */
+	double nvme_read_Bps, nvme_write_Bps, h2d_Bps, d2h_Bps;
 };
 
 /*

@@ -894,6 +894,12 @@ static void fill_result(struct tier_optim *o, struct tier_step_result *res, bool
 		res->h2d_bytes = st.level[TIER_HBM].bytes_in - h0->bytes_in;
 		res->d2h_bytes = st.level[TIER_HBM].bytes_out - h0->bytes_out;
 	}
+	if (res->step_s > 0) {
+		res->nvme_read_Bps = (double)res->nvme_read_bytes / res->step_s;
+		res->nvme_write_Bps = (double)res->nvme_write_bytes / res->step_s;
+		res->h2d_Bps = (double)res->h2d_bytes / res->step_s;
+		res->d2h_Bps = (double)res->d2h_bytes / res->step_s;
+	}
 }
 
 /* Under "auto": the split that makes both lanes end together. */

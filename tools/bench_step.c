@@ -488,6 +488,8 @@ static double get_trd(const struct step_record *r) { return (double)r->tier_read
 static double get_twr(const struct step_record *r) { return (double)r->tier_written; }
 static double get_h2d(const struct step_record *r) { return (double)r->res.h2d_bytes; }
 static double get_d2h(const struct step_record *r) { return (double)r->res.d2h_bytes; }
+static double get_rbps(const struct step_record *r) { return r->res.nvme_read_Bps; }
+static double get_wbps(const struct step_record *r) { return r->res.nvme_write_Bps; }
 static double get_cpu(const struct step_record *r) { return r->res.cpu_fraction; }
 static double get_norm(const struct step_record *r) { return r->res.grad_norm; }
 
@@ -805,6 +807,10 @@ static int step_run(const struct step_opts *o, const struct tier_manifest *m,
 			printf(", ");
 			print_array("d2h_bytes", rec, o->steps, get_d2h);
 			printf(", ");
+			print_array("nvme_read_Bps", rec, o->steps, get_rbps);
+			printf(", ");
+			print_array("nvme_write_Bps", rec, o->steps, get_wbps);
+			printf(", ");
 			print_array("cpu_fraction", rec, o->steps, get_cpu);
 			printf(", ");
 			print_array("grad_norm", rec, o->steps, get_norm);
@@ -866,6 +872,10 @@ static int step_run(const struct step_opts *o, const struct tier_manifest *m,
 			printf("  %-20s read %.0f B (%s), write %.0f B (%s)\n", "NVMe per step", rd_b,
 			       human((uint64_t)rd_b, c1, sizeof(c1)), wr_b,
 			       human((uint64_t)wr_b, c2, sizeof(c2)));
+			printf("  %-20s read %.3f GB/s, write %.3f GB/s (medians of the steps'"
+			       " bytes over step time)\n", "NVMe achieved",
+			       med_of(rec, first, o->steps, get_rbps) * 1e-9,
+			       med_of(rec, first, o->steps, get_wbps) * 1e-9);
 			printf("  %-20s cpu_fraction %.3f (last step: %u shards on the CPU, %u on the"
 			       " HBM tier)\n", "CPU/GPU split", cpu, last->cpu_shards, last->gpu_shards);
 			printf("  %-20s h2d %.0f B, d2h %.0f B\n", "HBM per step", h2d, d2h);
