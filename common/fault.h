@@ -49,7 +49,8 @@ extern "C" {
 	X(DRAM_PIN, 22, "dram_pin", "locking or registering the DRAM arena (mlock, NUMA bind, cudaHostRegister)") \
 	X(HBM_ALLOC, 23, "hbm_alloc", "allocating the HBM arena or its streams and threads") \
 	X(HBM_COPY, 24, "hbm_copy", "a host/device copy completing with the armed errno") \
-	X(STORE_IO, 25, "store_io", "a fill or flush between tiers failing before it is issued")
+	X(STORE_IO, 25, "store_io", "a fill or flush between tiers failing before it is issued") \
+	X(STATS_OPEN, 26, "stats_open", "creating or opening a stats segment")
 
 enum tier_fault_site {
 	TIER_FAULT_NONE = 0,
