@@ -399,6 +399,7 @@ static char *make_copy(const char *name, edit_fn edit, mode_t mode)
 	if (edit)
 		edit((struct statseg_header *)(void *)text, &size);
 	path = malloc(strlen(g_dir) + strlen(name) + 2);
+	ck_assert_ptr_nonnull(path);
 	sprintf(path, "%s/%s", g_dir, name);
 	fd = open(path, O_CREAT | O_EXCL | O_WRONLY, 0600);
 	ck_assert_int_ge(fd, 0);

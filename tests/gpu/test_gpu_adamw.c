@@ -523,27 +523,8 @@ static Suite *adamw_suite(void)
 int main(void)
 {
 #if TIER_HAVE_CUDA
-	char why[200] = "";
-	int n = 0;
-
-	/*
-	 * Counting devices here would initialise CUDA before Check forks;
-	 * a child process of our own answers instead (as in test_gpu.c).
-	 */
-	{
-		pid_t pid = fork();
-		int status = 0;
-
-		if (pid == 0) {
-			gpu_count(&n, why, sizeof(why));
-			if (n == 0)
-				fprintf(stderr, "no GPU: %s\n", why);
-			_exit(n > 0 ? 0 : 1);
-		}
-		if (pid < 0 || waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) ||
-		    WEXITSTATUS(status) != 0)
-			return T_EXIT_SKIP;
-	}
+	if (!t_gpu_present(NULL))
+		return T_EXIT_SKIP;
 	return t_run_suite(adamw_suite());
 #else
 	fprintf(stderr, "no GPU: this build has no CUDA support (meson -Dcuda=enabled)\n");

@@ -12,31 +12,19 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+/* In the child of t_gpu_present: a GPU is not enough without the backend. */
+static bool cuda_backend_built(void)
+{
+	if (hbm_backend_find("cuda"))
+		return true;
+	fprintf(stderr, "a GPU, but no cuda HBM backend in this build\n");
+	return false;
+}
+
 int main(void)
 {
-	char why[200] = "";
-	int n = 0;
-
-	/*
-	 * Counting devices here would initialise CUDA before Check forks;
-	 * a child process of our own answers instead (as in test_gpu.c).
-	 */
-	{
-		pid_t pid = fork();
-		int status = 0;
-
-		if (pid == 0) {
-			gpu_count(&n, why, sizeof(why));
-			if (n == 0)
-				fprintf(stderr, "no GPU: %s\n", why);
-			else if (!hbm_backend_find("cuda"))
-				fprintf(stderr, "a GPU, but no cuda HBM backend in this build\n");
-			_exit(n > 0 && hbm_backend_find("cuda") ? 0 : 1);
-		}
-		if (pid < 0 || waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) ||
-		    WEXITSTATUS(status) != 0)
-			return T_EXIT_SKIP;
-	}
+	if (!t_gpu_present(cuda_backend_built))
+		return T_EXIT_SKIP;
 	g_require_cuda = true;
 	return t_run_suite(hbm_suite(true));
 }

@@ -8,9 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "t_helpers.h"
+#include "tierstore.h"
 
 char *t_mkdtemp(void)
 {
@@ -137,3 +139,22 @@ void *t_read_all(const char *dir, const char *name, size_t *len)
 	*len = (size_t)sz;
 	return buf;
 }
+
+bool t_gpu_present(bool (*also)(void))
+{
+	pid_t pid = fork();
+	int status = 0;
+
+	if (pid == 0) {
+		char why[200] = "";
+		int n = 0;
+
+		tier_gpu_count(&n, why, sizeof(why));
+		if (n == 0)
+			fprintf(stderr, "no GPU: %s\n", why);
+		_exit(n > 0 && (!also || also()) ? 0 : 1);
+	}
+	return pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+	       WEXITSTATUS(status) == 0;
+}
+

@@ -6,6 +6,7 @@
 #ifndef TIER_TESTS_HELPERS_H
 #define TIER_TESTS_HELPERS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #define T_EXIT_SKIP 77
@@ -20,6 +21,15 @@ void t_rmtree(const char *path);
 
 /* Writes @text to @dir/@name; returns the malloc'd path. */
 char *t_write_file(const char *dir, const char *name, const char *text);
+
+/*
+ * Whether a GPU can run this suite: a child process counts the devices
+ * (tier_gpu_count), so that CUDA is not initialised before Check forks,
+ * and also calls @also (may be NULL) there, which may print why not.
+ * Prints "no GPU: <why>" on stderr when there is none.  main() returns
+ * T_EXIT_SKIP when this is false.
+ */
+bool t_gpu_present(bool (*also)(void));
 
 /* The whole file @dir/@name, NUL-terminated (free() it); *len its size.
  * Fails the test when it cannot be read. */
