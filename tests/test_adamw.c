@@ -476,81 +476,31 @@ END_TEST
 
 /* ---------------------------------------------------------- golden data */
 
-struct golden {
-	const char *name;
-	size_t numel, steps;
-	bool decoupled;
-	double beta1, beta2, eps, weight_decay;
-};
-
-static const char *const golden_cases[] = { "adamw_wd", "adam_l2", "adamw_sched" };
-
-/* Largest |x - ref| over the largest |ref| (norm-wise relative error);
- * *worst: where the largest |x - ref| is. */
-static double rel_err(const float *x, const float *ref, size_t n, size_t *worst)
-{
-	double big = 0, e = 0;
-
-	for (size_t i = 0; i < n; i++) {
-		double d = fabs((double)x[i] - (double)ref[i]);
-
-		big = fmax(big, fabs((double)ref[i]));
-		if (!(d <= e)) {
-			e = d;
-			*worst = i;
-		}
-	}
-	return big > 0 ? e / big : e;
-}
-
 /*
- * The README's bounds: a float32 implementation of torch's formula is
+ * The README's bounds (T_GOLDEN_TOL_*): a float32 implementation of torch's formula is
  * within 1e-7 of the largest |parameter| (this one: 3e-8 to 7e-8 on the
  * three cases), and 1e-6 relative is fair for the moments (this one: up
  * to 1.7e-7 of the largest value).  Element by element, values near zero
  * next to large ones differ more in relative terms (torch's vectorised
  * kernels fuse multiply-adds): not checked.
  */
-#define GOLDEN_TOL_PARAM 1e-7
-#define GOLDEN_TOL_MOMENT 1e-6
 
 /* _i = case */
 START_TEST(golden_case)
 {
-	const char *root = getenv("TIER_GOLDEN");
-	char dir[4096];
-	char *meta;
-	size_t len, numel, steps;
-	float *p0, *grads, *lr, *pf, *mf, *vf;
+	struct t_golden g;
 	struct tier_adam_params hp = { 0 };
 
-	ck_assert_msg(root != NULL, "TIER_GOLDEN is not set (meson test sets it)");
-	snprintf(dir, sizeof(dir), "%s/adamw/%s", root, golden_cases[_i]);
-	meta = t_read_all(dir, "meta.json", &len);
-	numel = (size_t)t_json_num(meta, "numel", 0);
-	steps = (size_t)t_json_num(meta, "steps", 0);
-	hp.beta1 = t_json_num(meta, "betas", 0);
-	hp.beta2 = t_json_num(meta, "betas", 1);
-	hp.eps = t_json_num(meta, "eps", 0);
-	hp.weight_decay = t_json_num(meta, "weight_decay", 0);
-	hp.decoupled = strstr(meta, "\"decoupled_weight_decay\": true") != NULL;
+	t_golden_load(&g, t_golden_cases[_i]);
+	hp.beta1 = g.beta1;
+	hp.beta2 = g.beta2;
+	hp.eps = g.eps;
+	hp.weight_decay = g.wd;
+	hp.decoupled = g.decoupled;
 	hp.grad_scale = 1.0;
-	ck_assert_msg(strstr(meta, hp.decoupled ? "\"AdamW\"" : "\"Adam\""), "%s: optimizer", dir);
-
-	p0 = t_read_all(dir, "params0.f32", &len);
-	ck_assert_uint_eq(len, numel * 4);
-	grads = t_read_all(dir, "grads.f32", &len);
-	ck_assert_uint_eq(len, steps * numel * 4);
-	lr = t_read_all(dir, "lr.f32", &len);
-	ck_assert_uint_eq(len, steps * 4);
-	pf = t_read_all(dir, "params_final.f32", &len);
-	ck_assert_uint_eq(len, numel * 4);
-	mf = t_read_all(dir, "exp_avg_final.f32", &len);
-	ck_assert_uint_eq(len, numel * 4);
-	vf = t_read_all(dir, "exp_avg_sq_final.f32", &len);
-	ck_assert_uint_eq(len, numel * 4);
 
 	for (int v = 0; v < ADAMW_ISA__COUNT; v++) {
+		size_t numel = g.numel;
 		float *p = malloc(numel * 4), *m = calloc(numel, 4), *s = calloc(numel, 4);
 		struct tier_adam_tensors t = { .n = numel, .param = p, .exp_avg = m, .exp_avg_sq = s,
 					       .moment_dtype = TIER_FP32, .grad_dtype = TIER_FP32 };
@@ -564,34 +514,29 @@ START_TEST(golden_case)
 			continue;
 		}
 		ck_assert(p && m && s);
-		memcpy(p, p0, numel * 4);
-		for (size_t st = 0; st < steps; st++) {
+		memcpy(p, g.p0, numel * 4);
+		for (size_t st = 0; st < g.steps; st++) {
 			struct adam_consts c;
 
-			hp.lr = (double)lr[st];
+			hp.lr = (double)g.lr[st];
 			hp.step = st + 1;
-			t.grad = grads + st * numel;
+			t.grad = g.grads + st * numel;
 			adam_consts_init(&hp, &c);
 			ck_assert_int_eq(adamw_step_isa(NULL, (enum adamw_isa)v, &c, &t), 0);
 		}
-		ep = rel_err(p, pf, numel, &wp);
-		em = rel_err(m, mf, numel, &wm);
-		es = rel_err(s, vf, numel, &ws);
-		ck_assert_msg(ep <= GOLDEN_TOL_PARAM && em <= GOLDEN_TOL_MOMENT && es <= GOLDEN_TOL_MOMENT,
+		ep = t_rel_err(p, g.pf, numel, &wp);
+		em = t_rel_err(m, g.mf, numel, &wm);
+		es = t_rel_err(s, g.vf, numel, &ws);
+		ck_assert_msg(ep <= T_GOLDEN_TOL_PARAM && em <= T_GOLDEN_TOL_MOMENT &&
+				      es <= T_GOLDEN_TOL_MOMENT,
 			      "%s, %s: errors (of the largest |value|) param %.3g (at %zu: %.9g, torch %.9g), exp_avg %.3g (at %zu), exp_avg_sq %.3g (at %zu)",
-			      golden_cases[_i], adamw_isa_name((enum adamw_isa)v), ep, wp,
-			      (double)p[wp], (double)pf[wp], em, wm, es, ws);
+			      g.name, adamw_isa_name((enum adamw_isa)v), ep, wp,
+			      (double)p[wp], (double)g.pf[wp], em, wm, es, ws);
 		free(p);
 		free(m);
 		free(s);
 	}
-	free(meta);
-	free(p0);
-	free(grads);
-	free(lr);
-	free(pf);
-	free(mf);
-	free(vf);
+	t_golden_free(&g);
 }
 END_TEST
 
@@ -1417,7 +1362,7 @@ static Suite *adamw_suite(void)
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("reference");
-	tcase_add_loop_test(tc, golden_case, 0, (int)ARRAY_SIZE(golden_cases));
+	tcase_add_loop_test(tc, golden_case, 0, (int)T_GOLDEN_CASES);
 	tcase_add_loop_test(tc, double_reference, 0, 2);
 	tcase_add_test(tc, bf16_moments);
 	suite_add_tcase(s, tc);

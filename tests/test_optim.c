@@ -1121,93 +1121,20 @@ END_TEST
 
 /* ------------------------------------------------------------ golden */
 
-struct golden {
-	size_t numel, steps;
-	bool decoupled;
-	double beta1, beta2, eps, wd;
-	float *p0, *grads, *lr, *pf, *mf, *vf;
-};
-
-static void golden_load(struct golden *g, const char *name)
-{
-	const char *root = getenv("TIER_GOLDEN");
-	char dir[4096];
-	char *meta;
-	size_t len;
-
-	ck_assert_msg(root != NULL, "TIER_GOLDEN is not set (meson test sets it)");
-	snprintf(dir, sizeof(dir), "%s/adamw/%s", root, name);
-	meta = t_read_all(dir, "meta.json", &len);
-	g->numel = (size_t)t_json_num(meta, "numel", 0);
-	g->steps = (size_t)t_json_num(meta, "steps", 0);
-	g->beta1 = t_json_num(meta, "betas", 0);
-	g->beta2 = t_json_num(meta, "betas", 1);
-	g->eps = t_json_num(meta, "eps", 0);
-	g->wd = t_json_num(meta, "weight_decay", 0);
-	g->decoupled = strstr(meta, "\"decoupled_weight_decay\": true") != NULL;
-	ck_assert_msg(strstr(meta, g->decoupled ? "\"AdamW\"" : "\"Adam\""), "%s: optimizer", dir);
-	free(meta);
-	g->p0 = t_read_all(dir, "params0.f32", &len);
-	ck_assert_uint_eq(len, g->numel * 4);
-	g->grads = t_read_all(dir, "grads.f32", &len);
-	ck_assert_uint_eq(len, g->steps * g->numel * 4);
-	g->lr = t_read_all(dir, "lr.f32", &len);
-	ck_assert_uint_eq(len, g->steps * 4);
-	g->pf = t_read_all(dir, "params_final.f32", &len);
-	ck_assert_uint_eq(len, g->numel * 4);
-	g->mf = t_read_all(dir, "exp_avg_final.f32", &len);
-	ck_assert_uint_eq(len, g->numel * 4);
-	g->vf = t_read_all(dir, "exp_avg_sq_final.f32", &len);
-	ck_assert_uint_eq(len, g->numel * 4);
-}
-
-static void golden_free(struct golden *g)
-{
-	free(g->p0);
-	free(g->grads);
-	free(g->lr);
-	free(g->pf);
-	free(g->mf);
-	free(g->vf);
-}
-
-/* Largest |x - ref| over the largest |ref|; *worst: where. */
-static double rel_err(const float *x, const float *ref, size_t n, size_t *worst)
-{
-	double big = 0, e = 0;
-
-	for (size_t i = 0; i < n; i++) {
-		double d = fabs((double)x[i] - (double)ref[i]);
-
-		big = fmax(big, fabs((double)ref[i]));
-		if (!(d <= e)) {
-			e = d;
-			*worst = i;
-		}
-	}
-	return big > 0 ? e / big : e;
-}
-
-/* test_adamw.c's bounds for these files. */
-#define GOLDEN_TOL_PARAM 1e-7
-#define GOLDEN_TOL_MOMENT 1e-6
-
-static const char *const golden_cases[] = { "adamw_wd", "adam_l2", "adamw_sched" };
-
 /* _i = case * 2 + split (0: all on the CPU, no HBM; 1: half on the HBM tier) */
 START_TEST(optim_golden)
 {
-	const char *gname = golden_cases[_i / 2];
+	const char *gname = t_golden_cases[_i / 2];
 	bool split = _i % 2;
 	struct scfg sc = { .dram = 256 * KiB, .hbm = split ? 1 * MiB : 0 };
 	struct tier_optim_params hp;
-	struct golden g;
+	struct t_golden g;
 	struct world w;
 	struct param *tiled, *plain;
 	size_t copies, n;
 	char sub[64];
 
-	golden_load(&g, gname);
+	t_golden_load(&g, gname);
 	/* ~600 KB of fp32 state in the tiled parameter (~10 shards), over
 	 * twice the DRAM tier (256 KiB, the least that holds 4 shards) */
 	copies = (size_t)(600 * 1000 / (g.numel * 12)) + 1;
@@ -1262,12 +1189,12 @@ START_TEST(optim_golden)
 		const float *xv = c < copies ? (const float *)tiled->rv + c * g.numel
 					     : (const float *)plain->rv;
 		size_t wp = 0, wm = 0, wv = 0;
-		double ep = rel_err(xp, g.pf, g.numel, &wp);
-		double em = rel_err(xm, g.mf, g.numel, &wm);
-		double ev = rel_err(xv, g.vf, g.numel, &wv);
+		double ep = t_rel_err(xp, g.pf, g.numel, &wp);
+		double em = t_rel_err(xm, g.mf, g.numel, &wm);
+		double ev = t_rel_err(xv, g.vf, g.numel, &wv);
 
-		ck_assert_msg(ep <= GOLDEN_TOL_PARAM && em <= GOLDEN_TOL_MOMENT &&
-				      ev <= GOLDEN_TOL_MOMENT,
+		ck_assert_msg(ep <= T_GOLDEN_TOL_PARAM && em <= T_GOLDEN_TOL_MOMENT &&
+				      ev <= T_GOLDEN_TOL_MOMENT,
 			      "%s, copy %zu: errors (of the largest |value|) param %.3g (at %zu: %.9g, torch %.9g), exp_avg %.3g (at %zu), exp_avg_sq %.3g (at %zu)",
 			      gname, c, ep, wp, (double)xp[wp], (double)g.pf[wp], em, wm, ev, wv);
 		/* and every copy is the same bytes */
@@ -1278,7 +1205,7 @@ START_TEST(optim_golden)
 	ck_assert_msg(memcmp(plain->rp, tiled->rp, g.numel * 4) == 0,
 		      "%s: the plain parameter differs from the tiled one", gname);
 	world_close(&w);
-	golden_free(&g);
+	t_golden_free(&g);
 }
 END_TEST
 
@@ -1757,7 +1684,7 @@ static Suite *optim_suite(void)
 	tcase_add_unchecked_fixture(tc, t_case_setup, t_case_teardown);
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 120);
-	tcase_add_loop_test(tc, optim_golden, 0, (int)ARRAY_SIZE(golden_cases) * 2);
+	tcase_add_loop_test(tc, optim_golden, 0, (int)T_GOLDEN_CASES * 2);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("stream");

@@ -4,6 +4,7 @@
 #include <check.h>
 #include <errno.h>
 #include <ftw.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,7 +96,7 @@ void t_case_teardown(void)
 }
 
 /* The number after "key": in @json (or after "key": [ for the @idx-th). */
-double t_json_num(const char *json, const char *key, int idx)
+static double t_json_num(const char *json, const char *key, int idx)
 {
 	char pat[64];
 	const char *p;
@@ -158,3 +159,65 @@ bool t_gpu_present(bool (*also)(void))
 	       WEXITSTATUS(status) == 0;
 }
 
+const char *const t_golden_cases[T_GOLDEN_CASES] = { "adamw_wd", "adam_l2", "adamw_sched" };
+
+void t_golden_load(struct t_golden *g, const char *name)
+{
+	const char *root = getenv("TIER_GOLDEN");
+	char dir[4096];
+	char *meta;
+	size_t len;
+
+	memset(g, 0, sizeof(*g));
+	ck_assert_msg(root != NULL, "TIER_GOLDEN is not set (meson test sets it)");
+	snprintf(dir, sizeof(dir), "%s/adamw/%s", root, name);
+	meta = t_read_all(dir, "meta.json", &len);
+	g->name = name;
+	g->numel = (size_t)t_json_num(meta, "numel", 0);
+	g->steps = (size_t)t_json_num(meta, "steps", 0);
+	g->beta1 = t_json_num(meta, "betas", 0);
+	g->beta2 = t_json_num(meta, "betas", 1);
+	g->eps = t_json_num(meta, "eps", 0);
+	g->wd = t_json_num(meta, "weight_decay", 0);
+	g->decoupled = strstr(meta, "\"decoupled_weight_decay\": true") != NULL;
+	ck_assert_msg(strstr(meta, g->decoupled ? "\"AdamW\"" : "\"Adam\""), "%s: optimizer", dir);
+	free(meta);
+	g->p0 = t_read_all(dir, "params0.f32", &len);
+	ck_assert_uint_eq(len, g->numel * 4);
+	g->grads = t_read_all(dir, "grads.f32", &len);
+	ck_assert_uint_eq(len, g->steps * g->numel * 4);
+	g->lr = t_read_all(dir, "lr.f32", &len);
+	ck_assert_uint_eq(len, g->steps * 4);
+	g->pf = t_read_all(dir, "params_final.f32", &len);
+	ck_assert_uint_eq(len, g->numel * 4);
+	g->mf = t_read_all(dir, "exp_avg_final.f32", &len);
+	ck_assert_uint_eq(len, g->numel * 4);
+	g->vf = t_read_all(dir, "exp_avg_sq_final.f32", &len);
+	ck_assert_uint_eq(len, g->numel * 4);
+}
+
+void t_golden_free(struct t_golden *g)
+{
+	free(g->p0);
+	free(g->grads);
+	free(g->lr);
+	free(g->pf);
+	free(g->mf);
+	free(g->vf);
+}
+
+double t_rel_err(const float *x, const float *ref, size_t n, size_t *worst)
+{
+	double big = 0, e = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		double d = fabs((double)x[i] - (double)ref[i]);
+
+		big = fmax(big, fabs((double)ref[i]));
+		if (!(d <= e)) {
+			e = d;
+			*worst = i;
+		}
+	}
+	return big > 0 ? e / big : e;
+}

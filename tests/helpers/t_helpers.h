@@ -35,10 +35,34 @@ bool t_gpu_present(bool (*also)(void));
  * Fails the test when it cannot be read. */
 void *t_read_all(const char *dir, const char *name, size_t *len);
 
-/* The number after "key": in the JSON text @json (after "key": [ for the
- * @idx-th element of an array), for the golden data's meta.json.  Fails the
- * test when the key is missing. */
-double t_json_num(const char *json, const char *key, int idx);
+/*
+ * The torch.optim golden data (tests/golden/adamw/<case>, under
+ * $TIER_GOLDEN; format in tests/golden/README.md): t_golden_load reads a
+ * case's meta.json and arrays, failing the test when they are missing or
+ * of the wrong size; t_golden_free frees the arrays.
+ */
+#define T_GOLDEN_CASES 3
+extern const char *const t_golden_cases[T_GOLDEN_CASES];
+
+struct t_golden {
+	const char *name;
+	size_t numel, steps;
+	bool decoupled;
+	double beta1, beta2, eps, wd;
+	float *p0, *grads, *lr, *pf, *mf, *vf; /* initial, per-step grads and lr, final state */
+};
+
+void t_golden_load(struct t_golden *g, const char *name);
+void t_golden_free(struct t_golden *g);
+
+/* The README's bounds for a float32 implementation of torch's formula:
+ * parameters within 1e-7 of the largest |parameter|, moments 1e-6. */
+#define T_GOLDEN_TOL_PARAM 1e-7
+#define T_GOLDEN_TOL_MOMENT 1e-6
+
+/* Largest |x - ref| over the largest |ref| (norm-wise relative error);
+ * *worst: where the largest |x - ref| is. */
+double t_rel_err(const float *x, const float *ref, size_t n, size_t *worst);
 
 /*
  * Skips (returns from) the calling test with a note when the build has no
