@@ -37,7 +37,6 @@
 #include <errno.h>
 #include <float.h>
 #include <math.h>
-#include <spawn.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -71,7 +70,6 @@
 /* Set in the child that simd_env_child re-executes. */
 #define CHILD_ENV "T_GRADCHECK_CHILD"
 
-extern char **environ;
 
 /* ------------------------------------------------------------- helpers */
 
@@ -720,47 +718,10 @@ START_TEST(simd_env_child)
 	const struct simd_case *c = &simd_cases[_i];
 	const char *want = c->scalar || !gradcheck_isa_supported(GRADCHECK_AVX2) ? "isa=scalar\n"
 										   : "isa=avx2\n";
-	char valbuf[64], out[4096];
-	size_t n = 0, nenv = 0;
-	posix_spawn_file_actions_t fa;
-	char *argv[] = { (char *)"test_gradcheck", NULL };
-	char **envp;
-	int fds[2], status, rc;
-	pid_t pid;
-	ssize_t r;
+	char out[4096];
+	int status;
 
-	for (char **e = environ; *e; e++)
-		nenv++;
-	envp = calloc(nenv + 3, sizeof(*envp));
-	ck_assert_ptr_nonnull(envp);
-	nenv = 0;
-	for (char **e = environ; *e; e++)
-		if (strncmp(*e, "TIER_SIMD=", 10) != 0 && strncmp(*e, "TIER_LOG", 8) != 0)
-			envp[nenv++] = *e;
-	envp[nenv++] = (char *)CHILD_ENV "=1";
-	if (c->value) {
-		snprintf(valbuf, sizeof(valbuf), "TIER_SIMD=%s", c->value);
-		envp[nenv++] = valbuf;
-	}
-	ck_assert_int_eq(pipe(fds), 0);
-	ck_assert_int_eq(posix_spawn_file_actions_init(&fa), 0);
-	posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
-	posix_spawn_file_actions_addclose(&fa, fds[0]);
-	posix_spawn_file_actions_addclose(&fa, fds[1]);
-	rc = posix_spawn(&pid, "/proc/self/exe", &fa, NULL, argv, envp);
-	ck_assert_msg(rc == 0, "posix_spawn: %s", strerror(rc));
-	posix_spawn_file_actions_destroy(&fa);
-	close(fds[1]);
-	while (n < sizeof(out) - 1 && (r = read(fds[0], out + n, sizeof(out) - 1 - n)) != 0) {
-		if (r < 0 && errno == EINTR)
-			continue;
-		ck_assert_int_gt(r, 0);
-		n += (size_t)r;
-	}
-	out[n] = '\0';
-	close(fds[0]);
-	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-	free(envp);
+	status = t_spawn_self(CHILD_ENV, c->value, false, out, sizeof(out));
 	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
 		      "TIER_SIMD=%s: child status 0x%x, output:\n%s", c->value ? c->value : "(unset)",
 		      status, out);

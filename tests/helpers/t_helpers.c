@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <ftw.h>
 #include <math.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -221,3 +222,54 @@ double t_rel_err(const float *x, const float *ref, size_t n, size_t *worst)
 	}
 	return big > 0 ? e / big : e;
 }
+
+int t_spawn_self(const char *child_env, const char *simd, bool with_stderr, char *out, size_t len)
+{
+	extern char **environ;
+	char valbuf[64], childbuf[128];
+	char *argv[] = { (char *)"child", NULL };
+	posix_spawn_file_actions_t fa;
+	size_t n = 0, nenv = 0;
+	char **envp;
+	int fds[2], status, rc;
+	pid_t pid;
+	ssize_t r;
+
+	for (char **e = environ; *e; e++)
+		nenv++;
+	envp = calloc(nenv + 3, sizeof(*envp));
+	ck_assert_ptr_nonnull(envp);
+	nenv = 0;
+	for (char **e = environ; *e; e++)
+		if (strncmp(*e, "TIER_SIMD=", 10) != 0 && strncmp(*e, "TIER_LOG", 8) != 0)
+			envp[nenv++] = *e;
+	snprintf(childbuf, sizeof(childbuf), "%s=1", child_env);
+	envp[nenv++] = childbuf;
+	if (simd) {
+		snprintf(valbuf, sizeof(valbuf), "TIER_SIMD=%s", simd);
+		envp[nenv++] = valbuf;
+	}
+	ck_assert_int_eq(pipe(fds), 0);
+	ck_assert_int_eq(posix_spawn_file_actions_init(&fa), 0);
+	posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
+	if (with_stderr)
+		posix_spawn_file_actions_adddup2(&fa, fds[1], STDERR_FILENO);
+	posix_spawn_file_actions_addclose(&fa, fds[0]);
+	posix_spawn_file_actions_addclose(&fa, fds[1]);
+	rc = posix_spawn(&pid, "/proc/self/exe", &fa, NULL, argv, envp);
+	ck_assert_msg(rc == 0, "posix_spawn: %s", strerror(rc));
+	posix_spawn_file_actions_destroy(&fa);
+	close(fds[1]);
+	while (n < len - 1 && (r = read(fds[0], out + n, len - 1 - n)) != 0) {
+		if (r < 0 && errno == EINTR)
+			continue;
+		ck_assert_int_gt(r, 0);
+		n += (size_t)r;
+	}
+	out[n] = '\0';
+	close(fds[0]);
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	free(envp);
+	return status;
+}
+

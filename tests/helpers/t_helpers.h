@@ -31,6 +31,16 @@ char *t_write_file(const char *dir, const char *name, const char *text);
  */
 bool t_gpu_present(bool (*also)(void));
 
+/*
+ * Runs this test program again as a child, with @child_env=1 and TIER_SIMD
+ * set to @simd (NULL: unset; any TIER_SIMD and TIER_LOG* of ours are left
+ * out), and collects its standard output (and standard error, with
+ * @with_stderr) into @out (@len bytes, NUL-terminated).  Returns the
+ * waitpid status.  For the suites whose kernels pick a SIMD version once
+ * per process.
+ */
+int t_spawn_self(const char *child_env, const char *simd, bool with_stderr, char *out, size_t len);
+
 /* The whole file @dir/@name, NUL-terminated (free() it); *len its size.
  * Fails the test when it cannot be read. */
 void *t_read_all(const char *dir, const char *name, size_t *len);
