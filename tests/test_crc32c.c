@@ -45,7 +45,6 @@
 /* Set in the child that test_simd_env re-executes. */
 #define CHILD_ENV "T_CRC32C_CHILD"
 
-
 /* ------------------------------------------------------------- helpers */
 
 /* xorshift64*: fixed seeds, so a failure reproduces. */

@@ -70,7 +70,6 @@
 /* Set in the child that simd_env_child re-executes. */
 #define CHILD_ENV "T_GRADCHECK_CHILD"
 
-
 /* ------------------------------------------------------------- helpers */
 
 /* xorshift64*: fixed seeds, so a failure reproduces. */
