@@ -53,7 +53,14 @@ enum tier_opt_type {
 	X(SIMD, "simd", TIER_OPT_T_STRING, "TIER_SIMD", "auto", NULL, 0, 0,    \
 	  "SIMD kernel versions to use, a list of scalar,avx2,avx512 (Adam), sse4.2,clmul (crc32c); auto: the best the CPU has") \
 	X(TRACE, "trace", TIER_OPT_T_STRING, "TIER_TRACE", "", NULL, 0, 0,     \
-	  "write a timeline of optimizer steps (Chrome trace JSON) to this file")
+	  "write a timeline of optimizer steps (Chrome trace JSON) to this file") \
+	X(STATS, "stats", TIER_OPT_T_ENUM, "TIER_STATS", "on", "off|on", 0, 0, \
+	  "publish each store's counters in a stats segment for tier-stat")  \
+	X(STATS_DIR, "stats_dir", TIER_OPT_T_STRING, "TIER_STATS_DIR", "", NULL, 0, 0, \
+	  "directory of the stats segments (empty: /dev/shm)")                \
+	X(STATS_INTERVAL, "stats_interval", TIER_OPT_T_INT, "TIER_STATS_INTERVAL", \
+	  "250", NULL, 10, 60000,                                              \
+	  "milliseconds between two publishes of a store's counters")
 
 enum tier_opt_id {
 #define X(id, name, type, env, def, choices, min, max, desc) TIER_OPT_##id,

@@ -763,6 +763,170 @@ TIER_API double tier_optim_cpu_fraction(const struct tier_optim *o);
  * optimizer and its state objects.  Returns 0 or the first error. */
 TIER_API int tier_optim_destroy(struct tier_optim *o);
 
+/* ------------------------------------------------------------ the live view */
+
+/*
+ * Every open store publishes its counters, a few times a second, in a
+ * stats segment: the file $TIER_STATS_DIR/tierstore-PID-N.stats (default
+ * directory /dev/shm), mode 0600, removed when the store closes.  tier-stat
+ * reads them; so can any program of the same user, through the functions
+ * below, without ever blocking the store.  docs/tier-stat.md describes the
+ * file and every field.  TIER_STATS=off turns publishing off; a build with
+ * -Dstats=false has none.
+ *
+ * The structures below are the segment's payload, byte for byte: fixed
+ * widths, no pointers, host byte order.  Changing them changes the layout
+ * version (TIER_LIVE_VERSION), and a reader refuses a segment of another.
+ */
+#define TIER_LIVE_VERSION 1u
+#define TIER_LIVE_MAX_PATHS 64
+#define TIER_LAT_BUCKETS 256
+
+/*
+ * Latency histograms count operations by duration in TIER_LAT_BUCKETS
+ * log-linear buckets: 128 ns wide below 1 us, then 8 per power of two, so
+ * a bucket is at most 1/8 of its lower bound wide (the last bucket holds
+ * everything from about 34 minutes up).  The bucket of @ns, a bucket's
+ * upper bound in ns (UINT64_MAX for the last), and the @q quantile (0 < q
+ * <= 1) of a histogram as the upper bound of the bucket it falls in (the
+ * last bucket's lower bound if there; 0 for an empty histogram).
+ */
+TIER_API unsigned tier_lat_bucket(uint64_t ns);
+TIER_API uint64_t tier_lat_bucket_upper_ns(unsigned bucket);
+TIER_API uint64_t tier_lat_quantile_ns(const uint64_t hist[TIER_LAT_BUCKETS], double q);
+
+/* One level of the hierarchy; for NVMe, bytes_in is what was written to
+ * the devices and bytes_out what was read from them. */
+struct tier_live_level {
+	uint32_t present;          /* 0: the store has no such level */
+	uint32_t reserved;
+	char backend[16];          /* "cuda", "host", "null", "dram", "nvme" */
+	uint64_t capacity;         /* bytes */
+	uint64_t used;             /* bytes in slots (NVMe: allocated) */
+	uint64_t pinned;           /* bytes of pinned objects */
+	uint64_t dirty;            /* bytes newer than the level below */
+	uint64_t objects;          /* resident (NVMe: every object) */
+	uint64_t hits, misses, evictions, writebacks, prefetches, errors;
+	uint64_t bytes_in;         /* filled from below */
+	uint64_t bytes_out;        /* written back below */
+	double in_Bps, out_Bps;    /* the same over the last second */
+};
+
+/* One NVMe path (backing file). */
+struct tier_live_path {
+	char file[256];            /* the device or file, cut to 255 bytes */
+	uint64_t inflight;         /* device operations submitted, not completed */
+	uint64_t reads, writes;    /* device operations completed */
+	uint64_t bytes_read, bytes_written;
+	uint64_t errors;           /* device operations that failed */
+	uint64_t csum_errors;      /* stripe units read back with a bad crc32c */
+	uint64_t lat_count;        /* operations timed, and their total time */
+	uint64_t lat_sum_ns;
+	uint64_t lat_hist[TIER_LAT_BUCKETS]; /* submission to completion */
+	double read_Bps, write_Bps;/* over the last second */
+};
+
+/* The optimizer's lookahead (the latest step's, while one runs). */
+struct tier_live_prefetch {
+	uint64_t window_bytes;     /* the lookahead budget in DRAM */
+	uint64_t ahead_bytes;      /* state bytes acquired ahead of the update */
+	uint64_t shards_ahead;     /* shards acquired, not yet updated */
+	uint64_t stall_ns;         /* time the update waited for state, in total */
+	uint64_t active;           /* 1 while a step streams */
+	uint64_t reserved;
+};
+
+/* The optimizer on the store (the last one created, when several). */
+struct tier_live_optim {
+	uint64_t present;          /* 0: no optimizer on this store */
+	uint64_t step;             /* steps applied */
+	uint64_t skipped;          /* steps skipped for an inf or nan */
+	uint64_t params, shards, state_bytes;
+	uint64_t last_step_ns;     /* begin to end of the last step */
+	uint64_t last_stall_ns;    /* the last step's stall */
+	double cpu_fraction;       /* share of shards updated on the CPU */
+	double loss_scale;         /* the scale of the next step */
+	double grad_norm;          /* the last step's unscaled gradient norm */
+	double reserved;
+};
+
+struct tier_live_stats {
+	uint64_t time_ns;          /* when published, CLOCK_REALTIME */
+	uint64_t mono_ns;          /* the same, CLOCK_MONOTONIC (for rates) */
+	uint64_t uptime_ns;        /* since the store opened */
+	uint64_t publishes;        /* this one's number, from 1 */
+	uint64_t objects;          /* objects in the store */
+	uint32_t npaths;           /* path[] entries in use */
+	uint32_t stripe_unit;
+	struct tier_live_level level[TIER_LEVELS]; /* by enum tier_level */
+	struct tier_live_prefetch prefetch;
+	struct tier_live_optim optim;
+	struct tier_live_path path[TIER_LIVE_MAX_PATHS];
+};
+
+/*
+ * The store's segment: its path (NULL when the store publishes none), and
+ * a publish now (the publisher otherwise runs every TIER_STATS_INTERVAL
+ * ms).  tier_store_publish_stats returns -ENOENT without a segment.
+ */
+TIER_API const char *tier_store_stats_path(const struct tier_store *s);
+TIER_API int tier_store_publish_stats(struct tier_store *s);
+
+/* ---- reading segments */
+
+struct tier_live;
+
+/* The directory segments are in: $TIER_STATS_DIR, else /dev/shm. */
+TIER_API const char *tier_live_dir(void);
+
+/*
+ * Calls @cb(path, arg) for each segment file in @dir (NULL: tier_live_dir())
+ * in name order, without opening it; stops at @cb's first nonzero return
+ * and returns it.  0, or -errno when the directory cannot be read.
+ */
+TIER_API int tier_live_list(const char *dir, int (*cb)(const char *path, void *arg),
+			    void *arg);
+
+/*
+ * Opens the segment at @path read-only, after checking it: a regular file
+ * owned by the caller with mode 0600 (-EACCES otherwise: another user's
+ * store), a segment at all (-EBADMSG), of layout TIER_LIVE_VERSION
+ * (-EPROTO: another version; the detail says which).  -ENOENT: gone.
+ */
+TIER_API int tier_live_open(const char *path, struct tier_live **out);
+
+/*
+ * A consistent snapshot of the counters (the fields past the last path in
+ * use are zero).  -EAGAIN when none could be had (a writer that died in
+ * the middle of publishing).  Never blocks the store.
+ */
+TIER_API int tier_live_read(const struct tier_live *l, struct tier_live_stats *out);
+
+/* What the segment's header says. */
+struct tier_live_info {
+	int64_t pid;
+	uint64_t uid;
+	uint64_t start_ns;         /* CLOCK_REALTIME, when the store opened */
+	uint32_t version;
+	char name[64];             /* the store's name */
+	const char *path;          /* the file (valid while open) */
+	const char *manifest;      /* the effective manifest, YAML (valid while open) */
+};
+TIER_API void tier_live_info(const struct tier_live *l, struct tier_live_info *out);
+
+/*
+ * Whether the segment's process is gone (exited, its pid reused, or the
+ * machine rebooted since): a stale segment, which a crashed process
+ * leaves behind.
+ */
+TIER_API bool tier_live_stale(const struct tier_live *l);
+
+/* Removes a stale segment's file: 0, -EBUSY when its process lives, or
+ * -errno of unlink. */
+TIER_API int tier_live_remove(struct tier_live *l);
+
+TIER_API void tier_live_close(struct tier_live *l);
+
 #ifdef __cplusplus
 }
 #endif

@@ -31,6 +31,15 @@ static bool fits(const struct lookahead *la, const struct la_item *it)
 	return true;
 }
 
+/* Tells the watcher (the live view) what the window holds.  la->lock held. */
+static void watch(struct lookahead *la)
+{
+	if (la->watch.bytes)
+		atomic_store_explicit(la->watch.bytes, la->inflight[TIER_DRAM], memory_order_relaxed);
+	if (la->watch.items)
+		atomic_store_explicit(la->watch.items, la->outstanding, memory_order_relaxed);
+}
+
 /* Issues items in order while they fit (la->lock held). */
 static void pump(struct lookahead *la)
 {
@@ -53,15 +62,19 @@ static void pump(struct lookahead *la)
 		la->inflight[TIER_DRAM] += it->bytes;
 		if (it->level == TIER_HBM)
 			la->inflight[TIER_HBM] += it->bytes;
+		la->outstanding++;
 		la->next_issue++;
 	}
+	watch(la);
 	pthread_cond_broadcast(&la->cond);
 }
 
 int la_start(struct lookahead *la, struct tier_store *s, struct la_item *items, size_t n,
-	     uint64_t dram_budget, uint64_t hbm_budget)
+	     uint64_t dram_budget, uint64_t hbm_budget, const struct la_watch *w)
 {
 	memset(la, 0, sizeof(*la));
+	if (w)
+		la->watch = *w;
 	la->s = s;
 	la->items = items;
 	la->n = n;
@@ -136,6 +149,8 @@ static void unaccount(struct lookahead *la, struct la_item *it)
 	la->inflight[TIER_DRAM] -= it->bytes;
 	if (it->level == TIER_HBM)
 		la->inflight[TIER_HBM] -= it->bytes;
+	la->outstanding--;
+	watch(la);
 }
 
 int la_done(struct lookahead *la, struct la_item *it, bool dirty)
@@ -180,6 +195,9 @@ void la_finish(struct lookahead *la)
 		}
 	}
 	tier_err_clear();
+	la->inflight[TIER_DRAM] = la->inflight[TIER_HBM] = 0;
+	la->outstanding = 0;
+	watch(la);
 	pthread_mutex_destroy(&la->lock);
 	pthread_cond_destroy(&la->cond);
 }

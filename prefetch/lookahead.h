@@ -28,6 +28,7 @@
 #define TIER_PREFETCH_LOOKAHEAD_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -53,6 +54,13 @@ struct la_item {
 
 enum { LA_QUEUED, LA_ISSUED, LA_TAKEN, LA_DONE };
 
+/* Where the window reports what it holds, with relaxed atomic stores
+ * (the live view's feed); NULL members report nothing. */
+struct la_watch {
+	_Atomic uint64_t *bytes;  /* DRAM bytes of items issued, not done */
+	_Atomic uint64_t *items;  /* items issued, not done */
+};
+
 struct lookahead {
 	struct tier_store *s;
 	pthread_mutex_t lock;
@@ -64,6 +72,8 @@ struct lookahead {
 	uint64_t inflight[TIER_LEVELS], budget[TIER_LEVELS];
 	int issue_rc;            /* an acquire that could not be queued */
 	bool aborted;            /* la_abort: no more issues, no more takes */
+	uint64_t outstanding;    /* items issued, not done */
+	struct la_watch watch;
 	char issue_err[256];
 };
 
@@ -73,7 +83,7 @@ struct lookahead {
  * acquires at once.  0 or -ENOMEM.
  */
 int la_start(struct lookahead *la, struct tier_store *s, struct la_item *items, size_t n,
-	     uint64_t dram_budget, uint64_t hbm_budget);
+	     uint64_t dram_budget, uint64_t hbm_budget, const struct la_watch *w);
 
 /*
  * The next item of @lane, resident and pinned on its level: *out, with

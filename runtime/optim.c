@@ -47,6 +47,7 @@
 #include "prefetch/lookahead.h"
 #include "prefetch/schedule.h"
 #include "prefetch/writebehind.h"
+#include "runtime/live.h"
 #include "runtime/trace.h"
 #include "tiers/hbm.h"
 #include "tiers/store.h"
@@ -137,7 +138,37 @@ struct tier_optim {
 
 	struct wb *wb;
 	struct trace *trace;
+	struct live_feed *feed;  /* the store's live view, or NULL */
 };
+
+/* What the live view shows of this optimizer (tier_live_optim). */
+static void feed_update(struct tier_optim *o, const struct tier_step_result *res)
+{
+	struct live_feed *f = o->feed;
+	uint64_t bytes = 0;
+
+	if (!f || atomic_load_explicit(&f->owner, memory_order_relaxed) != (uintptr_t)o)
+		return;
+	for (uint32_t i = 0; i < o->nshards; i++)
+		bytes += o->shards[i]->bytes;
+	atomic_store_explicit(&f->params, o->nparams, memory_order_relaxed);
+	atomic_store_explicit(&f->shards, o->nshards, memory_order_relaxed);
+	atomic_store_explicit(&f->state_bytes, bytes, memory_order_relaxed);
+	atomic_store_explicit(&f->step, o->applied, memory_order_relaxed);
+	atomic_store_explicit(&f->pf_window, o->lookahead, memory_order_relaxed);
+	live_set_double(&f->cpu_fraction, o->cpu_fraction);
+	live_set_double(&f->loss_scale, o->p.dynamic_loss_scale ? o->scaler.scale : o->p.loss_scale);
+	if (res) {
+		if (!res->applied)
+			atomic_fetch_add_explicit(&f->skipped, 1, memory_order_relaxed);
+		atomic_store_explicit(&f->last_step_ns, (uint64_t)(res->step_s * 1e9),
+				      memory_order_relaxed);
+		atomic_store_explicit(&f->last_stall_ns, (uint64_t)(res->stall_s * 1e9),
+				      memory_order_relaxed);
+		live_set_double(&f->grad_norm, res->grad_norm);
+	}
+	atomic_store_explicit(&f->optim_present, 1, memory_order_relaxed);
+}
 
 static size_t dtype_size(enum tier_dtype d)
 {
@@ -312,6 +343,8 @@ static void run_lane(struct tier_optim *o, unsigned lane)
 		if (rc == 1)
 			break;
 		ln->stall_ns += stall;
+		if (stall && o->feed)
+			atomic_fetch_add_explicit(&o->feed->pf_stall_ns, stall, memory_order_relaxed);
 		if (rc) {
 			snprintf(ln->err, sizeof(ln->err), "%s", tier_last_error());
 			ln->rc = rc;
@@ -542,6 +575,16 @@ int tier_optim_create(struct tier_store *s, const struct tier_optim_params *p,
 	TIER_INFO(TIER_SS_OPTIM, "optimizer: shards of %zu elements (%" PRIu64 " bytes), moments %s, lookahead %" PRIu64 " bytes, cpu share %s%g",
 		  o->shard_elems, shard_bytes, o->md == TIER_BF16 ? "bf16" : "fp32", o->lookahead,
 		  o->auto_split ? "auto, from " : "", o->cpu_fraction);
+	o->feed = live_feed(s);
+	if (o->feed) {
+		atomic_store_explicit(&o->feed->owner, (uintptr_t)o, memory_order_relaxed);
+		atomic_store_explicit(&o->feed->skipped, 0, memory_order_relaxed);
+		atomic_store_explicit(&o->feed->pf_stall_ns, 0, memory_order_relaxed);
+		atomic_store_explicit(&o->feed->last_step_ns, 0, memory_order_relaxed);
+		atomic_store_explicit(&o->feed->last_stall_ns, 0, memory_order_relaxed);
+		live_set_double(&o->feed->grad_norm, 0.0);
+		feed_update(o, NULL);
+	}
 	*out = o;
 	return 0;
 fail:
@@ -652,6 +695,7 @@ int tier_optim_add_param(struct tier_optim *o, const char *name, size_t numel, c
 		*id = o->nparams;
 	o->nparams++;
 	o->synced = false;
+	feed_update(o, NULL);
 	return 0;
 undo:
 	while (o->nshards > first) {
@@ -789,7 +833,16 @@ int tier_optim_begin(struct tier_optim *o, double lr)
 	o->t0 = tier_now_ns();
 	atomic_fetch_add(&o->begun, 1);
 	o->in_step = true;
-	return la_start(&o->la, o->s, o->items, n, o->lookahead, o->hbm_budget);
+	{
+		struct la_watch w = { NULL, NULL };
+
+		if (o->feed) {
+			w.bytes = &o->feed->pf_ahead_bytes;
+			w.items = &o->feed->pf_shards_ahead;
+			atomic_store_explicit(&o->feed->pf_active, 1, memory_order_relaxed);
+		}
+		return la_start(&o->la, o->s, o->items, n, o->lookahead, o->hbm_budget, &w);
+	}
 }
 
 static int check_tensor(const struct tier_optim *o, const struct param *pp, const char *what,
@@ -859,6 +912,8 @@ static void abandon(struct tier_optim *o)
 	la_finish(&o->la);
 	o->in_step = false;
 	o->synced = false; /* the window stopped part way through the schedule */
+	if (o->feed)
+		atomic_store_explicit(&o->feed->pf_active, 0, memory_order_relaxed);
 }
 
 static void fill_result(struct tier_optim *o, struct tier_step_result *res, bool applied,
@@ -900,6 +955,9 @@ static void fill_result(struct tier_optim *o, struct tier_step_result *res, bool
 		res->h2d_Bps = (double)res->h2d_bytes / res->step_s;
 		res->d2h_Bps = (double)res->d2h_bytes / res->step_s;
 	}
+	if (o->feed)
+		atomic_store_explicit(&o->feed->pf_active, 0, memory_order_relaxed);
+	feed_update(o, res);
 }
 
 /* Under "auto": the split that makes both lanes end together. */
@@ -1073,6 +1131,10 @@ int tier_optim_destroy(struct tier_optim *o)
 		tier_err(rc, "optimizer: a write-back failed: %s", detail);
 	if (o->trace)
 		store_set_hook(o->s, NULL, NULL);
+	if (o->feed && atomic_load_explicit(&o->feed->owner, memory_order_relaxed) == (uintptr_t)o) {
+		atomic_store_explicit(&o->feed->optim_present, 0, memory_order_relaxed);
+		atomic_store_explicit(&o->feed->owner, 0, memory_order_relaxed);
+	}
 	rc2 = trace_close(o->trace);
 	o->trace = NULL;
 	optim_free(o);

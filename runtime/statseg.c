@@ -46,6 +46,7 @@
 
 #include "common/error.h"
 #include "common/fault.h"
+#include "common/options.h"
 #include "runtime/statseg.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -87,9 +88,9 @@ static atomic_uint g_counter;
 
 const char *statseg_dir(void)
 {
-	const char *d = getenv("TIER_STATS_DIR");
+	const char *d = tier_opt_str(TIER_OPT_STATS_DIR);
 
-	return d && *d ? d : "/dev/shm";
+	return *d ? d : "/dev/shm";
 }
 
 /* Field 22 (starttime) of /proc/PID/stat; 0 when it cannot be read. */

@@ -7,6 +7,7 @@
 #include <errno.h>
 
 #include "common/error.h"
+#include "runtime/live.h"
 #include "runtime/manifest.h"
 #include "tiers/store.h"
 
@@ -29,5 +30,8 @@ int tier_store_open(const struct tier_manifest *m, const struct tier_store_param
 		if ((rc = tier_nvme_open(m, flags, &nvme)))
 			return rc;
 	}
-	return store_create(cfg, p, nvme, out);
+	if ((rc = store_create(cfg, p, nvme, out)))
+		return rc;
+	live_start(*out, m);
+	return 0;
 }

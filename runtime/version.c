@@ -21,6 +21,11 @@
 #else
 #define FEAT_FAULT " fault_sites=no"
 #endif
+#if TIER_STATS_BUILD
+#define FEAT_STATS " stats=yes"
+#else
+#define FEAT_STATS " stats=no"
+#endif
 
 const char *tier_version(void)
 {
@@ -29,5 +34,5 @@ const char *tier_version(void)
 
 const char *tier_build_features(void)
 {
-	return FEAT_CUDA FEAT_NCCL FEAT_FAULT;
+	return FEAT_CUDA FEAT_NCCL FEAT_FAULT FEAT_STATS;
 }

@@ -502,6 +502,9 @@ static const struct default_row default_rows[] = {
 	{ TIER_OPT_FAULT, "fault", "TIER_FAULT", "string", "\"\"" },
 	{ TIER_OPT_SIMD, "simd", "TIER_SIMD", "string", "auto" },
 	{ TIER_OPT_TRACE, "trace", "TIER_TRACE", "string", "\"\"" },
+	{ TIER_OPT_STATS, "stats", "TIER_STATS", "enum", "on" },
+	{ TIER_OPT_STATS_DIR, "stats_dir", "TIER_STATS_DIR", "string", "\"\"" },
+	{ TIER_OPT_STATS_INTERVAL, "stats_interval", "TIER_STATS_INTERVAL", "int", "250" },
 };
 
 /* The table lists every option with its default, type and source. */

@@ -49,6 +49,7 @@
 
 #include "common/error.h"
 #include "common/fault.h"
+#include "common/options.h"
 #include "runtime/statseg.h"
 #include "t_helpers.h"
 
@@ -62,12 +63,14 @@ static void setup(void)
 	tier_err_clear();
 	g_dir = t_mkdtemp();
 	ck_assert_int_eq(setenv("TIER_STATS_DIR", g_dir, 1), 0);
+	tier_options_reload();
 }
 
 static void teardown(void)
 {
 	tier_fault_reset_all();
 	unsetenv("TIER_STATS_DIR");
+	tier_options_reload();
 	t_rmtree(g_dir);
 	free(g_dir);
 	g_dir = NULL;
@@ -251,13 +254,16 @@ START_TEST(create_errors)
 	ck_assert_int_eq(statseg_create("x", NULL, 8, NULL), -EINVAL);
 	snprintf(missing, sizeof(missing), "%s/no/such", g_dir);
 	ck_assert_int_eq(setenv("TIER_STATS_DIR", missing, 1), 0);
+	tier_options_reload();
 	ck_assert_str_eq(statseg_dir(), missing);
 	ck_assert_int_eq(statseg_create("x", NULL, 8, &s), -ENOENT);
 	ck_assert_ptr_null(s);
 	assert_detail(missing, NULL);
 	ck_assert_int_eq(setenv("TIER_STATS_DIR", "", 1), 0);
+	tier_options_reload();
 	ck_assert_str_eq(statseg_dir(), "/dev/shm");
 	unsetenv("TIER_STATS_DIR");
+	tier_options_reload();
 	ck_assert_str_eq(statseg_dir(), "/dev/shm");
 }
 END_TEST

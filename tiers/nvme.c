@@ -80,6 +80,7 @@ struct subio {
 	bool rmw;                 /* a write that first reads the unit */
 	bool full_unit;           /* the transfer covers the whole unit */
 	int buf_index;            /* fixed buffer index, or -1 */
+	uint64_t t_sub;           /* when its SQE was prepared (live stats) */
 };
 
 struct nvme_req {
@@ -125,6 +126,10 @@ struct nvme_path {
 	bool work_stop;
 	pthread_t worker[2];
 	unsigned nworkers;
+	/* The live view's counters of this path (tier_live_path). */
+	_Atomic uint64_t c_reads, c_writes, c_bytes_read, c_bytes_written, c_errors,
+		c_csum_errors, c_lat_count, c_lat_sum_ns;
+	_Atomic uint64_t c_lat_hist[TIER_LAT_BUCKETS];
 };
 
 struct tier_nvme_obj {
@@ -287,6 +292,9 @@ static void prep(struct nvme_path *p, struct subio *s)
 	if (p->fixed_files)
 		sqe->flags |= IOSQE_FIXED_FILE;
 	io_uring_sqe_set_data(sqe, s);
+#if TIER_STATS_BUILD
+	s->t_sub = tier_now_ns();
+#endif
 }
 
 /*
@@ -415,6 +423,9 @@ static bool unit_verify(struct tier_nvme *t, struct subio *s, const char *data)
 	if (crc == o->crc[s->unit])
 		return true;
 	atomic_fetch_add(&t->csum_errors, 1);
+#if TIER_STATS_BUILD
+	atomic_fetch_add_explicit(&s->path->c_csum_errors, 1, memory_order_relaxed);
+#endif
 	req_fail(s->req, -EBADMSG,
 		 "nvme%d (%s): checksum mismatch in '%s' at %" PRIu64 " (stripe unit %" PRIu64
 		 ", file offset %" PRIu64 ", %u bytes): crc32c %08x, expected %08x",
@@ -504,6 +515,28 @@ static void sub_complete(struct tier_nvme *t, struct subio *s)
 	pthread_mutex_unlock(&p->work_lock);
 }
 
+#if TIER_STATS_BUILD
+/* One device operation's entry in the path's live counters. */
+static void path_count(struct nvme_path *p, const struct subio *s, int res)
+{
+	uint64_t ns = tier_now_ns() - s->t_sub;
+
+	atomic_fetch_add_explicit(&p->c_lat_hist[tier_lat_bucket(ns)], 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&p->c_lat_count, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&p->c_lat_sum_ns, ns, memory_order_relaxed);
+	if (res < 0) {
+		if (res != -EAGAIN && res != -EINTR)
+			atomic_fetch_add_explicit(&p->c_errors, 1, memory_order_relaxed);
+	} else if (s->op == TIER_IO_WRITE) {
+		atomic_fetch_add_explicit(&p->c_writes, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&p->c_bytes_written, (uint64_t)res, memory_order_relaxed);
+	} else {
+		atomic_fetch_add_explicit(&p->c_reads, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&p->c_bytes_read, (uint64_t)res, memory_order_relaxed);
+	}
+}
+#endif
+
 static void handle_cqe(struct tier_nvme *t, struct nvme_path *p, struct subio *s, int res)
 {
 	int inj;
@@ -521,6 +554,9 @@ static void handle_cqe(struct tier_nvme *t, struct nvme_path *p, struct subio *s
 	}
 	if (tier_fault_check(TIER_FAULT_NVME_DELAY))
 		tier_sleep_ns(20 * 1000000ull);
+#if TIER_STATS_BUILD
+	path_count(p, s, res);
+#endif
 
 	if (res == -EAGAIN || res == -EINTR) {
 		atomic_fetch_add(&t->retries, 1);
@@ -1384,4 +1420,28 @@ void tier_nvme_get_stats(const struct tier_nvme *t, struct tier_nvme_stats *out)
 	out->bounced = atomic_load(&m->bounced);
 	out->npaths = t->npaths;
 	out->stripe_unit = t->unit;
+}
+
+void nvme_path_live(struct tier_nvme *t, unsigned i, struct tier_live_path *out)
+{
+	struct nvme_path *p;
+
+	memset(out, 0, sizeof(*out));
+	if (i >= t->npaths)
+		return;
+	p = &t->paths[i];
+	snprintf(out->file, sizeof(out->file), "%s", p->file);
+	pthread_mutex_lock(&p->lock);
+	out->inflight = p->inflight;
+	pthread_mutex_unlock(&p->lock);
+	out->reads = atomic_load_explicit(&p->c_reads, memory_order_relaxed);
+	out->writes = atomic_load_explicit(&p->c_writes, memory_order_relaxed);
+	out->bytes_read = atomic_load_explicit(&p->c_bytes_read, memory_order_relaxed);
+	out->bytes_written = atomic_load_explicit(&p->c_bytes_written, memory_order_relaxed);
+	out->errors = atomic_load_explicit(&p->c_errors, memory_order_relaxed);
+	out->csum_errors = atomic_load_explicit(&p->c_csum_errors, memory_order_relaxed);
+	out->lat_count = atomic_load_explicit(&p->c_lat_count, memory_order_relaxed);
+	out->lat_sum_ns = atomic_load_explicit(&p->c_lat_sum_ns, memory_order_relaxed);
+	for (unsigned b = 0; b < TIER_LAT_BUCKETS; b++)
+		out->lat_hist[b] = atomic_load_explicit(&p->c_lat_hist[b], memory_order_relaxed);
 }

@@ -162,6 +162,9 @@ struct tier_store {
 	void *hook_arg;
 
 	struct tier_config cfg;      /* the manifest's, without the paths */
+
+	void *live;                  /* the stats publisher (runtime/live.c) */
+	void (*live_stop)(void *live);
 };
 
 const char *tier_level_name(enum tier_level level)
@@ -1913,6 +1916,17 @@ const struct tier_config *store_config(const struct tier_store *s)
 	return &s->cfg;
 }
 
+void store_set_live(struct tier_store *s, void *live, void (*stop)(void *live))
+{
+	s->live = live;
+	s->live_stop = stop;
+}
+
+void *store_live(const struct tier_store *s)
+{
+	return s->live;
+}
+
 struct hbm_dev *store_hbm(const struct tier_store *s, const struct hbm_ops **ops)
 {
 	*ops = s->lv[TIER_HBM].present ? s->hops : NULL;
@@ -1943,6 +1957,12 @@ int tier_store_close(struct tier_store *s)
 
 	if (!s)
 		return 0;
+	if (s->live_stop) {
+		/* The publisher goes first: it reads the store. */
+		s->live_stop(s->live);
+		s->live = NULL;
+		s->live_stop = NULL;
+	}
 	rc = flush_all(s, true);
 	pthread_mutex_lock(&s->lock);
 	for (uint32_t i = 0; i < s->nobjs && !rc2; i++) {

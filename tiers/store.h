@@ -55,6 +55,14 @@ struct hbm_ops;
 struct hbm_dev;
 struct hbm_dev *store_hbm(const struct tier_store *s, const struct hbm_ops **ops);
 
+/*
+ * The stats publisher runtime/live.c attaches to the store: @stop(@live)
+ * runs first thing in tier_store_close.  store_live gives it back (NULL
+ * when none).
+ */
+void store_set_live(struct tier_store *s, void *live, void (*stop)(void *live));
+void *store_live(const struct tier_store *s);
+
 /* A pointer the owner of @o attaches to it (for the event hook's users to
  * find their own record of an object); NULL until set. */
 void store_obj_set_user(struct tier_obj *o, void *user);

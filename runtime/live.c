@@ -1,0 +1,481 @@
+/*
+ * live.c - the stats publisher of a store, and the reader side of the
+ * public live view (tierstore.h, "the live view"; docs/tier-stat.md).
+ *
+ * The publisher is one thread per store.  Every TIER_STATS_INTERVAL ms it
+ * takes the store's counters (tier_store_get_stats: a short hold of the
+ * store's lock, the same as any caller's), each NVMe path's counters
+ * (relaxed atomic loads) and the optimizer's feed, derives the rates over
+ * the last second from a ring of earlier samples, and publishes the whole
+ * struct tier_live_stats through the segment's seqlock.  Nothing on a hot
+ * path waits for it: the counters it reads are kept anyway (store, NVMe
+ * totals) or are relaxed atomic adds (per path, the feed).
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/error.h"
+#include "common/fault.h"
+#include "common/log.h"
+#include "common/nodecfg.h"
+#include "common/options.h"
+#include "runtime/live.h"
+#include "runtime/manifest.h"
+#include "runtime/statseg.h"
+#include "tiers/nvme_format.h"
+#include "tiers/store.h"
+
+_Static_assert(TIER_LIVE_VERSION == STATSEG_VERSION,
+	       "the payload layout is part of the segment's version");
+/* A change of size means a change of layout: bump TIER_LIVE_VERSION. */
+_Static_assert(sizeof(struct tier_live_path) == 2392, "tier_live_path layout changed");
+_Static_assert(offsetof(struct tier_live_stats, path) == 624, "tier_live_stats layout changed");
+_Static_assert(sizeof(struct tier_live_stats) == 624 + 64 * 2392, "tier_live_stats layout changed");
+
+#define RATE_WINDOW_NS 1000000000ull /* "current" bandwidth: over the last second */
+#define RING 64                      /* samples kept for it */
+
+struct sample {
+	uint64_t mono_ns;
+	uint64_t in[TIER_LEVELS], out[TIER_LEVELS];
+	uint64_t rd[TIER_LIVE_MAX_PATHS], wr[TIER_LIVE_MAX_PATHS];
+};
+
+struct live {
+	struct tier_store *store;
+	struct statseg *seg;
+	struct live_feed feed;
+	uint64_t open_ns;             /* CLOCK_MONOTONIC */
+	uint64_t interval_ns;
+
+	pthread_mutex_t pub_lock;     /* one publish at a time; guards what follows */
+	struct tier_live_stats snap;  /* the payload being built */
+	struct sample ring[RING];
+	unsigned nring, head;
+	uint64_t publishes;
+
+	pthread_mutex_t lock;         /* stop, cond */
+	pthread_cond_t cond;
+	bool stop;
+	pthread_t thread;
+	bool thread_ok;
+};
+
+void live_set_double(_Atomic uint64_t *w, double v)
+{
+	uint64_t b;
+
+	memcpy(&b, &v, sizeof(b));
+	atomic_store_explicit(w, b, memory_order_relaxed);
+}
+
+static double get_double(_Atomic uint64_t *w)
+{
+	uint64_t b = atomic_load_explicit(w, memory_order_relaxed);
+	double v;
+
+	memcpy(&v, &b, sizeof(v));
+	return v;
+}
+
+static uint64_t ld(_Atomic uint64_t *w)
+{
+	return atomic_load_explicit(w, memory_order_relaxed);
+}
+
+static uint64_t realtime_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static double rate(uint64_t now_v, uint64_t then_v, double dt)
+{
+	return now_v >= then_v && dt > 0 ? (double)(now_v - then_v) / dt : 0.0;
+}
+
+/* Builds l->snap from the store's counters now.  pub_lock held. */
+static void gather(struct live *l)
+{
+	struct tier_live_stats *o = &l->snap;
+	struct tier_store_stats st;
+	struct tier_nvme *nvme = tier_store_nvme(l->store);
+	struct sample *cur, *then = NULL;
+	struct live_feed *f = &l->feed;
+
+	memset(o, 0, sizeof(*o));
+	tier_store_get_stats(l->store, &st);
+	o->time_ns = realtime_ns();
+	o->mono_ns = tier_now_ns();
+	o->uptime_ns = o->mono_ns - l->open_ns;
+	o->publishes = l->publishes + 1;
+	o->objects = st.objects;
+	for (int i = 0; i < TIER_LEVELS; i++) {
+		const struct tier_level_stats *s = &st.level[i];
+		struct tier_live_level *d = &o->level[i];
+
+		d->present = s->present;
+		if (!s->present)
+			continue;
+		memcpy(d->backend, s->backend, sizeof(d->backend));
+		d->backend[sizeof(d->backend) - 1] = '\0';
+		d->capacity = s->capacity;
+		d->used = s->used;
+		d->pinned = s->pinned;
+		d->dirty = s->dirty;
+		d->objects = s->objects;
+		d->hits = s->hits;
+		d->misses = s->misses;
+		d->evictions = s->evictions;
+		d->writebacks = s->writebacks;
+		d->prefetches = s->prefetches;
+		d->errors = s->errors;
+		d->bytes_in = s->bytes_in;
+		d->bytes_out = s->bytes_out;
+	}
+	if (nvme) {
+		struct tier_nvme_stats ns;
+
+		tier_nvme_get_stats(nvme, &ns);
+		o->npaths = ns.npaths < TIER_LIVE_MAX_PATHS ? ns.npaths : TIER_LIVE_MAX_PATHS;
+		o->stripe_unit = ns.stripe_unit;
+		for (uint32_t p = 0; p < o->npaths; p++)
+			nvme_path_live(nvme, p, &o->path[p]);
+	}
+	o->prefetch.window_bytes = ld(&f->pf_window);
+	o->prefetch.ahead_bytes = ld(&f->pf_ahead_bytes);
+	o->prefetch.shards_ahead = ld(&f->pf_shards_ahead);
+	o->prefetch.stall_ns = ld(&f->pf_stall_ns);
+	o->prefetch.active = ld(&f->pf_active);
+	o->optim.present = ld(&f->optim_present);
+	o->optim.step = ld(&f->step);
+	o->optim.skipped = ld(&f->skipped);
+	o->optim.params = ld(&f->params);
+	o->optim.shards = ld(&f->shards);
+	o->optim.state_bytes = ld(&f->state_bytes);
+	o->optim.last_step_ns = ld(&f->last_step_ns);
+	o->optim.last_stall_ns = ld(&f->last_stall_ns);
+	o->optim.cpu_fraction = get_double(&f->cpu_fraction);
+	o->optim.loss_scale = get_double(&f->loss_scale);
+	o->optim.grad_norm = get_double(&f->grad_norm);
+
+	/* Rates: against the newest sample at least a second old, else the
+	 * oldest there is. */
+	for (unsigned k = 0; k < l->nring; k++) {
+		struct sample *c = &l->ring[(l->head + RING - 1 - k) % RING];
+
+		then = c;
+		if (o->mono_ns - c->mono_ns >= RATE_WINDOW_NS)
+			break;
+	}
+	cur = &l->ring[l->head];
+	cur->mono_ns = o->mono_ns;
+	for (int i = 0; i < TIER_LEVELS; i++) {
+		cur->in[i] = o->level[i].bytes_in;
+		cur->out[i] = o->level[i].bytes_out;
+	}
+	for (uint32_t p = 0; p < TIER_LIVE_MAX_PATHS; p++) {
+		cur->rd[p] = o->path[p].bytes_read;
+		cur->wr[p] = o->path[p].bytes_written;
+	}
+	if (then) {
+		double dt = (double)(cur->mono_ns - then->mono_ns) * 1e-9;
+
+		for (int i = 0; i < TIER_LEVELS; i++) {
+			o->level[i].in_Bps = rate(cur->in[i], then->in[i], dt);
+			o->level[i].out_Bps = rate(cur->out[i], then->out[i], dt);
+		}
+		for (uint32_t p = 0; p < o->npaths; p++) {
+			o->path[p].read_Bps = rate(cur->rd[p], then->rd[p], dt);
+			o->path[p].write_Bps = rate(cur->wr[p], then->wr[p], dt);
+		}
+	}
+	l->head = (l->head + 1) % RING;
+	if (l->nring < RING)
+		l->nring++;
+}
+
+static void publish(struct live *l)
+{
+	pthread_mutex_lock(&l->pub_lock);
+	gather(l);
+	statseg_publish(l->seg, &l->snap);
+	l->publishes++;
+	pthread_mutex_unlock(&l->pub_lock);
+}
+
+static void *live_main(void *arg)
+{
+	struct live *l = arg;
+
+	pthread_mutex_lock(&l->lock);
+	while (!l->stop) {
+		struct timespec ts;
+		uint64_t due;
+
+		pthread_mutex_unlock(&l->lock);
+		publish(l);
+		pthread_mutex_lock(&l->lock);
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		due = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec + l->interval_ns;
+		ts.tv_sec = (time_t)(due / 1000000000ull);
+		ts.tv_nsec = (long)(due % 1000000000ull);
+		while (!l->stop && pthread_cond_timedwait(&l->cond, &l->lock, &ts) != ETIMEDOUT)
+			;
+	}
+	pthread_mutex_unlock(&l->lock);
+	return NULL;
+}
+
+static void live_stop(void *arg)
+{
+	struct live *l = arg;
+
+	if (!l)
+		return;
+	if (l->thread_ok) {
+		pthread_mutex_lock(&l->lock);
+		l->stop = true;
+		pthread_cond_signal(&l->cond);
+		pthread_mutex_unlock(&l->lock);
+		pthread_join(l->thread, NULL);
+	}
+	statseg_close(l->seg);
+	pthread_cond_destroy(&l->cond);
+	pthread_mutex_destroy(&l->lock);
+	pthread_mutex_destroy(&l->pub_lock);
+	free(l);
+}
+
+static char *manifest_yaml(const struct tier_manifest *m)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+
+	if (!f)
+		return NULL;
+	if (tier_manifest_emit(m, f) != 0) {
+		fclose(f);
+		free(buf);
+		return NULL;
+	}
+	if (fclose(f) != 0) {
+		free(buf);
+		return NULL;
+	}
+	return buf;
+}
+
+static atomic_flag g_warned = ATOMIC_FLAG_INIT;
+
+void live_start(struct tier_store *s, const struct tier_manifest *m)
+{
+#if TIER_STATS_BUILD
+	const struct tier_config *cfg = manifest_config(m);
+	struct live *l;
+	char *yaml;
+	int rc;
+
+	if (tier_opt_int(TIER_OPT_STATS) == 0)
+		return;
+	l = tier_calloc(1, sizeof(*l));
+	if (!l) {
+		rc = tier_err(-ENOMEM, "stats segment for store '%s': out of memory", cfg->name);
+		goto warn;
+	}
+	yaml = manifest_yaml(m);
+	rc = statseg_create(cfg->name, yaml ? yaml : "", sizeof(struct tier_live_stats) -
+			    (TIER_LIVE_MAX_PATHS - (cfg->npaths < TIER_LIVE_MAX_PATHS ?
+						    cfg->npaths : TIER_LIVE_MAX_PATHS)) *
+			    sizeof(struct tier_live_path), &l->seg);
+	free(yaml);
+	if (rc) {
+		free(l);
+		goto warn;
+	}
+	l->store = s;
+	l->open_ns = tier_now_ns();
+	l->interval_ns = (uint64_t)tier_opt_int(TIER_OPT_STATS_INTERVAL) * 1000000ull;
+	pthread_mutex_init(&l->pub_lock, NULL);
+	pthread_mutex_init(&l->lock, NULL);
+	{
+		pthread_condattr_t ca;
+
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&l->cond, &ca);
+		pthread_condattr_destroy(&ca);
+	}
+	rc = pthread_create(&l->thread, NULL, live_main, l);
+	if (rc) {
+		rc = tier_err(-rc, "stats publisher for store '%s': pthread_create: %s", cfg->name,
+			      strerror(rc));
+		live_stop(l);
+		goto warn;
+	}
+	l->thread_ok = true;
+	store_set_live(s, l, live_stop);
+	TIER_INFO(TIER_SS_STATS, "store '%s' publishes its counters in %s", cfg->name,
+		  statseg_path(l->seg));
+	return;
+warn:
+	if (!atomic_flag_test_and_set(&g_warned))
+		TIER_WARN(TIER_SS_STATS, "%s; the store runs without a stats segment (tier-stat "
+			  "will not see it; TIER_STATS=off silences this)", tier_last_error());
+	tier_err_clear();
+#else
+	(void)s;
+	(void)m;
+#endif
+}
+
+struct live_feed *live_feed(struct tier_store *s)
+{
+	struct live *l = s ? store_live(s) : NULL;
+
+	return l ? &l->feed : NULL;
+}
+
+/* ------------------------------------------------------------ public API */
+
+const char *tier_store_stats_path(const struct tier_store *s)
+{
+	struct live *l = s ? store_live(s) : NULL;
+
+	return l ? statseg_path(l->seg) : NULL;
+}
+
+int tier_store_publish_stats(struct tier_store *s)
+{
+	struct live *l = s ? store_live(s) : NULL;
+
+	if (!l)
+		return tier_err(-ENOENT, "the store publishes no stats segment (TIER_STATS=off, "
+				"a build without stats, or its creation failed)");
+	publish(l);
+	return 0;
+}
+
+const char *tier_live_dir(void)
+{
+	return statseg_dir();
+}
+
+int tier_live_list(const char *dir, int (*cb)(const char *path, void *arg), void *arg)
+{
+	if (!cb)
+		return tier_err(-EINVAL, "tier_live_list: no callback");
+	return statseg_list(dir, cb, arg);
+}
+
+struct tier_live {
+	struct statseg_view *v;
+	size_t payload;
+};
+
+int tier_live_open(const char *path, struct tier_live **out)
+{
+	struct statseg_view *v = NULL;
+	struct tier_live *l;
+	size_t ps, fixed = offsetof(struct tier_live_stats, path);
+	int rc;
+
+	if (!out || !path)
+		return tier_err(-EINVAL, "tier_live_open: %s", path ? "no result pointer" : "no path");
+	*out = NULL;
+	rc = statseg_open(path, &v);
+	if (rc)
+		return rc;
+	ps = (size_t)statseg_view_header(v)->payload_size;
+	if (ps < fixed || ps > sizeof(struct tier_live_stats) ||
+	    (ps - fixed) % sizeof(struct tier_live_path)) {
+		statseg_view_close(v);
+		return tier_err(-EBADMSG, "%s: a payload of %zu bytes is not a layout %u store "
+				"record (%zu bytes and %zu per NVMe path)", path, ps,
+				TIER_LIVE_VERSION, fixed, sizeof(struct tier_live_path));
+	}
+	l = tier_calloc(1, sizeof(*l));
+	if (!l) {
+		statseg_view_close(v);
+		return tier_err(-ENOMEM, "%s: out of memory", path);
+	}
+	l->v = v;
+	l->payload = ps;
+	*out = l;
+	return 0;
+}
+
+int tier_live_read(const struct tier_live *l, struct tier_live_stats *out)
+{
+	int rc;
+
+	if (!l || !out)
+		return tier_err(-EINVAL, "tier_live_read: %s", l ? "no result pointer" : "no segment");
+	memset(out, 0, sizeof(*out));
+	rc = statseg_read(l->v, out, l->payload);
+	if (rc)
+		return rc;
+	if (out->npaths > (l->payload - offsetof(struct tier_live_stats, path)) /
+			  sizeof(struct tier_live_path))
+		return tier_err(-EBADMSG, "%s: %u NVMe paths claimed, room for fewer",
+				statseg_view_path(l->v), out->npaths);
+	return 0;
+}
+
+void tier_live_info(const struct tier_live *l, struct tier_live_info *out)
+{
+	const struct statseg_header *h = statseg_view_header(l->v);
+
+	memset(out, 0, sizeof(*out));
+	out->pid = (int64_t)h->pid;
+	out->uid = h->uid;
+	out->start_ns = h->start_ns;
+	out->version = h->version;
+	memcpy(out->name, h->name, sizeof(out->name));
+	out->name[sizeof(out->name) - 1] = '\0';
+	out->path = statseg_view_path(l->v);
+	out->manifest = statseg_view_manifest(l->v);
+}
+
+bool tier_live_stale(const struct tier_live *l)
+{
+	return l && statseg_stale(l->v);
+}
+
+int tier_live_remove(struct tier_live *l)
+{
+	const char *path;
+
+	if (!l)
+		return tier_err(-EINVAL, "tier_live_remove: no segment");
+	path = statseg_view_path(l->v);
+	if (!statseg_stale(l->v))
+		return tier_err(-EBUSY, "%s: process %llu still runs; only a stale segment is removed",
+				path, (unsigned long long)statseg_view_header(l->v)->pid);
+	if (unlink(path) < 0) {
+		int rc = -errno;
+
+		return tier_err(rc, "%s: unlink: %s", path, strerror(-rc));
+	}
+	return 0;
+}
+
+void tier_live_close(struct tier_live *l)
+{
+	if (!l)
+		return;
+	statseg_view_close(l->v);
+	free(l);
+}
