@@ -820,7 +820,7 @@ struct tier_live_path {
 	uint64_t bytes_read, bytes_written;
 	uint64_t errors;           /* device operations that failed */
 	uint64_t csum_errors;      /* stripe units read back with a bad crc32c */
-	uint64_t lat_count;        /* operations timed, and their total time */
+	uint64_t lat_count;        /* operations timed (the histogram's total), and their total time */
 	uint64_t lat_sum_ns;
 	uint64_t lat_hist[TIER_LAT_BUCKETS]; /* submission to completion */
 	double read_Bps, write_Bps;/* over the last second */

@@ -34,7 +34,16 @@ export TIER_DATA="$T/data"
 
 check "version" 0 "$TS" --version && grep_in "version" "$T/out" "tier-stat (tierstore)"
 check "help" 0 "$TS" --help && grep_in "help" "$T/out" "usage:"
-check "no arguments is a usage error" 2 "$TS"
+mkdir -p "$T/stats"
+check "no arguments lists the stores" 0 env TIER_STATS_DIR="$T/stats" "$TS" && \
+	grep_in "no arguments: empty list" "$T/out" "no running stores in $T/stats"
+check "--dir missing" 1 "$TS" --dir "$T/no-such-dir" && grep_in "--dir missing" "$T/err" "$T/no-such-dir"
+check "-c without -w" 2 "$TS" -c 3
+check "--json with --prometheus" 2 "$TS" --json --prometheus
+check "--remove-stale with a pid" 2 "$TS" --remove-stale 1
+check "live options with --check" 2 "$TS" --check --json
+check "a pid that has no store" 1 "$TS" --dir "$T/stats" 2147483646 && \
+	grep_in "no store" "$T/err" "has no open store"
 check "unknown option" 2 "$TS" --bogus
 check "options table" 0 "$TS" --options && grep_in "options" "$T/out" "TIER_LOG_SUBSYS"
 check "print default" 0 "$TS" --print-default && grep_in "print default" "$T/out" "$T/data"

@@ -128,7 +128,7 @@ struct nvme_path {
 	unsigned nworkers;
 	/* The live view's counters of this path (tier_live_path). */
 	_Atomic uint64_t c_reads, c_writes, c_bytes_read, c_bytes_written, c_errors,
-		c_csum_errors, c_lat_count, c_lat_sum_ns;
+		c_csum_errors, c_lat_sum_ns;
 	_Atomic uint64_t c_lat_hist[TIER_LAT_BUCKETS];
 };
 
@@ -522,7 +522,6 @@ static void path_count(struct nvme_path *p, const struct subio *s, int res)
 	uint64_t ns = tier_now_ns() - s->t_sub;
 
 	atomic_fetch_add_explicit(&p->c_lat_hist[tier_lat_bucket(ns)], 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&p->c_lat_count, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&p->c_lat_sum_ns, ns, memory_order_relaxed);
 	if (res < 0) {
 		if (res != -EAGAIN && res != -EINTR)
@@ -1440,8 +1439,10 @@ void nvme_path_live(struct tier_nvme *t, unsigned i, struct tier_live_path *out)
 	out->bytes_written = atomic_load_explicit(&p->c_bytes_written, memory_order_relaxed);
 	out->errors = atomic_load_explicit(&p->c_errors, memory_order_relaxed);
 	out->csum_errors = atomic_load_explicit(&p->c_csum_errors, memory_order_relaxed);
-	out->lat_count = atomic_load_explicit(&p->c_lat_count, memory_order_relaxed);
 	out->lat_sum_ns = atomic_load_explicit(&p->c_lat_sum_ns, memory_order_relaxed);
-	for (unsigned b = 0; b < TIER_LAT_BUCKETS; b++)
+	/* The count is the histogram's own total, so the two always agree. */
+	for (unsigned b = 0; b < TIER_LAT_BUCKETS; b++) {
 		out->lat_hist[b] = atomic_load_explicit(&p->c_lat_hist[b], memory_order_relaxed);
+		out->lat_count += out->lat_hist[b];
+	}
 }

@@ -1,7 +1,14 @@
 /*
- * tier-stat - inspects tierstore configuration and (in later versions)
- * running stores.
+ * tier-stat - inspects running tierstore stores and tierstore configuration.
  *
+ *   tier-stat                  list this user's stores (running and stale).
+ *   tier-stat PID[.N]          one report of PID's store(s): per tier, per
+ *                              NVMe path, prefetch, optimizer.
+ *   -w SEC [-c COUNT]          refresh every SEC seconds, rates over the
+ *                              interval; --json, --prometheus: other formats;
+ *   --remove-stale             remove segments left by dead processes;
+ *   --dir DIR                  segments in DIR (default $TIER_STATS_DIR,
+ *                              else /dev/shm).
  *   tier-stat --check [FILE]   validate a manifest (FILE, else $TIER_MANIFEST,
  *                              else the embedded default) and print the
  *                              effective configuration as YAML.
@@ -15,10 +22,12 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "stat_live.h"
 #include "tierstore.h"
 
 enum { EXIT_USAGE = 2 };
@@ -26,14 +35,23 @@ enum { EXIT_USAGE = 2 };
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: tier-stat --check [FILE]     validate a manifest, print the effective configuration\n"
+		"usage: tier-stat [--dir DIR]        list the running stores of this user\n"
+		"       tier-stat [--dir DIR] PID[.N] report on PID's store(s): tiers, NVMe paths, prefetch, optimizer\n"
+		"         -w, --watch SEC            refresh every SEC seconds, rates over the interval\n"
+		"         -c, --count N              stop after N reports (with -w)\n"
+		"         --json                     one JSON object (JSON Lines with -w)\n"
+		"         --prometheus               Prometheus text exposition format\n"
+		"       tier-stat --remove-stale     remove the segments of processes that are gone\n"
+		"       tier-stat --check [FILE]     validate a manifest, print the effective configuration\n"
 		"       tier-stat --print-default    print the embedded default manifest\n"
 		"       tier-stat --options          print the options table (TIER_* environment)\n"
 		"       tier-stat --gpu-selftest [N] run a test kernel on CUDA device N (default 0)\n"
 		"       tier-stat --version | --help\n"
 		"\n"
 		"With no FILE, --check uses $TIER_MANIFEST, else the embedded default.\n"
-		"The live view of running stores is not part of this version.\n");
+		"Stores publish in $TIER_STATS_DIR, else /dev/shm. Exit status: 0 success,\n"
+		"1 no such store or an unreadable one (another user's, another version, stale),\n"
+		"2 usage error. See tier-stat(1).\n");
 }
 
 static int do_check(const char *file)
@@ -77,20 +95,30 @@ static int do_print_default(void)
 
 int main(int argc, char **argv)
 {
+	enum { O_DIR = 1000, O_JSON, O_PROM, O_REMOVE };
 	static const struct option longopts[] = {
-		{ "check", no_argument, NULL, 'c' },
+		{ "check", no_argument, NULL, 'C' },
 		{ "print-default", no_argument, NULL, 'd' },
 		{ "options", no_argument, NULL, 'o' },
 		{ "gpu-selftest", no_argument, NULL, 'g' },
 		{ "version", no_argument, NULL, 'V' },
 		{ "help", no_argument, NULL, 'h' },
+		{ "watch", required_argument, NULL, 'w' },
+		{ "count", required_argument, NULL, 'c' },
+		{ "dir", required_argument, NULL, O_DIR },
+		{ "json", no_argument, NULL, O_JSON },
+		{ "prometheus", no_argument, NULL, O_PROM },
+		{ "remove-stale", no_argument, NULL, O_REMOVE },
 		{ NULL, 0, NULL, 0 },
 	};
+	struct stat_live_args la = { .format = STAT_TABLE };
+	bool live_opt = false;
 	int mode = 0, c;
+	char *end;
 
-	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "hw:c:", longopts, NULL)) != -1) {
 		switch (c) {
-		case 'c':
+		case 'C':
 		case 'd':
 		case 'o':
 		case 'g':
@@ -101,6 +129,42 @@ int main(int argc, char **argv)
 			}
 			mode = c;
 			break;
+		case 'w':
+			errno = 0;
+			la.watch_s = strtod(optarg, &end);
+			if (errno || end == optarg || *end || !(la.watch_s >= 0.1) || la.watch_s > 86400) {
+				fprintf(stderr, "tier-stat: -w '%s': give the interval in seconds, from 0.1 to 86400\n",
+					optarg);
+				return EXIT_USAGE;
+			}
+			live_opt = true;
+			break;
+		case 'c':
+			errno = 0;
+			la.count = strtol(optarg, &end, 10);
+			if (errno || end == optarg || *end || la.count < 1) {
+				fprintf(stderr, "tier-stat: -c '%s': give a count of reports, 1 or more\n", optarg);
+				return EXIT_USAGE;
+			}
+			live_opt = true;
+			break;
+		case O_DIR:
+			la.dir = optarg;
+			live_opt = true;
+			break;
+		case O_JSON:
+		case O_PROM:
+			if (la.format != STAT_TABLE && la.format != (c == O_JSON ? STAT_JSON : STAT_PROMETHEUS)) {
+				fprintf(stderr, "tier-stat: choose one of --json and --prometheus\n");
+				return EXIT_USAGE;
+			}
+			la.format = c == O_JSON ? STAT_JSON : STAT_PROMETHEUS;
+			live_opt = true;
+			break;
+		case O_REMOVE:
+			la.remove_stale = true;
+			live_opt = true;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -109,7 +173,27 @@ int main(int argc, char **argv)
 			return EXIT_USAGE;
 		}
 	}
-	if (mode != 'c' && mode != 'g' && optind < argc) {
+	if (mode && live_opt) {
+		fprintf(stderr, "tier-stat: -w, -c, --dir, --json, --prometheus and --remove-stale are for the live view, not with --check, --print-default, --options, --gpu-selftest or --version\n");
+		return EXIT_USAGE;
+	}
+	if (!mode) {
+		if (optind + 1 < argc) {
+			fprintf(stderr, "tier-stat: too many arguments (one PID at most)\n");
+			return EXIT_USAGE;
+		}
+		if (la.count && la.watch_s <= 0) {
+			fprintf(stderr, "tier-stat: -c counts the reports of -w; give -w SEC too\n");
+			return EXIT_USAGE;
+		}
+		if (la.remove_stale && (optind < argc || la.watch_s > 0 || la.format != STAT_TABLE)) {
+			fprintf(stderr, "tier-stat: --remove-stale takes no PID, -w, --json or --prometheus\n");
+			return EXIT_USAGE;
+		}
+		la.target = optind < argc ? argv[optind] : NULL;
+		return stat_live_run(&la);
+	}
+	if (mode != 'C' && mode != 'g' && optind < argc) {
 		fprintf(stderr, "tier-stat: unexpected argument '%s'\n", argv[optind]);
 		return EXIT_USAGE;
 	}
@@ -118,14 +202,13 @@ int main(int argc, char **argv)
 		return EXIT_USAGE;
 	}
 	switch (mode) {
-	case 'c':
+	case 'C':
 		return do_check(optind < argc ? argv[optind] : NULL);
 	case 'd':
 		return do_print_default();
 	case 'o':
 		return tier_options_print(stdout) ? 1 : 0;
 	case 'g': {
-		char *end;
 		long n = 0;
 		int rc;
 

@@ -1,0 +1,630 @@
+/*
+ * test_live.c - the live view (issue 7): the latency histogram, a store's
+ * stats segment (mode, owner, removal, TIER_STATS=off, a segment that
+ * cannot be created), tier-stat's output against the store's own
+ * counters, stale segments, refusals, and consistent snapshots under a
+ * publishing store.
+ *
+ * The tool's output is checked by tests/live_check.py (python3), which
+ * this suite runs with tier-stat ($TIER_STAT) while the store is open:
+ * the suite writes what the store's own counters say (tier_store_get_stats,
+ * tier_nvme_get_stats, the step results) as JSON, the script compares
+ * tier-stat --json with it key by key, parses --prometheus and compares
+ * its samples too.
+ */
+#include "config.h"
+
+#include <check.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/error.h"
+#include "common/fault.h"
+#include "common/options.h"
+#include "t_helpers.h"
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define KiB (1ull << 10)
+#define MiB (1ull << 20)
+#define U64(x) ((unsigned long long)(x))
+
+static char *g_dir;   /* scratch: the stats directory and the NVMe path */
+
+static void setup(void)
+{
+	tier_fault_reset_all();
+	tier_err_clear();
+	g_dir = t_mkdtemp();
+	ck_assert_int_eq(setenv("TIER_STATS_DIR", g_dir, 1), 0);
+	unsetenv("TIER_STATS");
+	unsetenv("TIER_STATS_INTERVAL");
+	tier_options_reload();
+}
+
+static void teardown(void)
+{
+	tier_fault_reset_all();
+	unsetenv("TIER_STATS_DIR");
+	unsetenv("TIER_STATS");
+	unsetenv("TIER_STATS_INTERVAL");
+	tier_options_reload();
+	t_rmtree(g_dir);
+	free(g_dir);
+	g_dir = NULL;
+}
+
+/* ============================================================ histogram */
+
+static const struct {
+	uint64_t ns;
+	unsigned bucket;
+	uint64_t upper;
+} lat_cases[] = {
+	{ 0, 0, 128 },
+	{ 127, 0, 128 },
+	{ 128, 1, 256 },
+	{ 1023, 7, 1024 },
+	{ 1024, 8, 1152 },          /* 8 per power of two from 1 us */
+	{ 1151, 8, 1152 },
+	{ 1152, 9, 1280 },
+	{ 2047, 15, 2048 },
+	{ 2048, 16, 2304 },
+	{ 100000, 60, 106496 },     /* 100 us */
+	{ 1000000, 87, 1048576 },   /* 1 ms */
+	{ 1000000000, 166, 1006632960 },
+	{ UINT64_MAX, TIER_LAT_BUCKETS - 1, UINT64_MAX },
+};
+
+START_TEST(lat_bucket_table)
+{
+	uint64_t ns = lat_cases[_i].ns;
+	unsigned b = tier_lat_bucket(ns);
+
+	ck_assert_uint_eq(b, lat_cases[_i].bucket);
+	ck_assert_uint_eq(tier_lat_bucket_upper_ns(b), lat_cases[_i].upper);
+}
+END_TEST
+
+/* Every value lies in [upper(b - 1), upper(b)), and a bucket is at most an
+ * eighth of its lower bound wide (from 1 us on). */
+START_TEST(lat_bucket_bounds)
+{
+	uint64_t x = 0x9E3779B97F4A7C15ull;
+
+	for (int i = 0; i < 200000; i++) {
+		uint64_t ns;
+		unsigned b;
+
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		ns = x >> (x % 60);
+		b = tier_lat_bucket(ns);
+		ck_assert_uint_lt(b, TIER_LAT_BUCKETS);
+		ck_assert_msg(ns < tier_lat_bucket_upper_ns(b), "%llu in bucket %u", U64(ns), b);
+		if (b > 0) {
+			uint64_t lo = tier_lat_bucket_upper_ns(b - 1);
+
+			ck_assert_msg(ns >= lo, "%llu below bucket %u", U64(ns), b);
+			if (b >= 8 && b < TIER_LAT_BUCKETS - 1)
+				ck_assert_uint_le(tier_lat_bucket_upper_ns(b) - lo, lo / 8);
+		}
+	}
+	for (unsigned b = 1; b < TIER_LAT_BUCKETS; b++)
+		ck_assert_uint_gt(tier_lat_bucket_upper_ns(b), tier_lat_bucket_upper_ns(b - 1));
+}
+END_TEST
+
+START_TEST(lat_quantiles)
+{
+	static uint64_t h[TIER_LAT_BUCKETS];
+
+	memset(h, 0, sizeof(h));
+	ck_assert_uint_eq(tier_lat_quantile_ns(h, 0.5), 0);      /* empty */
+	ck_assert_uint_eq(tier_lat_quantile_ns(NULL, 0.5), 0);
+	/* 90 operations of 10 us, 10 of 5 ms */
+	h[tier_lat_bucket(10000)] = 90;
+	h[tier_lat_bucket(5000000)] = 10;
+	ck_assert_uint_eq(tier_lat_quantile_ns(h, 0.5), tier_lat_bucket_upper_ns(tier_lat_bucket(10000)));
+	ck_assert_uint_eq(tier_lat_quantile_ns(h, 0.9), tier_lat_bucket_upper_ns(tier_lat_bucket(10000)));
+	ck_assert_uint_eq(tier_lat_quantile_ns(h, 0.91),
+			  tier_lat_bucket_upper_ns(tier_lat_bucket(5000000)));
+	ck_assert_uint_eq(tier_lat_quantile_ns(h, 0.99),
+			  tier_lat_bucket_upper_ns(tier_lat_bucket(5000000)));
+	ck_assert_uint_eq(tier_lat_quantile_ns(h, 1.0),
+			  tier_lat_bucket_upper_ns(tier_lat_bucket(5000000)));
+	ck_assert_uint_eq(tier_lat_quantile_ns(h, 0.0), 0);
+	/* the top bucket reports its lower bound */
+	memset(h, 0, sizeof(h));
+	h[TIER_LAT_BUCKETS - 1] = 1;
+	ck_assert_uint_eq(tier_lat_quantile_ns(h, 0.5),
+			  tier_lat_bucket_upper_ns(TIER_LAT_BUCKETS - 2));
+}
+END_TEST
+
+/* ============================================================ a store */
+
+struct world {
+	struct tier_manifest *man;
+	struct tier_store *s;
+	char name[32];
+};
+
+static void world_open(struct world *w, const char *name, uint64_t dram, bool csum)
+{
+	struct tier_store_params sp = { .hbm_backend = "none", .flags = TIER_STORE_SCRATCH };
+	char text[2048];
+	int n, rc;
+
+	memset(w, 0, sizeof(*w));
+	snprintf(w->name, sizeof(w->name), "%s", name);
+	n = snprintf(text, sizeof(text),
+		     "name: %s\n"
+		     "gpu:\n  device: none\n"
+		     "dram:\n  capacity: %llu\n"
+		     "optimizer:\n  shard_size: 64KiB\n  offload_fraction: 1\n"
+		     "nvme:\n  stripe_unit: 64KiB\n  checksum: %s\n  direct: false\n"
+		     "  paths:\n    - path: %s/nvme/\n      capacity: 64MiB\n      create: true\n",
+		     name, U64(dram), csum ? "crc32c" : "none", g_dir);
+	ck_assert_int_lt(n, (int)sizeof(text));
+	rc = tier_manifest_parse(text, (size_t)n, "live-test.yaml", 0, &w->man);
+	ck_assert_msg(rc == 0, "manifest refused: %s\n%s", tier_last_error(), text);
+	rc = tier_store_open(w->man, &sp, &w->s);
+	ck_assert_msg(rc == 0, "store open: %d: %s", rc, tier_last_error());
+}
+
+static void world_close(struct world *w)
+{
+	ck_assert_int_eq(tier_store_close(w->s), 0);
+	tier_manifest_free(w->man);
+	w->s = NULL;
+}
+
+/* Writes, reads back and evicts: every counter moves. */
+static void do_work(struct tier_store *s, unsigned nobj, uint64_t size)
+{
+	char name[32];
+	void *buf = malloc(size), *back = malloc(size);
+
+	ck_assert_ptr_nonnull(buf);
+	ck_assert_ptr_nonnull(back);
+	for (unsigned i = 0; i < nobj; i++) {
+		struct tier_obj *o;
+
+		snprintf(name, sizeof(name), "obj%u", i);
+		ck_assert_int_eq(tier_obj_create(s, name, size, &o), 0);
+		memset(buf, (int)(i + 1), size);
+		ck_assert_int_eq(tier_obj_write(s, o, 0, size, buf), 0);
+	}
+	for (unsigned i = 0; i < nobj; i++) {
+		struct tier_obj *o;
+
+		snprintf(name, sizeof(name), "obj%u", i);
+		o = tier_obj_find(s, name);
+		ck_assert_ptr_nonnull(o);
+		ck_assert_int_eq(tier_obj_read(s, o, 0, size, back), 0);
+		memset(buf, (int)(i + 1), size);
+		ck_assert(memcmp(buf, back, size) == 0);
+	}
+	ck_assert_int_eq(tier_flush(s), 0);
+	free(buf);
+	free(back);
+}
+
+/* Runs tests/live_check.py MODE ARGS...; its exit status. */
+static int run_check(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2)));
+static int run_check(const char *fmt, ...)
+{
+	const char *ts = getenv("TIER_STAT"), *py = getenv("TIER_LIVE_CHECK");
+	char args[4096], cmd[8192];
+	va_list ap;
+	int rc;
+
+	ck_assert_msg(ts && py, "TIER_STAT and TIER_LIVE_CHECK must name tier-stat and live_check.py "
+		      "(meson test sets them)");
+	va_start(ap, fmt);
+	vsnprintf(args, sizeof(args), fmt, ap);
+	va_end(ap);
+	snprintf(cmd, sizeof(cmd), "python3 '%s' --tier-stat '%s' --dir '%s' %s", py, ts, g_dir, args);
+	fflush(stdout);
+	fflush(stderr);
+	rc = system(cmd);
+	ck_assert_msg(rc != -1 && WIFEXITED(rc), "could not run: %s", cmd);
+	return WEXITSTATUS(rc);
+}
+
+static void json_level(FILE *f, const char *key, const struct tier_level_stats *l, bool last)
+{
+	fprintf(f, "\"%s\":{\"backend\":\"%s\",\"capacity_bytes\":%llu,\"used_bytes\":%llu,"
+		"\"pinned_bytes\":%llu,\"dirty_bytes\":%llu,\"objects\":%llu,\"hits\":%llu,"
+		"\"misses\":%llu,\"evictions\":%llu,\"writebacks\":%llu,\"prefetches\":%llu,"
+		"\"errors\":%llu,\"bytes_in\":%llu,\"bytes_out\":%llu,"
+		"\"in_bytes_per_second\":0,\"out_bytes_per_second\":0}%s",
+		key, l->backend, U64(l->capacity), U64(l->used), U64(l->pinned), U64(l->dirty),
+		U64(l->objects), U64(l->hits), U64(l->misses), U64(l->evictions),
+		U64(l->writebacks), U64(l->prefetches), U64(l->errors), U64(l->bytes_in),
+		U64(l->bytes_out), last ? "" : ",");
+}
+
+/*
+ * The acceptance test: a store does known work (objects written, read
+ * back through a DRAM tier smaller than them, flushed; an optimizer runs
+ * steps, one of them skipped), then stays quiet.  tier-stat --json must
+ * give exactly the store's own counters, and --prometheus the same in
+ * parseable form.
+ */
+START_TEST(tier_stat_matches_store)
+{
+	struct world w;
+	struct tier_optim *o;
+	struct tier_optim_params hp;
+	struct tier_step_result res[3];
+	struct tier_store_stats st;
+	struct tier_nvme_stats ns;
+	struct tier_live_stats *live = calloc(1, sizeof(*live));
+	struct tier_live *l;
+	float *init, *grad;
+	const size_t numel = 40000;
+	char path[4200];
+	uint32_t id;
+	FILE *f;
+
+	ck_assert_ptr_nonnull(live);
+	world_open(&w, "live-acceptance", 1 * MiB, true);
+	do_work(w.s, 12, 256 * KiB); /* 3 MiB through 1 MiB of DRAM */
+
+	tier_optim_params_init(&hp);
+	hp.shard_size = 64 * KiB;
+	hp.offload_fraction = 1.0;
+	hp.threads = 2;
+	hp.loss_scale = 1024;
+	ck_assert_int_eq(tier_optim_create(w.s, &hp, &o), 0);
+	init = calloc(numel, sizeof(float));
+	grad = calloc(numel, sizeof(float));
+	for (size_t i = 0; i < numel; i++) {
+		init[i] = (float)i * 1e-4f;
+		grad[i] = 1024.0f * (float)((i % 7) - 3) * 1e-3f;
+	}
+	ck_assert_int_eq(tier_optim_add_param(o, "w", numel, init, &id), 0);
+	for (int k = 0; k < 3; k++) {
+		struct tier_tensor g = { grad, TIER_FP32, TIER_MEM_HOST };
+
+		if (k == 1)
+			grad[5] = 1.0f / 0.0f; /* an overflow: skipped */
+		ck_assert_int_eq(tier_optim_step(o, 0, &g, NULL, &res[k]), 0);
+		grad[5] = 1.0f;
+	}
+	ck_assert(res[0].applied && !res[1].applied && res[2].applied);
+
+	/* Quiet now: a second of no I/O makes the published rates zero. */
+	usleep(1100 * 1000);
+	ck_assert_int_eq(tier_store_publish_stats(w.s), 0);
+	tier_store_get_stats(w.s, &st);
+	tier_nvme_get_stats(tier_store_nvme(w.s), &ns);
+	ck_assert_uint_eq(ns.npaths, 1);
+
+	/* What a reader of the segment sees, through the public API. */
+	ck_assert_int_eq(tier_live_open(tier_store_stats_path(w.s), &l), 0);
+	ck_assert_int_eq(tier_live_read(l, live), 0);
+	ck_assert_uint_eq(live->level[TIER_DRAM].hits, st.level[TIER_DRAM].hits);
+	ck_assert_uint_eq(live->level[TIER_DRAM].misses, st.level[TIER_DRAM].misses);
+	ck_assert_uint_gt(live->level[TIER_DRAM].evictions, 0);
+	ck_assert_uint_eq(live->path[0].bytes_read, ns.bytes_read);
+	ck_assert_uint_eq(live->path[0].bytes_written, ns.bytes_written);
+	ck_assert_uint_gt(live->path[0].lat_count, 0);
+	ck_assert_uint_gt(live->path[0].reads, 0);
+	ck_assert_uint_gt(live->path[0].writes, 0);
+	ck_assert_uint_eq(live->path[0].inflight, 0);
+	ck_assert_uint_eq(live->optim.step, 2);
+	ck_assert_uint_eq(live->optim.skipped, 1);
+	tier_live_close(l);
+
+	snprintf(path, sizeof(path), "%s/expect.json", g_dir);
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fprintf(f, "{\"pid\":%ld,\"name\":\"%s\",\"path\":\"%s\",\"uid\":%llu,\"version\":%u,"
+		"\"stale\":false,\"objects\":%llu,\"stripe_unit\":%u,\"tiers\":{",
+		(long)getpid(), w.name, tier_store_stats_path(w.s), U64(geteuid()), TIER_LIVE_VERSION,
+		U64(st.objects), ns.stripe_unit);
+	json_level(f, "dram", &st.level[TIER_DRAM], false);
+	json_level(f, "nvme", &st.level[TIER_NVME], true);
+	fprintf(f, "},\"paths\":[{\"index\":0,\"inflight\":0,\"bytes_read\":%llu,"
+		"\"bytes_written\":%llu,\"errors\":0,\"checksum_errors\":%llu,"
+		"\"read_bytes_per_second\":0,\"write_bytes_per_second\":0}],",
+		U64(ns.bytes_read), U64(ns.bytes_written), U64(ns.csum_errors));
+	fprintf(f, "\"prefetch\":{\"streaming\":false,\"ahead_bytes\":0,\"shards_ahead\":0},");
+	fprintf(f, "\"optimizer\":{\"step\":%llu,\"skipped_steps\":1,\"params\":1,\"shards\":%u,"
+		"\"state_bytes\":%llu,\"last_step_seconds\":%.17g,\"last_stall_seconds\":%.17g,"
+		"\"cpu_fraction\":%.17g,\"loss_scale\":%.17g,\"grad_norm\":%.17g}}\n",
+		U64(res[2].step), res[2].cpu_shards + res[2].gpu_shards, U64(numel * 12),
+		(double)(uint64_t)(res[2].step_s * 1e9) * 1e-9,
+		(double)(uint64_t)(res[2].stall_s * 1e9) * 1e-9, res[2].cpu_fraction,
+		res[2].next_loss_scale, res[2].grad_norm);
+	ck_assert_int_eq(fclose(f), 0);
+
+	ck_assert_int_eq(run_check("report --pid %ld --expect '%s'", (long)getpid(), path), 0);
+
+	ck_assert_int_eq(tier_optim_destroy(o), 0);
+	free(init);
+	free(grad);
+	free(live);
+	world_close(&w);
+}
+END_TEST
+
+/* The segment: where, mode 0600, owner, the manifest, removed on close. */
+START_TEST(segment_file)
+{
+	struct world w;
+	struct tier_live *l;
+	struct tier_live_info info;
+	struct stat sb;
+	char path[4200];
+
+	world_open(&w, "seg-file", 1 * MiB, false);
+	ck_assert_ptr_nonnull(tier_store_stats_path(w.s));
+	snprintf(path, sizeof(path), "%s", tier_store_stats_path(w.s));
+	ck_assert_msg(strncmp(path, g_dir, strlen(g_dir)) == 0, "%s not in %s", path, g_dir);
+	ck_assert_int_eq(lstat(path, &sb), 0);
+	ck_assert(S_ISREG(sb.st_mode));
+	ck_assert_uint_eq(sb.st_mode & 07777, 0600);
+	ck_assert_uint_eq(sb.st_uid, geteuid());
+	ck_assert_int_eq(tier_live_open(path, &l), 0);
+	tier_live_info(l, &info);
+	ck_assert_int_eq(info.pid, getpid());
+	ck_assert_str_eq(info.name, "seg-file");
+	ck_assert_uint_eq(info.version, TIER_LIVE_VERSION);
+	ck_assert_ptr_nonnull(strstr(info.manifest, "name: \"seg-file\""));
+	ck_assert_ptr_nonnull(strstr(info.manifest, "nvme:"));
+	ck_assert(!tier_live_stale(l));
+	ck_assert_int_eq(tier_live_remove(l), -EBUSY); /* a running store's: never */
+	ck_assert_int_eq(access(path, F_OK), 0);
+	tier_live_close(l);
+	world_close(&w);
+	ck_assert_int_eq(access(path, F_OK), -1);
+}
+END_TEST
+
+/* TIER_STATS=off: no segment; the publish call says why. */
+START_TEST(stats_off)
+{
+	struct world w;
+
+	ck_assert_int_eq(setenv("TIER_STATS", "off", 1), 0);
+	tier_options_reload();
+	world_open(&w, "off", 1 * MiB, false);
+	ck_assert_ptr_null(tier_store_stats_path(w.s));
+	ck_assert_int_eq(tier_store_publish_stats(w.s), -ENOENT);
+	do_work(w.s, 2, 64 * KiB);
+	world_close(&w);
+}
+END_TEST
+
+/* A segment that cannot be created (the fault site, an allocation, a
+ * missing directory): the store opens and works without one. */
+START_TEST(segment_create_fails)
+{
+	struct world w;
+	char missing[4200];
+
+	NEED_FAULTS();
+	ck_assert_int_eq(tier_fault_arm(TIER_FAULT_STATS_OPEN, 1, 1, -EMFILE), 0);
+	world_open(&w, "nofile", 1 * MiB, false);
+	ck_assert_ptr_null(tier_store_stats_path(w.s));
+	do_work(w.s, 2, 64 * KiB);
+	world_close(&w);
+
+	snprintf(missing, sizeof(missing), "%s/no/such/dir", g_dir);
+	ck_assert_int_eq(setenv("TIER_STATS_DIR", missing, 1), 0);
+	tier_options_reload();
+	world_open(&w, "nodir", 1 * MiB, false);
+	ck_assert_ptr_null(tier_store_stats_path(w.s));
+	do_work(w.s, 2, 64 * KiB);
+	world_close(&w);
+}
+END_TEST
+
+/* A process that dies with its store open leaves a stale segment:
+ * tier-stat lists it as stale, refuses to report it, and removes it only
+ * with --remove-stale. */
+START_TEST(stale_segment)
+{
+	int fds[2];
+	pid_t pid;
+	char path[4200] = "";
+	ssize_t n;
+	int status;
+	struct tier_live *l;
+
+	ck_assert_int_eq(pipe(fds), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct world w;
+		const char *p;
+
+		close(fds[0]);
+		world_open(&w, "crashed", 1 * MiB, false);
+		p = tier_store_stats_path(w.s);
+		if (!p || write(fds[1], p, strlen(p)) < 0)
+			_exit(3);
+		_exit(0); /* without closing: as a crash would */
+	}
+	close(fds[1]);
+	n = read(fds[0], path, sizeof(path) - 1);
+	close(fds[0]);
+	ck_assert_int_gt(n, 0);
+	path[n] = '\0';
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	ck_assert_int_eq(access(path, F_OK), 0);
+
+	ck_assert_int_eq(tier_live_open(path, &l), 0);
+	ck_assert(tier_live_stale(l));
+	tier_live_close(l);
+	ck_assert_int_eq(run_check("stale --pid %ld --path '%s'", (long)pid, path), 0);
+	ck_assert_int_eq(access(path, F_OK), -1);
+}
+END_TEST
+
+/* Segments tier-stat must refuse with a clear message: another layout
+ * version, another user's, a PID with no store, a bad PID. */
+START_TEST(refusals)
+{
+	struct world w;
+
+	world_open(&w, "refuse", 1 * MiB, false);
+	ck_assert_int_eq(run_check("refuse --pid %ld --path '%s'", (long)getpid(),
+				   tier_store_stats_path(w.s)), 0);
+	world_close(&w);
+}
+END_TEST
+
+/* ============================================================ snapshots */
+
+struct churn {
+	struct tier_store *s;
+	_Atomic bool stop;
+	_Atomic uint64_t publishes;
+};
+
+static void *churn_io(void *arg)
+{
+	struct churn *c = arg;
+	char *buf = malloc(64 * KiB);
+	struct tier_obj *objs[24];
+
+	ck_assert_ptr_nonnull(buf);
+	for (int i = 0; i < 24; i++) {
+		char name[16];
+
+		snprintf(name, sizeof(name), "c%d", i);
+		ck_assert_int_eq(tier_obj_create(c->s, name, 64 * KiB, &objs[i]), 0);
+	}
+	for (unsigned k = 0; !atomic_load(&c->stop); k++) {
+		memset(buf, (int)k, 64 * KiB);
+		ck_assert_int_eq(tier_obj_write(c->s, objs[k % 24], 0, 64 * KiB, buf), 0);
+		ck_assert_int_eq(tier_obj_read(c->s, objs[(k * 7) % 24], 0, 64 * KiB, buf), 0);
+	}
+	free(buf);
+	return NULL;
+}
+
+static void *churn_publish(void *arg)
+{
+	struct churn *c = arg;
+
+	while (!atomic_load(&c->stop)) {
+		ck_assert_int_eq(tier_store_publish_stats(c->s), 0);
+		atomic_fetch_add(&c->publishes, 1);
+	}
+	return NULL;
+}
+
+/*
+ * A reader never sees a torn snapshot: while I/O runs and two publishers
+ * (the store's own thread every 10 ms, and this test's loop) rewrite the
+ * segment, every snapshot read is internally consistent: the latency
+ * count equals its histogram's total (the first words and the last of the
+ * payload), the open time is the same in all, and the publish count never
+ * goes back.
+ */
+START_TEST(no_torn_snapshot)
+{
+	struct world w;
+	struct churn c = { 0 };
+	pthread_t io, pub;
+	struct tier_live *l;
+	struct tier_live_stats *a = calloc(1, sizeof(*a));
+	uint64_t open_ns = 0, last_pub = 0, reads = 0, again = 0, moved = 0, last_count = 0;
+
+	ck_assert_ptr_nonnull(a);
+	ck_assert_int_eq(setenv("TIER_STATS_INTERVAL", "10", 1), 0);
+	tier_options_reload();
+	world_open(&w, "churn", 512 * KiB, false);
+	c.s = w.s;
+	ck_assert_int_eq(tier_live_open(tier_store_stats_path(w.s), &l), 0);
+	ck_assert_int_eq(pthread_create(&io, NULL, churn_io, &c), 0);
+	ck_assert_int_eq(pthread_create(&pub, NULL, churn_publish, &c), 0);
+	while (reads < 3000 || moved < 20) {
+		uint64_t sum = 0;
+		int rc = tier_live_read(l, a);
+
+		if (rc == -EAGAIN) {
+			again++;
+			ck_assert_uint_lt(again, 3000);
+			continue;
+		}
+		ck_assert_int_eq(rc, 0);
+		reads++;
+		if (!a->publishes)
+			continue;
+		for (unsigned b = 0; b < TIER_LAT_BUCKETS; b++)
+			sum += a->path[0].lat_hist[b];
+		ck_assert_msg(sum == a->path[0].lat_count,
+			      "torn: latency count %llu, histogram total %llu (publish %llu)",
+			      U64(a->path[0].lat_count), U64(sum), U64(a->publishes));
+		if (!open_ns)
+			open_ns = a->mono_ns - a->uptime_ns;
+		ck_assert_msg(a->mono_ns - a->uptime_ns == open_ns, "torn: open time moved");
+		ck_assert_uint_ge(a->publishes, last_pub);
+		last_pub = a->publishes;
+		if (a->path[0].lat_count != last_count)
+			moved++;
+		last_count = a->path[0].lat_count;
+		ck_assert_uint_lt(reads, 10000000);
+	}
+	atomic_store(&c.stop, true);
+	pthread_join(io, NULL);
+	pthread_join(pub, NULL);
+	ck_assert_uint_gt(atomic_load(&c.publishes), 0);
+	tier_live_close(l);
+	world_close(&w);
+	free(a);
+}
+END_TEST
+
+static Suite *live_suite(void)
+{
+	Suite *s = suite_create("live");
+	TCase *tc = tcase_create("histogram");
+
+	tcase_add_loop_test(tc, lat_bucket_table, 0, (int)ARRAY_SIZE(lat_cases));
+	tcase_add_test(tc, lat_bucket_bounds);
+	tcase_add_test(tc, lat_quantiles);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("store");
+	tcase_set_timeout(tc, 120);
+	tcase_add_unchecked_fixture(tc, t_case_setup, t_case_teardown);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, segment_file);
+	tcase_add_test(tc, stats_off);
+	tcase_add_test(tc, segment_create_fails);
+	tcase_add_test(tc, tier_stat_matches_store);
+	tcase_add_test(tc, stale_segment);
+	tcase_add_test(tc, refusals);
+	tcase_add_test(tc, no_torn_snapshot);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+#if !TIER_STATS_BUILD
+	fprintf(stderr, "a build without stats (-Dstats=false): nothing to test\n");
+	return T_EXIT_SKIP;
+#endif
+	return t_run_suite(live_suite());
+}
