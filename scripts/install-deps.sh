@@ -1,11 +1,12 @@
 #!/bin/sh
 # Installs what tierstore builds with, from Debian's packages, when missing:
 # meson, ninja, liburing, libnuma, libyaml, Check, pkg-config; clang (with
-# its fuzzer runtime) and python3 (the timeline checks) when called with --dev.  The CUDA Toolkit is optional
+# its fuzzer runtime), python3 (the timeline and live-view checks) and its
+# Prometheus client (whose parser checks tier-stat --prometheus) when called with --dev.  The CUDA Toolkit is optional
 # and not installed here (meson -Dcuda=auto uses nvcc when it is on PATH).
 set -eu
 pkgs="meson ninja-build pkg-config liburing-dev libnuma-dev libyaml-dev check"
-[ "${1:-}" = "--dev" ] && pkgs="$pkgs clang libclang-rt-dev python3"
+[ "${1:-}" = "--dev" ] && pkgs="$pkgs clang libclang-rt-dev python3 python3-prometheus-client"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
