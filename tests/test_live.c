@@ -491,6 +491,54 @@ START_TEST(refusals)
 }
 END_TEST
 
+/* A device error and a checksum failure land in the path's counters. */
+START_TEST(path_error_counters)
+{
+	struct world w;
+	struct tier_live *l;
+	struct tier_live_stats *a = calloc(1, sizeof(*a));
+	struct tier_obj *o;
+	char *buf = malloc(256 * KiB);
+	int rc;
+
+	NEED_FAULTS();
+	ck_assert_ptr_nonnull(a);
+	ck_assert_ptr_nonnull(buf);
+	world_open(&w, "errors", 1 * MiB, true);
+	do_work(w.s, 8, 256 * KiB); /* obj0 is no longer in DRAM */
+	o = tier_obj_find(w.s, "obj0");
+	ck_assert_ptr_nonnull(o);
+
+	ck_assert_int_eq(tier_fault_arm(TIER_FAULT_NVME_BITFLIP, 1, 1, -EIO), 0); /* the errno is not used */
+	rc = tier_obj_read(w.s, o, 0, 256 * KiB, buf);
+	ck_assert_msg(rc == -EBADMSG, "a flipped bit read back: %d", rc);
+	tier_fault_reset_all();
+	ck_assert_int_eq(tier_store_publish_stats(w.s), 0);
+	ck_assert_int_eq(tier_live_open(tier_store_stats_path(w.s), &l), 0);
+	ck_assert_int_eq(tier_live_read(l, a), 0);
+	ck_assert_uint_eq(a->path[0].csum_errors, 1);
+	ck_assert_uint_eq(a->path[0].errors, 0);
+
+	ck_assert_int_eq(tier_fault_arm(TIER_FAULT_NVME_IO_ERR, 1, 1, -EIO), 0);
+	rc = tier_obj_read(w.s, o, 0, 256 * KiB, buf);
+	ck_assert_msg(rc == -EIO, "a failed device read: %d", rc);
+	tier_fault_reset_all();
+	ck_assert_int_eq(tier_store_publish_stats(w.s), 0);
+	ck_assert_int_eq(tier_live_read(l, a), 0);
+	ck_assert_uint_eq(a->path[0].errors, 1);
+	ck_assert_uint_eq(a->path[0].csum_errors, 1);
+	ck_assert_uint_ge(a->level[TIER_DRAM].errors, 2);
+
+	/* and a good read afterwards */
+	ck_assert_int_eq(tier_obj_read(w.s, o, 0, 256 * KiB, buf), 0);
+	ck_assert_uint_eq((unsigned char)buf[0], 1);
+	tier_live_close(l);
+	world_close(&w);
+	free(buf);
+	free(a);
+}
+END_TEST
+
 /* ============================================================ snapshots */
 
 struct churn {
@@ -615,6 +663,7 @@ static Suite *live_suite(void)
 	tcase_add_test(tc, tier_stat_matches_store);
 	tcase_add_test(tc, stale_segment);
 	tcase_add_test(tc, refusals);
+	tcase_add_test(tc, path_error_counters);
 	tcase_add_test(tc, no_torn_snapshot);
 	suite_add_tcase(s, tc);
 	return s;
