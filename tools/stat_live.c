@@ -413,11 +413,14 @@ static void print_report(const struct seg *s, const struct view *v)
 		       "CSUM");
 		for (uint32_t i = 0; i < st->npaths; i++) {
 			const struct tier_live_path *p = &st->path[i];
-			const char *f = p->file;
-			size_t fl = strlen(f);
+			char f[32];
+			size_t fl = strlen(p->file);
 
+			/* the end of a long path says most */
 			if (fl > 28)
-				f += fl - 28; /* the end of a long path says most */
+				snprintf(f, sizeof(f), "...%s", p->file + fl - 25);
+			else
+				snprintf(f, sizeof(f), "%s", p->file);
 			printf("%-5u %-28s %8" PRIu64 " %10s %10s %13s %13s %9s %9s %6" PRIu64 " %5" PRIu64
 			       "\n", i, f, p->inflight, fmt_bytes((double)p->bytes_read, b[0], 32),
 			       fmt_bytes((double)p->bytes_written, b[1], 32),
