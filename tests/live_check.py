@@ -211,7 +211,7 @@ def cmd_report(a):
         ("tierstore_nvme_path_latency_seconds", {"path": 0, "quantile": "0.99"},
          p["latency_p99_seconds"]),
     ]
-    for tier in ("dram", "nvme"):
+    for tier in ("hbm", "dram", "nvme"):
         t = exp["tiers"][tier]
         for fam, key in (("capacity_bytes", "capacity_bytes"), ("used_bytes", "used_bytes"),
                          ("dirty_bytes", "dirty_bytes"), ("hits_total", "hits"),

@@ -160,9 +160,13 @@ struct world {
 	char name[32];
 };
 
-static void world_open(struct world *w, const char *name, uint64_t dram, bool csum)
+/* A store with DRAM @dram over one NVMe path; @hbm > 0: an emulated HBM
+ * tier of that many bytes above it. */
+static void world_open_hbm(struct world *w, const char *name, uint64_t dram, uint64_t hbm,
+			   bool csum)
 {
-	struct tier_store_params sp = { .hbm_backend = "none", .flags = TIER_STORE_SCRATCH };
+	struct tier_store_params sp = { .hbm_backend = hbm ? "host" : "none", .hbm_capacity = hbm,
+					.flags = TIER_STORE_SCRATCH };
 	char text[2048];
 	int n, rc;
 
@@ -181,6 +185,11 @@ static void world_open(struct world *w, const char *name, uint64_t dram, bool cs
 	ck_assert_msg(rc == 0, "manifest refused: %s\n%s", tier_last_error(), text);
 	rc = tier_store_open(w->man, &sp, &w->s);
 	ck_assert_msg(rc == 0, "store open: %d: %s", rc, tier_last_error());
+}
+
+static void world_open(struct world *w, const char *name, uint64_t dram, bool csum)
+{
+	world_open_hbm(w, name, dram, 0, csum);
 }
 
 static void world_close(struct world *w)
@@ -281,8 +290,24 @@ START_TEST(tier_stat_matches_store)
 	FILE *f;
 
 	ck_assert_ptr_nonnull(live);
-	world_open(&w, "live-acceptance", 1 * MiB, true);
+	world_open_hbm(&w, "live-acceptance", 1 * MiB, 2 * MiB, true);
 	do_work(w.s, 12, 256 * KiB); /* 3 MiB through 1 MiB of DRAM */
+	for (int k = 0; k < 2; k++) {
+		/* up to the HBM tier: misses, then hits; one comes back dirty */
+		for (unsigned i = 8; i < 12; i++) {
+			char name[16];
+			struct tier_obj *ob;
+			void *p;
+
+			snprintf(name, sizeof(name), "obj%u", i);
+			ob = tier_obj_find(w.s, name);
+			ck_assert_ptr_nonnull(ob);
+			ck_assert_int_eq(tier_acquire(w.s, ob, TIER_HBM, TIER_READ | (i == 8 ? TIER_WRITE : 0),
+						      &p), 0);
+			ck_assert_int_eq(tier_release(w.s, ob, TIER_HBM, i == 8), 0);
+		}
+	}
+	ck_assert_int_eq(tier_flush(w.s), 0);
 
 	tier_optim_params_init(&hp);
 	hp.shard_size = 64 * KiB;
@@ -337,6 +362,11 @@ START_TEST(tier_stat_matches_store)
 		"\"stale\":false,\"objects\":%llu,\"stripe_unit\":%u,\"tiers\":{",
 		(long)getpid(), w.name, tier_store_stats_path(w.s), U64(geteuid()), TIER_LIVE_VERSION,
 		U64(st.objects), ns.stripe_unit);
+	ck_assert(st.level[TIER_HBM].present);
+	ck_assert_uint_gt(st.level[TIER_HBM].hits, 0);
+	ck_assert_uint_gt(st.level[TIER_HBM].bytes_in, 0);
+	ck_assert_uint_gt(st.level[TIER_HBM].bytes_out, 0);
+	json_level(f, "hbm", &st.level[TIER_HBM], false);
 	json_level(f, "dram", &st.level[TIER_DRAM], false);
 	json_level(f, "nvme", &st.level[TIER_NVME], true);
 	fprintf(f, "},\"paths\":[{\"index\":0,\"inflight\":0,\"bytes_read\":%llu,"
