@@ -417,10 +417,12 @@ static void print_report(const struct seg *s, const struct view *v)
 			size_t fl = strlen(p->file);
 
 			/* the end of a long path says most */
-			if (fl > 28)
-				snprintf(f, sizeof(f), "...%s", p->file + fl - 25);
-			else
-				snprintf(f, sizeof(f), "%s", p->file);
+			if (fl > 28) {
+				memcpy(f, "...", 3);
+				memcpy(f + 3, p->file + fl - 25, 26); /* 25 and the NUL */
+			} else {
+				memcpy(f, p->file, fl + 1);
+			}
 			printf("%-5u %-28s %8" PRIu64 " %10s %10s %13s %13s %9s %9s %6" PRIu64 " %5" PRIu64
 			       "\n", i, f, p->inflight, fmt_bytes((double)p->bytes_read, b[0], 32),
 			       fmt_bytes((double)p->bytes_written, b[1], 32),
