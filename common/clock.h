@@ -17,6 +17,17 @@ static inline uint64_t tier_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* Nanoseconds since the epoch on CLOCK_REALTIME: only for timestamps
+ * shown to people (when a store opened, when counters were published),
+ * never for durations. */
+static inline uint64_t tier_wall_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 static inline double tier_ns_to_s(uint64_t ns)
 {
 	return (double)ns * 1e-9;

@@ -14,6 +14,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -92,14 +93,6 @@ static uint64_t ld(_Atomic uint64_t *w)
 	return atomic_load_explicit(w, memory_order_relaxed);
 }
 
-static uint64_t realtime_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static double rate(uint64_t now_v, uint64_t then_v, double dt)
 {
 	return now_v >= then_v && dt > 0 ? (double)(now_v - then_v) / dt : 0.0;
@@ -116,7 +109,7 @@ static void gather(struct live *l)
 
 	memset(o, 0, sizeof(*o));
 	tier_store_get_stats(l->store, &st);
-	o->time_ns = realtime_ns();
+	o->time_ns = tier_wall_ns();
 	o->mono_ns = tier_now_ns();
 	o->uptime_ns = o->mono_ns - l->open_ns;
 	o->publishes = l->publishes + 1;
@@ -227,8 +220,7 @@ static void *live_main(void *arg)
 		pthread_mutex_unlock(&l->lock);
 		publish(l);
 		pthread_mutex_lock(&l->lock);
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		due = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec + l->interval_ns;
+		due = tier_now_ns() + l->interval_ns; /* the cond waits on CLOCK_MONOTONIC */
 		ts.tv_sec = (time_t)(due / 1000000000ull);
 		ts.tv_nsec = (long)(due % 1000000000ull);
 		while (!l->stop && pthread_cond_timedwait(&l->cond, &l->lock, &ts) != ETIMEDOUT)
@@ -296,10 +288,12 @@ void live_start(struct tier_store *s, const struct tier_manifest *m)
 		goto warn;
 	}
 	yaml = manifest_yaml(m);
-	rc = statseg_create(cfg->name, yaml ? yaml : "", sizeof(struct tier_live_stats) -
-			    (TIER_LIVE_MAX_PATHS - (cfg->npaths < TIER_LIVE_MAX_PATHS ?
-						    cfg->npaths : TIER_LIVE_MAX_PATHS)) *
-			    sizeof(struct tier_live_path), &l->seg);
+	/* the payload up to the last path the manifest has */
+	rc = statseg_create(cfg->name, yaml ? yaml : "",
+			    offsetof(struct tier_live_stats, path) +
+				    (cfg->npaths < TIER_LIVE_MAX_PATHS ? cfg->npaths : TIER_LIVE_MAX_PATHS) *
+					    sizeof(struct tier_live_path),
+			    &l->seg);
 	free(yaml);
 	if (rc) {
 		free(l);

@@ -141,19 +141,32 @@ struct tier_optim {
 	struct live_feed *feed;  /* the store's live view, or NULL */
 };
 
-/* What the live view shows of this optimizer (tier_live_optim). */
+/* The bytes of every shard's state. */
+static uint64_t state_bytes(const struct tier_optim *o)
+{
+	uint64_t sum = 0;
+
+	for (uint32_t i = 0; i < o->nshards; i++)
+		sum += o->shards[i]->bytes;
+	return sum;
+}
+
+/*
+ * What the live view shows of this optimizer (tier_live_optim): after a
+ * step (@res), or with @res NULL when the parameters changed (create,
+ * add_param), the only times the shape of the state does.
+ */
 static void feed_update(struct tier_optim *o, const struct tier_step_result *res)
 {
 	struct live_feed *f = o->feed;
-	uint64_t bytes = 0;
 
 	if (!f || atomic_load_explicit(&f->owner, memory_order_relaxed) != (uintptr_t)o)
 		return;
-	for (uint32_t i = 0; i < o->nshards; i++)
-		bytes += o->shards[i]->bytes;
-	atomic_store_explicit(&f->params, o->nparams, memory_order_relaxed);
-	atomic_store_explicit(&f->shards, o->nshards, memory_order_relaxed);
-	atomic_store_explicit(&f->state_bytes, bytes, memory_order_relaxed);
+	if (!res) {
+		atomic_store_explicit(&f->params, o->nparams, memory_order_relaxed);
+		atomic_store_explicit(&f->shards, o->nshards, memory_order_relaxed);
+		atomic_store_explicit(&f->state_bytes, state_bytes(o), memory_order_relaxed);
+	}
 	atomic_store_explicit(&f->step, o->applied, memory_order_relaxed);
 	atomic_store_explicit(&f->pf_window, o->lookahead, memory_order_relaxed);
 	live_set_double(&f->cpu_fraction, o->cpu_fraction);
@@ -737,16 +750,6 @@ double tier_optim_cpu_fraction(const struct tier_optim *o)
 }
 
 /* ------------------------------------------------------------ the step */
-
-/* The bytes of every shard's state. */
-static uint64_t state_bytes(const struct tier_optim *o)
-{
-	uint64_t sum = 0;
-
-	for (uint32_t i = 0; i < o->nshards; i++)
-		sum += o->shards[i]->bytes;
-	return sum;
-}
 
 /* Registers the cycle of this step's order and the next one's. */
 static int sync_schedule(struct tier_optim *o)

@@ -44,6 +44,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/fault.h"
 #include "common/options.h"
@@ -137,14 +138,6 @@ static void read_boot_id(char out[STATSEG_BOOT_ID_MAX])
 	out[strcspn(out, "\n")] = '\0';
 }
 
-static uint64_t realtime_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* ------------------------------------------------------------ the writer */
 
 static void fill_header(struct statseg_header *h, const char *name, const char *manifest,
@@ -156,7 +149,7 @@ static void fill_header(struct statseg_header *h, const char *name, const char *
 	h->total_size = total;
 	h->pid = (uint64_t)getpid();
 	h->uid = (uint64_t)geteuid();
-	h->start_ns = realtime_ns();
+	h->start_ns = tier_wall_ns();
 	h->proc_start = proc_start_time(getpid());
 	read_boot_id(h->boot_id);
 	snprintf(h->name, sizeof(h->name), "%s", name);

@@ -346,7 +346,7 @@ static void make_view(const struct seg *s, bool interval, struct view *v)
 static int print_list(const struct segs *ss, const char *dir)
 {
 	unsigned stale = 0;
-	char b1[32], b2[32];
+	char b1[32];
 
 	if (ss->n == 0) {
 		printf("no running stores in %s\n", dir);
@@ -367,7 +367,6 @@ static int print_list(const struct segs *ss, const char *dir)
 		stale += s->stale;
 		printf("%-8ld %-20s %-10s %-8s %-14s %s\n", s->pid, *name ? name : "\"\"", up, step,
 		       seg_state(s, b1, sizeof(b1)), s->path);
-		(void)b2;
 	}
 	if (stale)
 		printf("%u stale segment%s (process gone): tier-stat --remove-stale removes %s\n", stale,
