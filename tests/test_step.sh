@@ -4,7 +4,8 @@
 # after the steps equals tier_adam_step run in memory bit for bit
 # (--verify), NVMe is really used, and the timeline it writes (TIER_TRACE)
 # is valid with properly nested spans for every shard and stage
-# (tests/trace_check.py).  $1 is tier-bench, $2 trace_check.py.
+# (tests/trace_check.py), and the mixed measurement and bound.  Before
+# that, tier-bench io --mix.  $1 is tier-bench, $2 trace_check.py.
 set -u
 TB=$1
 CHECK=$2
@@ -28,6 +29,47 @@ optimizer:
   shard_size: 256KiB
 YAML
 
+# tier-bench io --mix (requests of whole 1 MiB stripe units): the mixed
+# pass reads the share asked for while it
+# writes the rest (the device counters say so), and bad values exit 2.
+if ! "$TB" io --manifest "$T/m.yaml" --size 8MiB --bs 1MiB --qd 4 --mix 0.25 --json \
+	>"$T/io.json" 2>"$T/err"; then
+	echo "FAIL: tier-bench io --mix exited $?"; sed 's/^/  /' "$T/err"
+	exit 1
+fi
+python3 - "$T/io.json" <<'PY' || exit 1
+import json, sys
+r = json.load(open(sys.argv[1]))
+size = r["size"]
+fails = []
+if r["mix_read_share"] != 0.25:
+    fails.append("mix_read_share %r, not 0.25" % r["mix_read_share"])
+# one write pass and one read pass of the whole object, then the mixed pass
+if r["device_bytes_read"] != size + size // 4:
+    fails.append("device bytes read %d, not %d" % (r["device_bytes_read"], size + size // 4))
+if r["device_bytes_written"] != size + size * 3 // 4:
+    fails.append("device bytes written %d, not %d" % (r["device_bytes_written"], size + size * 3 // 4))
+if not r["mixed_GBps"] > 0 or abs(r["mixed_GBps"] - size / r["mixed_s"] * 1e-9) > 1e-3 * r["mixed_GBps"]:
+    fails.append("mixed_GBps %r for %r s" % (r["mixed_GBps"], r["mixed_s"]))
+for f in fails:
+    print("FAIL: io --mix:", f)
+sys.exit(1 if fails else 0)
+PY
+for bad in 0 1 1.5 -0.2 abc 0.5x; do
+	"$TB" io --manifest "$T/m.yaml" --size 8MiB --mix "$bad" >/dev/null 2>"$T/err"
+	rc=$?
+	if [ "$rc" -ne 2 ] || ! grep -q "bad --mix '$bad'" "$T/err"; then
+		echo "FAIL: tier-bench io --mix $bad: exit $rc"; sed 's/^/  /' "$T/err"
+		exit 1
+	fi
+done
+"$TB" io --manifest "$T/m.yaml" --size 256KiB --bs 256KiB --mix 0.5 >/dev/null 2>"$T/err"
+rc=$?
+if [ "$rc" -ne 2 ] || ! grep -q "at least two requests" "$T/err"; then
+	echo "FAIL: tier-bench io --mix with one request: exit $rc"; sed 's/^/  /' "$T/err"
+	exit 1
+fi
+
 STEPS=3
 if ! TIER_TRACE="$T/trace.json" "$TB" step --manifest "$T/m.yaml" --params 2000000 \
 	--steps $STEPS --offload-fraction 0.5 --hbm-capacity 2MiB --io-size 8MiB \
@@ -49,6 +91,25 @@ want(r["state_bytes"] > 2 * r["dram_bytes"], "state %d not over twice DRAM %d" %
 want(r["gpu_shards"] > 0 and r["cpu_shards"] > 0, "both lanes used: cpu %d gpu %d" % (r["cpu_shards"], r["gpu_shards"]))
 want(all(b > 0 for b in r["steps"]["nvme_read_bytes"][1:]), "NVMe read every step: %r" % r["steps"]["nvme_read_bytes"])
 want(all(b > 0 for b in r["steps"]["h2d_bytes"]), "host-to-device every step: %r" % r["steps"]["h2d_bytes"])
+# The mixed measurement after the steps: the step's reads and writes in
+# flight together at its mix (to a block of the 8 MiB object), and the
+# mixed bound and efficiency derived from it.
+rd = r["nvme_read_bytes_per_step"]; wr = r["nvme_write_bytes_per_step"]
+want(r["mixed_GBps"] is not None and r["mixed_GBps"] > 0, "no mixed rate: %r" % r.get("mixed_GBps"))
+if r["mixed_GBps"]:
+    blk = float(r["io_bs"]) / r["io_size"]
+    want(abs(r["mixed_read_share"] - rd / (rd + wr)) <= blk / 2 + 1e-9,
+         "mixed read share %r, the step's %r" % (r["mixed_read_share"], rd / (rd + wr)))
+    want(len(r["io_mixed_GBps_passes"]) == r["io_passes"] // 2,
+         "mixed passes %r for %d passes" % (r["io_mixed_GBps_passes"], r["io_passes"] // 2))
+    want(abs(max(r["io_mixed_GBps_passes"]) - r["mixed_GBps"]) <= 1e-3 * r["mixed_GBps"] + 1e-4,
+         "mixed rate %r is not the fastest pass of %r" % (r["mixed_GBps"], r["io_mixed_GBps_passes"]))
+    want(abs(r["mixed_nvme_s"] - (rd + wr) / (r["mixed_GBps"] * 1e9)) <= 1e-3 * r["mixed_nvme_s"] + 1e-6,
+         "mixed_nvme_s %r for %d bytes at %r GB/s" % (r["mixed_nvme_s"], rd + wr, r["mixed_GBps"]))
+    want(abs(r["mixed_bound_s"] - max(r["mixed_nvme_s"], r["update_s"])) <= 1e-6,
+         "mixed_bound_s %r" % r["mixed_bound_s"])
+    want(abs(r["mixed_efficiency"] - r["mixed_bound_s"] / r["step_s"]) <= 1e-3,
+         "mixed_efficiency %r" % r["mixed_efficiency"])
 shards = r["cpu_shards"] + r["gpu_shards"]
 rc = subprocess.call([sys.executable, check, trace, "--shards", str(shards), "--steps", str(steps),
                       "--stages", "nvme_read,h2d,update_cpu,update_gpu,d2h,nvme_write"])

@@ -76,6 +76,10 @@ struct bench_io_opts {
 	/* write-then-read passes over the object (0 is 1); the later ones
 	 * overwrite blocks already written, as a store's write-backs do */
 	unsigned passes;
+	/* in (0, 1): after them, as many mixed passes, reading this share of
+	 * the object's bytes while writing the rest, both streams in flight
+	 * together in that proportion (the traffic of an optimizer step) */
+	double mix_read;
 };
 
 struct bench_io_result {
@@ -83,6 +87,10 @@ struct bench_io_result {
 	/* room for two measurements' passes (tier-bench step merges them) */
 	double write_pass_s[2 * BENCH_IO_MAX_PASSES], read_pass_s[2 * BENCH_IO_MAX_PASSES];
 	unsigned passes;
+	/* with mix_read: the fastest mixed pass, each pass, and the bytes of
+	 * the object each pass read (the rest, size - this, it wrote) */
+	double mixed_s, mixed_pass_s[BENCH_IO_MAX_PASSES];
+	uint64_t mixed_read_bytes;
 	struct tier_nvme_stats stats; /* after the passes */
 };
 

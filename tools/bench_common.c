@@ -183,11 +183,23 @@ static void io_cb(void *arg, int result, const char *detail)
 	pthread_mutex_unlock(&r->lock);
 }
 
-/* One pass over the object; returns seconds, or a negative value on error. */
-static double io_pass(struct io_run *r, enum tier_io_op op)
+/*
+ * One pass over the object; returns seconds, or a negative value on error.
+ * @rd_bytes < 0: every request is @op over the whole object.  Otherwise a
+ * mixed pass: the first @rd_bytes of the object are read and the rest is
+ * written, each in order, the two streams interleaved so that at every
+ * moment the bytes issued are in that proportion (a read goes out while
+ * read bytes / write bytes issued are at most their shares' ratio), both
+ * kinds sharing the QD slots as a store's fills and write-backs do.
+ */
+static double io_pass(struct io_run *r, enum tier_io_op op, int64_t rd_bytes)
 {
 	struct slot *slots = calloc(r->qd, sizeof(*slots));
 	uint64_t t0, t1, off = 0;
+	/* mixed: reads cover [0, rd_end), writes [rd_end, size) */
+	bool mixed = rd_bytes >= 0;
+	uint64_t rd_end = mixed ? (uint64_t)rd_bytes : 0, woff = mixed ? rd_end : r->size;
+	uint64_t wr_total = r->size - rd_end;
 
 	r->free_slots = calloc(r->qd, sizeof(*r->free_slots));
 	if (!slots || !r->free_slots) {
@@ -205,22 +217,36 @@ static double io_pass(struct io_run *r, enum tier_io_op op)
 	}
 	t0 = now_ns();
 	pthread_mutex_lock(&r->lock);
-	while (!r->error && (off < r->size || r->inflight)) {
+	while (!r->error && (off < (mixed ? rd_end : r->size) || woff < r->size || r->inflight)) {
+		enum tier_io_op kind = op;
+		uint64_t len, *cur, end;
 		unsigned i;
-		uint64_t len;
 		int rc;
 
-		if (off >= r->size || r->nfree == 0) {
+		if (mixed) {
+			/* read while (read issued) / rd_end <= (written issued) / wr_total */
+			bool rd_left = off < rd_end, wr_left = woff < r->size;
+
+			kind = rd_left && (!wr_left || (double)off * (double)wr_total <=
+							  (double)(woff - rd_end) * (double)rd_end)
+				       ? TIER_IO_READ
+				       : TIER_IO_WRITE;
+			if (!rd_left && !wr_left)
+				kind = TIER_IO_READ; /* nothing to issue: wait below */
+		}
+		cur = mixed && kind == TIER_IO_WRITE ? &woff : &off;
+		end = mixed && kind == TIER_IO_READ ? rd_end : r->size;
+		if (*cur >= end || r->nfree == 0) {
 			pthread_cond_wait(&r->ready, &r->lock);
 			continue;
 		}
 		i = r->free_slots[--r->nfree];
 		r->inflight++;
 		pthread_mutex_unlock(&r->lock);
-		len = r->size - off < r->bs ? r->size - off : r->bs;
-		rc = tier_nvme_submit(r->t, r->o, op, off, len, r->pool + (uint64_t)i * r->bs,
+		len = end - *cur < r->bs ? end - *cur : r->bs;
+		rc = tier_nvme_submit(r->t, r->o, kind, *cur, len, r->pool + (uint64_t)i * r->bs,
 				      io_cb, &slots[i]);
-		off += len;
+		*cur += len;
 		pthread_mutex_lock(&r->lock);
 		if (rc) {
 			r->inflight--;
@@ -239,7 +265,8 @@ static double io_pass(struct io_run *r, enum tier_io_op op)
 	free(r->free_slots);
 	r->free_slots = NULL;
 	if (r->error) {
-		fprintf(stderr, "%s: %s failed: %s\n", r->who, op == TIER_IO_WRITE ? "write" : "read",
+		fprintf(stderr, "%s: %s failed: %s\n", r->who,
+			mixed ? "mixed read/write" : op == TIER_IO_WRITE ? "write" : "read",
 			r->detail[0] ? r->detail : tier_strerror(r->error));
 		return -1.0;
 	}
@@ -293,17 +320,32 @@ int bench_io(const struct tier_manifest *m, const struct bench_io_opts *o,
 	if (res->passes > BENCH_IO_MAX_PASSES)
 		res->passes = BENCH_IO_MAX_PASSES;
 	for (unsigned p = 0; p < res->passes; p++) {
-		double w = io_pass(&r, TIER_IO_WRITE), rd;
+		double w = io_pass(&r, TIER_IO_WRITE, -1), rd;
 
 		if (w < 0)
 			goto out;
-		rd = io_pass(&r, TIER_IO_READ);
+		rd = io_pass(&r, TIER_IO_READ, -1);
 		if (rd < 0)
 			goto out;
 		res->write_pass_s[p] = w;
 		res->read_pass_s[p] = rd;
 		res->write_s = p == 0 || w < res->write_s ? w : res->write_s;
 		res->read_s = p == 0 || rd < res->read_s ? rd : res->read_s;
+	}
+	if (o->mix_read > 0 && o->mix_read < 1) {
+		/* The object's blocks are all written by now: the reads find data. */
+		uint64_t nb = (size + bs - 1) / bs, rb = (uint64_t)(o->mix_read * (double)nb + 0.5);
+
+		rb = rb < 1 ? 1 : rb > nb - 1 ? nb - 1 : rb;
+		res->mixed_read_bytes = rb * bs;
+		for (unsigned p = 0; p < res->passes; p++) {
+			double t = io_pass(&r, TIER_IO_READ, (int64_t)(rb * bs));
+
+			if (t < 0)
+				goto out;
+			res->mixed_pass_s[p] = t;
+			res->mixed_s = p == 0 || t < res->mixed_s ? t : res->mixed_s;
+		}
 	}
 	if (o->verify) {
 		/* Write each block with its offset stamped in, read it back, compare. */

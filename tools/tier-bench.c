@@ -3,10 +3,12 @@
  * timed tests).  Each prints a human table, or one JSON object with --json.
  *
  *   tier-bench io [--manifest FILE] [--size BYTES] [--bs BYTES] [--qd N]
- *                 [--verify] [--json]
+ *                 [--mix F] [--verify] [--json]
  *       Writes then reads SIZE bytes of one object through the NVMe tier in
  *       requests of BS bytes with QD in flight, and reports each direction's
- *       bandwidth in GB/s (1e9 bytes per second).  Checksums are as the
+ *       bandwidth in GB/s (1e9 bytes per second).  With --mix, a third pass
+ *       reads the share F of the object while writing the rest, both in
+ *       flight together in that proportion (an optimizer step's traffic).  Checksums are as the
  *       manifest says (on by default).  Backing files the run creates are
  *       removed at the end.
  *
@@ -51,10 +53,13 @@
 
 static void io_usage(FILE *f)
 {
-	fprintf(f, "usage: tier-bench io [--manifest FILE] [--size BYTES] [--bs BYTES] [--qd N] [--verify] [--json]\n"
+	fprintf(f, "usage: tier-bench io [--manifest FILE] [--size BYTES] [--bs BYTES] [--qd N] [--mix F]\n"
+		   "                     [--verify] [--json]\n"
 		   "  --size  bytes written then read (default 1GiB)\n"
 		   "  --bs    bytes per request (default 1MiB)\n"
 		   "  --qd    requests in flight (default 32)\n"
+		   "  --mix   then a mixed pass: this share (0 < F < 1) of the bytes read while the\n"
+		   "          rest is written, reads and writes in flight together\n"
 		   "  --verify  check every byte read back (costs CPU; off for timing)\n");
 }
 
@@ -65,6 +70,7 @@ static int cmd_io(int argc, char **argv)
 		{ "size", required_argument, NULL, 's' },
 		{ "bs", required_argument, NULL, 'b' },
 		{ "qd", required_argument, NULL, 'q' },
+		{ "mix", required_argument, NULL, 'x' },
 		{ "verify", no_argument, NULL, 'v' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
@@ -73,8 +79,9 @@ static int cmd_io(int argc, char **argv)
 	const char *manifest = NULL;
 	uint64_t size = 1ull << 30, bs = 1ull << 20, qd = 32;
 	bool json = false, verify = false;
+	double mix = 0;
 	struct tier_manifest *m = NULL;
-	struct bench_io_result r;
+	struct bench_io_result r = { 0 };
 	struct tier_nvme_stats st;
 	double wt, rtime;
 	int c, ret;
@@ -102,6 +109,18 @@ static int cmd_io(int argc, char **argv)
 				return EXIT_USAGE;
 			}
 			break;
+		case 'x': {
+			char *end;
+
+			errno = 0;
+			mix = strtod(optarg, &end);
+			if (errno || end == optarg || *end || !(mix > 0 && mix < 1)) {
+				fprintf(stderr, "tier-bench io: bad --mix '%s' (a share of reads,"
+					" above 0 and below 1)\n", optarg);
+				return EXIT_USAGE;
+			}
+			break;
+		}
 		case 'v':
 			verify = true;
 			break;
@@ -120,10 +139,16 @@ static int cmd_io(int argc, char **argv)
 		fprintf(stderr, "tier-bench io: unexpected argument '%s'\n", argv[optind]);
 		return EXIT_USAGE;
 	}
+	if (mix > 0 && size < 2 * bs) {
+		fprintf(stderr, "tier-bench io: --mix needs --size of at least two requests"
+			" (2 x --bs)\n");
+		return EXIT_USAGE;
+	}
 	if (load_manifest(manifest, &m))
 		return EXIT_USAGE;
 	ret = bench_io(m, &(struct bench_io_opts){ .size = size, .bs = bs, .qd = qd,
-						    .verify = verify, .who = "tier-bench io" }, &r);
+						    .verify = verify, .mix_read = mix,
+						    .who = "tier-bench io" }, &r);
 	if (ret)
 		goto out;
 	wt = r.write_s;
@@ -134,16 +159,25 @@ static int cmd_io(int argc, char **argv)
 		       ", \"paths\": %u, \"stripe_unit\": %u, \"write_s\": %.6f, \"read_s\": %.6f"
 		       ", \"write_GBps\": %.4f, \"read_GBps\": %.4f, \"short_ios\": %" PRIu64
 		       ", \"retries\": %" PRIu64 ", \"bounced\": %" PRIu64 ", \"device_bytes_written\": %" PRIu64
-		       ", \"device_bytes_read\": %" PRIu64 ", \"verified\": %s}\n",
+		       ", \"device_bytes_read\": %" PRIu64 ", \"verified\": %s",
 		       size, bs, qd, st.npaths, st.stripe_unit, wt, rtime, (double)size / wt * 1e-9,
 		       (double)size / rtime * 1e-9, st.short_ios, st.retries, st.bounced,
 		       st.bytes_written, st.bytes_read, verify ? "true" : "false");
+		if (mix > 0)
+			printf(", \"mix_read_share\": %.4f, \"mixed_s\": %.6f, \"mixed_GBps\": %.4f",
+			       (double)r.mixed_read_bytes / (double)size, r.mixed_s,
+			       (double)size / r.mixed_s * 1e-9);
+		printf("}\n");
 	} else {
 		printf("tier-bench io: %" PRIu64 " bytes, bs %" PRIu64 ", qd %" PRIu64
 		       ", %u path(s), stripe unit %u\n", size, bs, qd, st.npaths, st.stripe_unit);
 		printf("  write  %8.3f GB/s  (%.3f s)\n", (double)size / wt * 1e-9, wt);
 		printf("  read   %8.3f GB/s  (%.3f s)%s\n", (double)size / rtime * 1e-9, rtime,
 		       verify ? "  verified" : "");
+		if (mix > 0)
+			printf("  mixed  %8.3f GB/s  (%.3f s)  %.1f%% of the bytes read, the rest"
+			       " written, together\n", (double)size / r.mixed_s * 1e-9, r.mixed_s,
+			       100.0 * (double)r.mixed_read_bytes / (double)size);
 	}
 out:
 	tier_manifest_free(m);
