@@ -332,8 +332,12 @@ START_TEST(tier_stat_matches_store)
 	}
 	ck_assert(res[0].applied && !res[1].applied && res[2].applied);
 
-	/* Quiet now: a second of no I/O makes the published rates zero. */
-	usleep(1100 * 1000);
+	/* Quiet now.  A published rate is against the newest sample at least
+	 * a second old, and the publisher samples every 250 ms (the default
+	 * interval): only after 1 s + 250 ms of no I/O is that sample surely
+	 * one taken in the quiet, and the rates surely zero.  (1.1 s failed on
+	 * a 16-core machine: the sample it found was the last busy one.) */
+	usleep(1600 * 1000);
 	ck_assert_int_eq(tier_store_publish_stats(w.s), 0);
 	tier_store_get_stats(w.s, &st);
 	tier_nvme_get_stats(tier_store_nvme(w.s), &ns);
