@@ -906,8 +906,16 @@ static void ring_stop(struct nvme_path *p)
 		pthread_cond_destroy(&p->work_cond);
 	}
 	if (p->ring_ok) {
+		/* The kernel tears a ring down asynchronously, and a file still
+		 * registered with it stays open until then: unlinked, a scratch
+		 * file's blocks would stay allocated for a while after close,
+		 * so that the next preallocation on the same disk could fail
+		 * with ENOSPC.  Unregistering waits for the ring's references. */
+		if (p->fixed_files)
+			(void)io_uring_unregister_files(&p->ring);
 		io_uring_queue_exit(&p->ring);
 		p->ring_ok = false;
+		p->fixed_files = false;
 	}
 }
 
