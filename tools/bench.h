@@ -77,8 +77,10 @@ struct bench_io_opts {
 	 * overwrite blocks already written, as a store's write-backs do */
 	unsigned passes;
 	/* in (0, 1): after them, as many mixed passes, reading this share of
-	 * the object's bytes while writing the rest, both streams in flight
-	 * together in that proportion (the traffic of an optimizer step) */
+	 * the object's blocks (to a block, spread evenly) while writing the
+	 * others, both streams moving through the object together and in
+	 * flight together in that proportion (the traffic of an optimizer
+	 * step: fills ahead of the update, write-backs just behind it) */
 	double mix_read;
 };
 

@@ -183,29 +183,55 @@ static void io_cb(void *arg, int result, const char *detail)
 	pthread_mutex_unlock(&r->lock);
 }
 
+/* Mixed passes: whether block @k of @nb is one of the @rb read (spread
+ * evenly over the object), else a written one. */
+static bool mixed_reads(uint64_t k, uint64_t nb, uint64_t rb)
+{
+	return (k + 1) * rb / nb > k * rb / nb;
+}
+
+/* The next block from @k on that is (@want_read) or is not read. */
+static uint64_t mixed_next(uint64_t k, uint64_t nb, uint64_t rb, bool want_read)
+{
+	while (k < nb && mixed_reads(k, nb, rb) != want_read)
+		k++;
+	return k;
+}
+
 /*
- * One pass over the object; returns seconds, or a negative value on error.
- * @rd_bytes < 0: every request is @op over the whole object.  Otherwise a
- * mixed pass: the first @rd_bytes of the object are read and the rest is
- * written, each in order, the two streams interleaved so that at every
- * moment the bytes issued are in that proportion (a read goes out while
- * read bytes / write bytes issued are at most their shares' ratio), both
- * kinds sharing the QD slots as a store's fills and write-backs do.
+ * One pass over the object's blocks of r->bs bytes (the last may be
+ * shorter), in order; returns seconds, or a negative value on error.
+ * @rd_blocks < 0: every request is @op.  Otherwise a mixed pass: @rd_blocks
+ * of the blocks, spread evenly over the object, are read and the others
+ * written, the two streams moving through the object together, so that
+ * reads and writes go to nearby blocks as an optimizer step's fills and
+ * write-backs do (they stream through the state ahead of and behind the
+ * update), and issued so that at every moment the blocks of each kind are
+ * in proportion (a read goes out while reads issued / rd_blocks is at most
+ * writes issued / written blocks).  Both kinds share the QD slots.  No
+ * block is both read and written.
  */
-static double io_pass(struct io_run *r, enum tier_io_op op, int64_t rd_bytes)
+static double io_pass(struct io_run *r, enum tier_io_op op, int64_t rd_blocks)
 {
 	struct slot *slots = calloc(r->qd, sizeof(*slots));
-	uint64_t t0, t1, off = 0;
-	/* mixed: reads cover [0, rd_end), writes [rd_end, size) */
-	bool mixed = rd_bytes >= 0;
-	uint64_t rd_end = mixed ? (uint64_t)rd_bytes : 0, woff = mixed ? rd_end : r->size;
-	uint64_t wr_total = r->size - rd_end;
+	bool mixed = rd_blocks >= 0;
+	uint64_t nb = (r->size + r->bs - 1) / r->bs, rb = mixed ? (uint64_t)rd_blocks : 0;
+	uint64_t kr = 0, kw = 0, nr = 0, nw = 0; /* next read/written block, how many issued */
+	uint64_t t0, t1;
 
 	r->free_slots = calloc(r->qd, sizeof(*r->free_slots));
 	if (!slots || !r->free_slots) {
 		free(slots);
 		free(r->free_slots);
 		return -1.0;
+	}
+	if (mixed) {
+		kr = mixed_next(0, nb, rb, true);
+		kw = mixed_next(0, nb, rb, false);
+	} else if (op == TIER_IO_READ) {
+		kw = nb; /* one stream, through kr */
+	} else {
+		kr = nb;
 	}
 	r->op = op;
 	r->error = 0;
@@ -217,36 +243,35 @@ static double io_pass(struct io_run *r, enum tier_io_op op, int64_t rd_bytes)
 	}
 	t0 = now_ns();
 	pthread_mutex_lock(&r->lock);
-	while (!r->error && (off < (mixed ? rd_end : r->size) || woff < r->size || r->inflight)) {
-		enum tier_io_op kind = op;
-		uint64_t len, *cur, end;
+	while (!r->error && (kr < nb || kw < nb || r->inflight)) {
+		bool rd_left = kr < nb, wr_left = kw < nb, read;
+		uint64_t k, off, len;
 		unsigned i;
 		int rc;
 
-		if (mixed) {
-			/* read while (read issued) / rd_end <= (written issued) / wr_total */
-			bool rd_left = off < rd_end, wr_left = woff < r->size;
-
-			kind = rd_left && (!wr_left || (double)off * (double)wr_total <=
-							  (double)(woff - rd_end) * (double)rd_end)
-				       ? TIER_IO_READ
-				       : TIER_IO_WRITE;
-			if (!rd_left && !wr_left)
-				kind = TIER_IO_READ; /* nothing to issue: wait below */
-		}
-		cur = mixed && kind == TIER_IO_WRITE ? &woff : &off;
-		end = mixed && kind == TIER_IO_READ ? rd_end : r->size;
-		if (*cur >= end || r->nfree == 0) {
+		if (mixed)
+			read = rd_left && (!wr_left || nr * (nb - rb) <= nw * rb);
+		else
+			read = rd_left;
+		if ((!rd_left && !wr_left) || r->nfree == 0) {
 			pthread_cond_wait(&r->ready, &r->lock);
 			continue;
+		}
+		k = read ? kr : kw;
+		if (read) {
+			nr++;
+			kr = mixed ? mixed_next(kr + 1, nb, rb, true) : kr + 1;
+		} else {
+			nw++;
+			kw = mixed ? mixed_next(kw + 1, nb, rb, false) : kw + 1;
 		}
 		i = r->free_slots[--r->nfree];
 		r->inflight++;
 		pthread_mutex_unlock(&r->lock);
-		len = end - *cur < r->bs ? end - *cur : r->bs;
-		rc = tier_nvme_submit(r->t, r->o, kind, *cur, len, r->pool + (uint64_t)i * r->bs,
-				      io_cb, &slots[i]);
-		*cur += len;
+		off = k * r->bs;
+		len = r->size - off < r->bs ? r->size - off : r->bs;
+		rc = tier_nvme_submit(r->t, r->o, read ? TIER_IO_READ : TIER_IO_WRITE, off, len,
+				      r->pool + (uint64_t)i * r->bs, io_cb, &slots[i]);
 		pthread_mutex_lock(&r->lock);
 		if (rc) {
 			r->inflight--;
@@ -337,9 +362,12 @@ int bench_io(const struct tier_manifest *m, const struct bench_io_opts *o,
 		uint64_t nb = (size + bs - 1) / bs, rb = (uint64_t)(o->mix_read * (double)nb + 0.5);
 
 		rb = rb < 1 ? 1 : rb > nb - 1 ? nb - 1 : rb;
-		res->mixed_read_bytes = rb * bs;
+		res->mixed_read_bytes = 0;
+		for (uint64_t k = 0; k < nb; k++)
+			if (mixed_reads(k, nb, rb))
+				res->mixed_read_bytes += size - k * bs < bs ? size - k * bs : bs;
 		for (unsigned p = 0; p < res->passes; p++) {
-			double t = io_pass(&r, TIER_IO_READ, (int64_t)(rb * bs));
+			double t = io_pass(&r, TIER_IO_READ, (int64_t)rb);
 
 			if (t < 0)
 				goto out;

@@ -7,9 +7,10 @@
  *       Writes then reads SIZE bytes of one object through the NVMe tier in
  *       requests of BS bytes with QD in flight, and reports each direction's
  *       bandwidth in GB/s (1e9 bytes per second).  With --mix, a third pass
- *       reads the share F of the object while writing the rest, both in
- *       flight together in that proportion (an optimizer step's traffic).  Checksums are as the
- *       manifest says (on by default).  Backing files the run creates are
+ *       reads the share F of the object's requests (spread evenly) while
+ *       writing the others, both moving through the object together and in
+ *       flight together in that proportion (an optimizer step's traffic).
+ *       Checksums are as the manifest says (on by default).  Backing files the run creates are
  *       removed at the end.
  *
  *   tier-bench cache [--manifest FILE] [--objects N] [--object-size BYTES]
@@ -58,8 +59,8 @@ static void io_usage(FILE *f)
 		   "  --size  bytes written then read (default 1GiB)\n"
 		   "  --bs    bytes per request (default 1MiB)\n"
 		   "  --qd    requests in flight (default 32)\n"
-		   "  --mix   then a mixed pass: this share (0 < F < 1) of the bytes read while the\n"
-		   "          rest is written, reads and writes in flight together\n"
+		   "  --mix   then a mixed pass: this share (0 < F < 1) of the requests read while the\n"
+		   "          others write, spread evenly, reads and writes in flight together\n"
 		   "  --verify  check every byte read back (costs CPU; off for timing)\n");
 }
 
