@@ -90,25 +90,6 @@ static uint32_t bits_of(float f)
 	return u;
 }
 
-static size_t esize(int dt)
-{
-	return dt == TIER_FP32 ? 4 : 2;
-}
-
-static const char *dt_name(int dt)
-{
-	switch (dt) {
-	case TIER_FP32:
-		return "fp32";
-	case TIER_BF16:
-		return "bf16";
-	case TIER_FP16:
-		return "fp16";
-	default:
-		return "none";
-	}
-}
-
 enum val_kind { K_PARAM, K_EXP_AVG, K_EXP_AVG_SQ, K_GRAD };
 
 /* A random value of the kind an array holds; @special allows inf, NaN and
@@ -185,7 +166,7 @@ static void world_init(struct world *w, size_t n, int md, int gd, int od, const 
 
 		if (w->dt[a] < 0)
 			continue;
-		es = esize(w->dt[a]);
+		es = t_dtype_size(w->dt[a]);
 		w->off[a] = SLACK + l->elems[a] * es + l->bytes[a];
 		w->size[a] = (w->off[a] + n * es + SLACK + 63) & ~(size_t)63;
 		w->buf[a] = aligned_alloc(64, w->size[a]);
@@ -250,7 +231,7 @@ static void world_free(struct world *w)
 /* An element's bits as hex, for messages. */
 static unsigned long elem_bits(const struct world *w, int a, size_t byte)
 {
-	size_t es = esize(w->dt[a]);
+	size_t es = t_dtype_size(w->dt[a]);
 	size_t i = byte < w->off[a] ? 0 : (byte - w->off[a]) / es;
 	const unsigned char *p = w->buf[a] + w->off[a] + i * es;
 	uint32_t u = 0;
@@ -289,7 +270,7 @@ static void world_expect_same(const struct world *got, const struct world *want,
 
 		if (!want->buf[a] || memcmp(got->buf[a], want->buf[a], want->size[a]) == 0)
 			continue;
-		es = esize(want->dt[a]);
+		es = t_dtype_size(want->dt[a]);
 		while (got->buf[a][b] == want->buf[a][b])
 			b++;
 		if (nan_any && b >= want->off[a] && b < want->off[a] + want->n * es) {
@@ -410,8 +391,8 @@ START_TEST(simd_vs_scalar)
 					snprintf(what, sizeof(what),
 						 "%s vs scalar, %s, moments %s, grad %s, copy %s, n %zu, layout %zu, %d step(s)",
 						 adamw_isa_name(simd_isas[v]),
-						 hp->decoupled ? "AdamW" : "Adam", dt_name(md), dt_name(gd),
-						 dt_name(od), n, l, steps);
+						 hp->decoupled ? "AdamW" : "Adam", t_dtype_name(md), t_dtype_name(gd),
+						 t_dtype_name(od), n, l, steps);
 					world_expect_same(&got, &want, what, multi);
 					world_free(&got);
 				}
@@ -648,7 +629,7 @@ END_TEST
 static void expect_same_array(const void *got, const void *want, size_t n, int dt, const char *who,
 			      const char *what)
 {
-	size_t es = esize(dt);
+	size_t es = t_dtype_size(dt);
 
 	for (size_t i = 0; i < n; i++) {
 		uint32_t x = 0, y = 0;
@@ -974,7 +955,7 @@ START_TEST(simd_conversions)
 			for (size_t i = 0; i < n; i++)
 				if (got[i] != want[i])
 					ck_abort_msg("%s: %s of 0x%08x: 0x%04x, scalar 0x%04x",
-						     adamw_isa_name(simd_isas[vi]), dt_name(od),
+						     adamw_isa_name(simd_isas[vi]), t_dtype_name(od),
 						     bits_of(p2[i]), got[i], want[i]);
 			t.param_out = want;
 		}
@@ -998,7 +979,7 @@ static void tame_world(struct world *w, uint64_t seed)
 	uint64_t s = seed;
 
 	for (int a = 0; a < A_OUT; a++) {
-		size_t es = esize(w->dt[a]);
+		size_t es = t_dtype_size(w->dt[a]);
 
 		for (size_t i = 0; i < w->n; i++) {
 			float x = (float)(rnd_unit(&s) * 2 - 1);
@@ -1015,7 +996,7 @@ static void tame_world(struct world *w, uint64_t seed)
 
 static float load_as(const struct world *w, int a, size_t i)
 {
-	const unsigned char *p = w->buf[a] + w->off[a] + i * esize(w->dt[a]);
+	const unsigned char *p = w->buf[a] + w->off[a] + i * t_dtype_size(w->dt[a]);
 	uint16_t h;
 	float f;
 
@@ -1029,7 +1010,7 @@ static float load_as(const struct world *w, int a, size_t i)
 
 static void store_as(struct world *w, int a, size_t i, float f)
 {
-	unsigned char *p = w->buf[a] + w->off[a] + i * esize(w->dt[a]);
+	unsigned char *p = w->buf[a] + w->off[a] + i * t_dtype_size(w->dt[a]);
 	uint16_t h = w->dt[a] == TIER_BF16 ? f32_to_bf16(f) : f32_to_f16(f);
 
 	if (w->dt[a] == TIER_FP32)
@@ -1074,7 +1055,7 @@ START_TEST(roofline_bytes)
 		world_copy(&got, &base);
 		ck_assert_int_eq(adamw_roofline_isa(NULL, (enum adamw_isa)v, &got.t), 0);
 		snprintf(what, sizeof(what), "%s roofline, moments %s, grad %s, copy %s",
-			 adamw_isa_name((enum adamw_isa)v), dt_name(md), dt_name(gd), dt_name(od));
+			 adamw_isa_name((enum adamw_isa)v), t_dtype_name(md), t_dtype_name(gd), t_dtype_name(od));
 		world_expect_equal(&got, &want, what);
 		world_free(&got);
 
@@ -1097,7 +1078,7 @@ START_TEST(roofline_bytes)
 
 			if (!base.buf[a])
 				continue;
-			es = esize(base.dt[a]);
+			es = t_dtype_size(base.dt[a]);
 			ck_assert_msg(memcmp(got.buf[a], base.buf[a], base.off[a]) == 0 &&
 				      memcmp(got.buf[a] + base.off[a] + n * es,
 					     base.buf[a] + base.off[a] + n * es,

@@ -83,16 +83,6 @@ static uint64_t rnd_next(uint64_t *s)
 
 static const enum tier_dtype dtypes[] = { TIER_FP32, TIER_BF16, TIER_FP16 };
 
-static const char *dt_name(enum tier_dtype dt)
-{
-	return dt == TIER_FP32 ? "fp32" : dt == TIER_BF16 ? "bf16" : "fp16";
-}
-
-static size_t dt_size(enum tier_dtype dt)
-{
-	return dt == TIER_FP32 ? 4 : 2;
-}
-
 static float f32_of_bits(uint32_t u)
 {
 	float f;
@@ -183,12 +173,12 @@ static void rnd_elem(uint64_t *s, enum tier_dtype dt, void *buf, size_t i)
  */
 static void *rnd_buf(uint64_t seed, enum tier_dtype dt, size_t n, size_t off, void **data)
 {
-	size_t size = ((n + off) * dt_size(dt) + 64) & ~(size_t)63;
+	size_t size = ((n + off) * t_dtype_size(dt) + 64) & ~(size_t)63;
 	char *base = aligned_alloc(64, size);
 	uint64_t s = seed | 1;
 
 	ck_assert_ptr_nonnull(base);
-	*data = base + off * dt_size(dt);
+	*data = base + off * t_dtype_size(dt);
 	for (size_t i = 0; i < n; i++)
 		rnd_elem(&s, dt, *data, i);
 	return base;
@@ -270,7 +260,7 @@ static struct tier_grad_stats run1(struct tier_pool *pool, enum gradcheck_isa is
 	int rc = gradcheck_run(pool, isa, data, dt, n, &st);
 
 	EXPECT(rc == 0, "gradcheck_run(%s, %s, n %zu) = %d: %s", gradcheck_isa_name(isa),
-	       dt_name(dt), n, rc, tier_last_error());
+	       t_dtype_name(dt), n, rc, tier_last_error());
 	return st;
 }
 
@@ -302,7 +292,7 @@ START_TEST(nonfinite_every_position_small)
 	if (!gradcheck_isa_supported(v->isa))
 		return;
 	pool = v->pool ? pool_new(2) : NULL;
-	snprintf(what, sizeof(what), "%s %s%s", gradcheck_isa_name(v->isa), dt_name(dt),
+	snprintf(what, sizeof(what), "%s %s%s", gradcheck_isa_name(v->isa), t_dtype_name(dt),
 		 v->pool ? " pool" : "");
 	for (size_t n = 1; n <= SMALL_MAX; n++) {
 		void *data, *base = rnd_buf(0x1234 + n, dt, n, n % 3, &data);
@@ -349,7 +339,7 @@ START_TEST(nonfinite_selected_positions_large)
 	if (!gradcheck_isa_supported(v->isa))
 		return;
 	pool = v->pool ? pool_new(2) : NULL;
-	snprintf(what, sizeof(what), "%s %s%s", gradcheck_isa_name(v->isa), dt_name(dt),
+	snprintf(what, sizeof(what), "%s %s%s", gradcheck_isa_name(v->isa), t_dtype_name(dt),
 		 v->pool ? " pool" : "");
 	base = rnd_buf(0xBEEF, dt, n, 1, &data);
 	ck_assert(!run1(pool, v->isa, data, dt, n).nonfinite);
@@ -394,7 +384,7 @@ START_TEST(norm_vs_long_double)
 		err = fabsl((long double)st.sumsq - want) / want;
 		ck_assert_msg(!st.nonfinite && err <= 1e-12L,
 			      "%s %s n %zu: sumsq %.17g, reference %.20Lg, relative error %Lg",
-			      gradcheck_isa_name(v->isa), dt_name(dt), n, st.sumsq, want, err);
+			      gradcheck_isa_name(v->isa), t_dtype_name(dt), n, st.sumsq, want, err);
 		free(base);
 	}
 	/* n = 0, with or without a buffer: nothing added. */
@@ -424,7 +414,7 @@ START_TEST(avx2_bit_identical_to_scalar)
 			double a = run1(NULL, GRADCHECK_AVX2, data, dt, n).sumsq;
 
 			EXPECT(same_bits(s, a), "%s n %zu +%zu: scalar %a, avx2 %a",
-			       dt_name(dt), n, off, s, a);
+			       t_dtype_name(dt), n, off, s, a);
 		}
 		free(base);
 	}
@@ -437,7 +427,7 @@ START_TEST(avx2_bit_identical_to_scalar)
 
 		ck_assert_msg(same_bits(s, a) && same_bits(s, sp) && same_bits(s, ap),
 			      "%s n %zu: scalar %a, avx2 %a, scalar pool %a, avx2 pool %a",
-			      dt_name(dt), big[l], s, a, sp, ap);
+			      t_dtype_name(dt), big[l], s, a, sp, ap);
 		free(base);
 	}
 	tier_pool_destroy(pool);
@@ -465,7 +455,7 @@ START_TEST(same_bits_any_pool_size)
 			double got = run1(pools[t - 1], isa, data, dt, n).sumsq;
 
 			ck_assert_msg(same_bits(got, want), "%s %s, %u threads, run %d: %a, alone %a",
-				      gradcheck_isa_name(isa), dt_name(dt), t, rep, got, want);
+				      gradcheck_isa_name(isa), t_dtype_name(dt), t, rep, got, want);
 		}
 	for (unsigned t = 1; t <= 3; t++)
 		tier_pool_destroy(pools[t - 1]);
@@ -535,7 +525,7 @@ START_TEST(accumulates_over_calls)
 
 	ck_assert_int_eq(tier_grad_check(pool, a, dt, na, &acc), 0);
 	ck_assert_int_eq(tier_grad_check(NULL, b, dt, nb, &acc), 0);
-	ck_assert_msg(same_bits(acc.sumsq, sa + sb), "%s: %a, want %a", dt_name(dt), acc.sumsq,
+	ck_assert_msg(same_bits(acc.sumsq, sa + sb), "%s: %a, want %a", t_dtype_name(dt), acc.sumsq,
 		      sa + sb);
 	ck_assert(!acc.nonfinite);
 	/* An empty tensor adds nothing. */
@@ -608,16 +598,16 @@ START_TEST(half_types_all_patterns_exact)
 			x = ref_value(dt, buf, 0);
 			st = run1(NULL, (enum gradcheck_isa)isa, buf, dt, 16);
 			if (!isfinite(x)) {
-				EXPECT(st.nonfinite, "%s 0x%04X not flagged", dt_name(dt), h);
+				EXPECT(st.nonfinite, "%s 0x%04X not flagged", t_dtype_name(dt), h);
 				continue;
 			}
 			EXPECT(!st.nonfinite && (long double)st.sumsq == 16.0L * x * x,
 			       "%s %s 0x%04X: %a, want %La",
-			       gradcheck_isa_name((enum gradcheck_isa)isa), dt_name(dt), h, st.sumsq,
+			       gradcheck_isa_name((enum gradcheck_isa)isa), t_dtype_name(dt), h, st.sumsq,
 			       16.0L * x * x);
 			/* One element alone (the scalar tail). */
 			st = run1(NULL, (enum gradcheck_isa)isa, buf, dt, 1);
-			EXPECT((long double)st.sumsq == x * x, "%s 0x%04X alone: %a", dt_name(dt), h,
+			EXPECT((long double)st.sumsq == x * x, "%s 0x%04X alone: %a", t_dtype_name(dt), h,
 			       st.sumsq);
 		}
 	}
@@ -664,7 +654,7 @@ START_TEST(named_values_exact)
 			struct tier_grad_stats st = run1(NULL, (enum gradcheck_isa)isa, buf, c->dt, n);
 
 			EXPECT(!st.nonfinite && st.sumsq == (double)n * c->square,
-			       "%s 0x%X x %zu (%s): %a, want %a", dt_name(c->dt), c->bits, n,
+			       "%s 0x%X x %zu (%s): %a, want %a", t_dtype_name(c->dt), c->bits, n,
 			       gradcheck_isa_name((enum gradcheck_isa)isa), st.sumsq,
 			       (double)n * c->square);
 		}

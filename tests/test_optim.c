@@ -151,25 +151,6 @@ static size_t rnd_below(uint64_t *s, size_t n)
 	return n ? (size_t)(rnd(s) % n) : 0;
 }
 
-static size_t esize(int dt)
-{
-	return dt == TIER_FP32 ? 4 : 2;
-}
-
-static const char *dt_name(int dt)
-{
-	switch (dt) {
-	case TIER_FP32:
-		return "fp32";
-	case TIER_BF16:
-		return "bf16";
-	case TIER_FP16:
-		return "fp16";
-	default:
-		return "none";
-	}
-}
-
 static float f_bits(uint32_t u)
 {
 	float f;
@@ -276,14 +257,14 @@ static void gen_grad(void *buf, int dt, size_t n, uint64_t seed, double scale)
 			break;
 	ck_assert_int_lt(t, TBL_MAX);
 	if (!g_tbl[t].v) {
-		g_tbl[t].v = malloc((size_t)TBL_N * esize(dt));
+		g_tbl[t].v = malloc((size_t)TBL_N * t_dtype_size(dt));
 		ck_assert_ptr_nonnull(g_tbl[t].v);
 		gen_values(g_tbl[t].v, dt, TBL_N, 31 + (uint64_t)t, scale);
 		g_tbl[t].dt = dt;
 		g_tbl[t].scale = scale;
 	}
 	off = rnd_below(&s, TBL_N - n + 1);
-	memcpy(buf, (char *)g_tbl[t].v + off * esize(dt), n * esize(dt));
+	memcpy(buf, (char *)g_tbl[t].v + off * t_dtype_size(dt), n * t_dtype_size(dt));
 }
 
 /* Puts +inf ('i'), -inf ('-') or nan ('n') at element @pos. */
@@ -460,7 +441,7 @@ static struct param *world_add_init(struct world *w, const char *name, size_t n,
 				    const float *init, int gdt, int odt, uint64_t seed)
 {
 	struct param *q = &w->pa[w->np];
-	size_t ms = esize(w->md);
+	size_t ms = t_dtype_size(w->md);
 	uint32_t id = UINT32_MAX;
 	int rc;
 
@@ -478,11 +459,11 @@ static struct param *world_add_init(struct world *w, const char *name, size_t n,
 	q->rv = malloc(n * ms);
 	ck_assert(q->p && q->m && q->v && q->g && q->rp && q->rm && q->rv);
 	if (odt >= 0) {
-		q->out = malloc(n * esize(odt));
-		q->rout = malloc(n * esize(odt));
+		q->out = malloc(n * t_dtype_size(odt));
+		q->rout = malloc(n * t_dtype_size(odt));
 		ck_assert(q->out && q->rout);
-		sentinel(q->out, n * esize(odt), seed ^ 0x5a5a);
-		memcpy(q->rout, q->out, n * esize(odt));
+		sentinel(q->out, n * t_dtype_size(odt), seed ^ 0x5a5a);
+		memcpy(q->rout, q->out, n * t_dtype_size(odt));
 	}
 	if (init)
 		memcpy(q->p, init, n * 4);
@@ -522,7 +503,7 @@ static struct param *world_add(struct world *w, const char *name, size_t n, bool
 static uint32_t world_count_shards(struct world *w, uint64_t shard)
 {
 	uint32_t total = 0;
-	uint64_t bpe = 4 + 2 * esize(w->md);
+	uint64_t bpe = 4 + 2 * t_dtype_size(w->md);
 
 	for (size_t i = 0; i < w->np; i++) {
 		struct param *q = &w->pa[i];
@@ -559,7 +540,7 @@ static uint64_t world_state_bytes(const struct world *w)
 	uint64_t b = 0;
 
 	for (size_t i = 0; i < w->np; i++)
-		b += w->pa[i].n * (4 + 2 * esize(w->md));
+		b += w->pa[i].n * (4 + 2 * t_dtype_size(w->md));
 	return b;
 }
 
@@ -747,7 +728,7 @@ static void check_result(struct world *w, const struct tier_step_result *r,
 /* Parameter @q's state read back against the reference. */
 static void check_read(struct world *w, struct param *q, const char *when)
 {
-	size_t ms = esize(w->md);
+	size_t ms = t_dtype_size(w->md);
 	long d;
 	int rc;
 
@@ -763,11 +744,11 @@ static void check_read(struct world *w, struct param *q, const char *when)
 		      (double)q->p[d < 0 ? 0 : d], bits_f(q->p[d < 0 ? 0 : d]));
 	d = first_diff(q->rm, q->m, q->n, ms);
 	ck_assert_msg(d < 0, "%s: %s: exp_avg[%ld] (%s) = %.9g, reference %.9g", when, q->name, d,
-		      dt_name(w->md), (double)elem_f(q->rm, w->md, d < 0 ? 0 : (size_t)d),
+		      t_dtype_name(w->md), (double)elem_f(q->rm, w->md, d < 0 ? 0 : (size_t)d),
 		      (double)elem_f(q->m, w->md, d < 0 ? 0 : (size_t)d));
 	d = first_diff(q->rv, q->v, q->n, ms);
 	ck_assert_msg(d < 0, "%s: %s: exp_avg_sq[%ld] (%s) = %.9g, reference %.9g", when, q->name,
-		      d, dt_name(w->md), (double)elem_f(q->rv, w->md, d < 0 ? 0 : (size_t)d),
+		      d, t_dtype_name(w->md), (double)elem_f(q->rv, w->md, d < 0 ? 0 : (size_t)d),
 		      (double)elem_f(q->v, w->md, d < 0 ? 0 : (size_t)d));
 }
 
@@ -782,9 +763,9 @@ static void check_state2(struct world *w, const char *when, bool read)
 		if (read)
 			check_read(w, q, when);
 		if (q->odt >= 0) {
-			d = first_diff(q->out, q->rout, q->n, esize(q->odt));
+			d = first_diff(q->out, q->rout, q->n, t_dtype_size(q->odt));
 			ck_assert_msg(d < 0, "%s: %s: out[%ld] (%s) = %.9g, reference %.9g", when,
-				      q->name, d, dt_name(q->odt),
+				      q->name, d, t_dtype_name(q->odt),
 				      (double)elem_f(q->out, q->odt, d < 0 ? 0 : (size_t)d),
 				      (double)elem_f(q->rout, q->odt, d < 0 ? 0 : (size_t)d));
 		}
@@ -1261,7 +1242,7 @@ START_TEST(stream_order)
 			ck_assert(memcmp(a.pa[i].rp, b.pa[i].rp, a.pa[i].n * 4) == 0);
 			ck_assert(memcmp(a.pa[i].rm, b.pa[i].rm, a.pa[i].n * 4) == 0);
 			ck_assert(memcmp(a.pa[i].rv, b.pa[i].rv, a.pa[i].n * 4) == 0);
-			ck_assert(memcmp(a.pa[i].out, b.pa[i].out, a.pa[i].n * esize(a.pa[i].odt)) == 0);
+			ck_assert(memcmp(a.pa[i].out, b.pa[i].out, a.pa[i].n * t_dtype_size(a.pa[i].odt)) == 0);
 		}
 	}
 	world_close(&a);

@@ -79,11 +79,6 @@ static float urand(float lo, float hi)
 	return lo + (hi - lo) * ((float)(rnd() >> 40) * 0x1p-24f);
 }
 
-static size_t dt_size(int dt)
-{
-	return dt == TIER_FP32 ? 4 : 2;
-}
-
 static void put(int dt, void *base, size_t i, float x)
 {
 	uint16_t h;
@@ -179,10 +174,10 @@ static void fill_chunk(struct hchunk *h, size_t n, int md, int gd, int od)
 {
 	h->n = n;
 	h->p = xmalloc(n * 4);
-	h->m = xmalloc(n * dt_size(md));
-	h->v = xmalloc(n * dt_size(md));
-	h->g = xmalloc(n * dt_size(gd));
-	h->o = od == OUT_NONE ? NULL : xmalloc(n * dt_size(od));
+	h->m = xmalloc(n * t_dtype_size(md));
+	h->v = xmalloc(n * t_dtype_size(md));
+	h->g = xmalloc(n * t_dtype_size(gd));
+	h->o = od == OUT_NONE ? NULL : xmalloc(n * t_dtype_size(od));
 	for (size_t i = 0; i < n; i++) {
 		float p = urand(-1.0f, 1.0f), g = urand(-2.0f, 2.0f);
 
@@ -224,7 +219,8 @@ static void run_step(struct arena *ar, const struct tier_adam_params *hp, int md
 {
 	struct hchunk *h = xmalloc(nch * sizeof(*h)), *ref = xmalloc(nch * sizeof(*ref));
 	struct adamw_chunk *dc = xmalloc(nch * sizeof(*dc));
-	size_t msz = dt_size(md), gsz = dt_size(gd), osz = od == OUT_NONE ? 4 : dt_size(od);
+	size_t msz = t_dtype_size(md), gsz = t_dtype_size(gd);
+	size_t osz = od == OUT_NONE ? 4 : t_dtype_size(od);
 	struct adam_consts c;
 	int rc;
 
@@ -348,7 +344,7 @@ END_TEST
 
 static void *fill_grad(size_t n, int dt)
 {
-	void *g = xmalloc(n * dt_size(dt));
+	void *g = xmalloc(n * t_dtype_size(dt));
 
 	for (size_t i = 0; i < n; i++) {
 		/* magnitudes over 15 binades, so that the order of additions shows */
@@ -399,7 +395,7 @@ static void run_gc(struct arena *ar, int dt, const size_t *sizes, size_t nch, si
 	for (size_t k = 0; k < nch; k++) {
 		host[k] = fill_grad(sizes[k], dt);
 		dc[k].n = sizes[k];
-		dc[k].grad = dev_copy(ar, host[k], sizes[k] * dt_size(dt), skew * dt_size(dt));
+		dc[k].grad = dev_copy(ar, host[k], sizes[k] * t_dtype_size(dt), skew * t_dtype_size(dt));
 	}
 	CU(cudaDeviceSynchronize());
 	gc_compare(host, sizes, nch, dt, dc, st, what);
@@ -409,7 +405,7 @@ static void run_gc(struct arena *ar, int dt, const size_t *sizes, size_t nch, si
 		if (sizes[k] > sizes[big])
 			big = k;
 	if (nch && sizes[big] >= 2) {
-		size_t esz = dt_size(dt), mid = sizes[big] / 2;
+		size_t esz = t_dtype_size(dt), mid = sizes[big] / 2;
 
 		put(dt, host[big], mid, INFINITY);
 		CU(cudaMemcpy((char *)dc[big].grad + mid * esz, (char *)host[big] + mid * esz, esz,

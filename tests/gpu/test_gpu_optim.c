@@ -136,11 +136,6 @@ static float urand(uint64_t *s)
 	return (float)((double)(rnd(s) >> 11) * 0x1p-52 - 1.0);
 }
 
-static size_t esize(int dt)
-{
-	return dt == TIER_FP32 ? 4 : 2;
-}
-
 static void put(int dt, void *buf, size_t i, float x)
 {
 	if (dt == TIER_FP32) {
@@ -268,7 +263,7 @@ static void world_open(struct gworld *w, const struct gcase *c, uint64_t seed)
 	rc = tier_optim_create(w->s, &hp, &w->o);
 	ck_assert_msg(rc == 0, "optim create: %d: %s", rc, tier_last_error());
 	ck_assert_int_eq(tier_optim_moment_dtype(w->o), c->md);
-	w->ms = esize(c->md);
+	w->ms = t_dtype_size(c->md);
 	w->lr = hp.lr;
 
 	for (size_t i = 0; i < NP; i++) {
@@ -280,7 +275,7 @@ static void world_open(struct gworld *w, const struct gcase *c, uint64_t seed)
 		q->p = xmalloc(q->n * 4);
 		q->m = calloc(q->n, w->ms);
 		q->v = calloc(q->n, w->ms);
-		q->g = xmalloc(q->n * esize(c->gdt));
+		q->g = xmalloc(q->n * t_dtype_size(c->gdt));
 		q->out = xmalloc(q->n * 2);
 		q->rout = xmalloc(q->n * 2);
 		q->rp = xmalloc(q->n * 4);
@@ -293,7 +288,7 @@ static void world_open(struct gworld *w, const struct gcase *c, uint64_t seed)
 		}
 		memcpy(q->out, q->rout, q->n * 2);
 		if (on_dev(c->gmem, i, false))
-			q->dg = dmalloc(q->n * esize(c->gdt));
+			q->dg = dmalloc(q->n * t_dtype_size(c->gdt));
 		if (on_dev(c->omem, i, true)) {
 			q->dout = dmalloc(q->n * 2);
 			CU(cudaMemcpy(q->dout, q->rout, q->n * 2, cudaMemcpyHostToDevice));
@@ -368,7 +363,7 @@ static void world_grads(struct gworld *w)
 			put(w->c->gdt, q->g, k, x * (float)w->c->loss_scale);
 		}
 		if (q->dg)
-			CU(cudaMemcpy(q->dg, q->g, q->n * esize(w->c->gdt), cudaMemcpyHostToDevice));
+			CU(cudaMemcpy(q->dg, q->g, q->n * t_dtype_size(w->c->gdt), cudaMemcpyHostToDevice));
 	}
 	/* the optimizer reads them on a stream of its own */
 	CU(cudaDeviceSynchronize());
@@ -576,8 +571,9 @@ START_TEST(gpu_optim_overflow)
 	q = &w.pa[2];
 	mid = q->n / 2;
 	put(c->gdt, q->g, mid, k_ocases[_i].bad);
-	CU(cudaMemcpy((char *)q->dg + mid * esize(c->gdt), (char *)q->g + mid * esize(c->gdt),
-		      esize(c->gdt), cudaMemcpyHostToDevice));
+	CU(cudaMemcpy((char *)q->dg + mid * t_dtype_size(c->gdt),
+		      (char *)q->g + mid * t_dtype_size(c->gdt), t_dtype_size(c->gdt),
+		      cudaMemcpyHostToDevice));
 	CU(cudaDeviceSynchronize());
 	step_and_check(&w, 2, 3e-3); /* applied false; state and outputs as they were */
 	ck_assert_uint_eq(w.step, 2);

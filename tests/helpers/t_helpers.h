@@ -11,6 +11,12 @@
 
 #define T_EXIT_SKIP 77
 
+/* Element size of a tier_dtype (fp32 4, bf16 and fp16 2) and its name
+ * ("fp32", "bf16", "fp16"; anything else, such as -1 for no copy-out,
+ * is "none"). */
+size_t t_dtype_size(int dt);
+const char *t_dtype_name(int dt);
+
 /*
  * A fresh scratch directory under $TIER_TEST_TMPDIR (else the build
  * directory's tmp/), on a disk that supports O_DIRECT where the machine has
