@@ -148,7 +148,6 @@ int manifest_nvme_paths(const struct tier_manifest *m, unsigned *out)
 struct io_run {
 	struct tier_nvme *t;
 	struct tier_nvme_obj *o;
-	enum tier_io_op op;
 	char *pool;           /* qd buffers of bs bytes */
 	uint64_t size, bs;
 	unsigned qd;
@@ -233,7 +232,6 @@ static double io_pass(struct io_run *r, enum tier_io_op op, int64_t rd_blocks)
 	} else {
 		kr = nb;
 	}
-	r->op = op;
 	r->error = 0;
 	r->inflight = 0;
 	r->nfree = r->qd;

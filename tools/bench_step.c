@@ -534,15 +534,13 @@ static int step_run(const struct step_opts *o, const struct tier_manifest *m,
 	struct tier_optim *opt = NULL;
 	struct tier_pool *pool = NULL;
 	struct step_record *rec = calloc(o->steps, sizeof(*rec));
-	struct bench_io_result io = { 0 };
+	/* the NVMe measurement before the steps, and after them (with the
+	 * mixed passes; mixed_s 0: none) */
+	struct bench_io_result io = { 0 }, io2 = { 0 };
 	struct tier_store_stats ss;
 	float *init = NULL, *grad = NULL;
 	void *outs[STEP_NPARAMS] = { 0 };
-	double update_s = 0, read_Bps = 0, write_Bps = 0;
-	/* the mixed measurement after the steps (mixed_Bps 0: none) */
-	double mix_read = 0, mixed_Bps = 0, mixed_read_share = 0;
-	double mixed_pass_s[BENCH_IO_MAX_PASSES] = { 0 };
-	unsigned mixed_passes = 0;
+	double update_s = 0, read_Bps = 0, write_Bps = 0, rd_b, wr_b;
 	uint64_t first, counted, rd0, wr0;
 	size_t os = dtype_size(o->copy_out);
 	char what[160], a[32], b[32];
@@ -711,14 +709,13 @@ static int step_run(const struct step_opts *o, const struct tier_manifest *m,
 	 * the fastest pass before and the fastest pass after the steps. */
 	first = o->steps >= 3 ? 1 : 0;
 	counted = o->steps - first;
+	rd_b = med_of(rec, first, o->steps, get_rd);
+	wr_b = med_of(rec, first, o->steps, get_wr);
 	if (su->have_nvme) {
-		struct bench_io_result io2 = { 0 };
-		double rd_b = med_of(rec, first, o->steps, get_rd);
-		double wr_b = med_of(rec, first, o->steps, get_wr);
-
 		/* This time also the step's traffic as the disk sees it: its
 		 * read and write bytes in flight together, at the step's mix. */
-		mix_read = rd_b + wr_b > 0 ? rd_b / (rd_b + wr_b) : 0;
+		double mix_read = rd_b + wr_b > 0 ? rd_b / (rd_b + wr_b) : 0;
+
 		progress_note(pg, "measuring NVMe bandwidth again, and mixed at %.0f%% reads...",
 			      100 * mix_read);
 		if (bench_io(m, &(struct bench_io_opts){ .size = su->io_size, .bs = su->io_bs,
@@ -737,25 +734,19 @@ static int step_run(const struct step_opts *o, const struct tier_manifest *m,
 		}
 		read_Bps = (double)su->io_size / ((io.read_s + io2.read_s) / 2);
 		write_Bps = (double)su->io_size / ((io.write_s + io2.write_s) / 2);
-		if (io2.mixed_s > 0) {
-			mixed_Bps = (double)su->io_size / io2.mixed_s;
-			mixed_read_share = (double)io2.mixed_read_bytes / (double)su->io_size;
-			mixed_passes = io2.passes;
-			memcpy(mixed_pass_s, io2.mixed_pass_s, sizeof(mixed_pass_s));
-		}
 	}
 
 	/* 5. The figures. */
 	{
 		double step_s = med_of(rec, first, o->steps, get_step);
-		double rd_b = med_of(rec, first, o->steps, get_rd);
-		double wr_b = med_of(rec, first, o->steps, get_wr);
 		double nvme_s = (read_Bps > 0 ? rd_b / read_Bps : 0) +
 				(write_Bps > 0 ? wr_b / write_Bps : 0);
 		double bound_s = nvme_s > update_s ? nvme_s : update_s;
 		/* The same bytes at the rate the disk gave them mixed: where it
 		 * serves reads and writes at once faster than one after the
 		 * other, this is the tighter floor (then efficiency > 1). */
+		double mixed_Bps = io2.mixed_s > 0 ? (double)su->io_size / io2.mixed_s : 0;
+		double mixed_read_share = (double)io2.mixed_read_bytes / (double)su->io_size;
 		double mixed_nvme_s = mixed_Bps > 0 ? (rd_b + wr_b) / mixed_Bps : 0;
 		double mixed_bound_s = mixed_nvme_s > update_s ? mixed_nvme_s : update_s;
 		double stall = 0, cstall = 0, gstall = 0, steps_sum = 0;
@@ -799,9 +790,9 @@ static int step_run(const struct step_opts *o, const struct tier_manifest *m,
 				       ", \"mixed_read_share\": %.4f, \"io_mixed_GBps_passes\": [",
 				       mixed_bound_s, mixed_bound_s / step_s, mixed_nvme_s,
 				       mixed_Bps * 1e-9, mixed_read_share);
-				for (unsigned i = 0; i < mixed_passes; i++)
+				for (unsigned i = 0; i < io2.passes; i++)
 					printf("%s%.4f", i ? ", " : "",
-					       (double)su->io_size / mixed_pass_s[i] * 1e-9);
+					       (double)su->io_size / io2.mixed_pass_s[i] * 1e-9);
 				printf("]");
 			} else {
 				printf(", \"mixed_bound_s\": null, \"mixed_efficiency\": null"
