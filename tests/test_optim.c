@@ -1642,58 +1642,46 @@ END_TEST
 
 /* ------------------------------------------------------------ suite */
 
+/* A case of @s with the per-case and per-test fixtures and @timeout s. */
+static TCase *new_case(Suite *s, const char *name, int timeout)
+{
+	TCase *tc = tcase_create(name);
+
+	tcase_add_unchecked_fixture(tc, t_case_setup, t_case_teardown);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, timeout);
+	suite_add_tcase(s, tc);
+	return tc;
+}
+
 static Suite *optim_suite(void)
 {
 	Suite *s = suite_create("optim");
 	TCase *tc;
 
-	tc = tcase_create("matrix");
-	tcase_add_unchecked_fixture(tc, t_case_setup, t_case_teardown);
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 120);
+	tc = new_case(s, "matrix", 120);
 	tcase_add_loop_test(tc, optim_matrix, 0, (int)ARRAY_SIZE(mcases));
-	suite_add_tcase(s, tc);
 
-	tc = tcase_create("overflow");
-	tcase_add_unchecked_fixture(tc, t_case_setup, t_case_teardown);
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 120);
+	tc = new_case(s, "overflow", 120);
 	tcase_add_loop_test(tc, optim_overflow, 0, (int)ARRAY_SIZE(ocases));
-	suite_add_tcase(s, tc);
 
-	tc = tcase_create("golden");
-	tcase_add_unchecked_fixture(tc, t_case_setup, t_case_teardown);
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 120);
+	tc = new_case(s, "golden", 120);
 	tcase_add_loop_test(tc, optim_golden, 0, (int)T_GOLDEN_CASES * 2);
-	suite_add_tcase(s, tc);
 
-	tc = tcase_create("stream");
-	tcase_add_unchecked_fixture(tc, t_case_setup, t_case_teardown);
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 120);
+	tc = new_case(s, "stream", 120);
 	tcase_add_test(tc, stream_order);
 	tcase_add_test(tc, stream_errors);
-	suite_add_tcase(s, tc);
 
 	/* its own case and a short timeout: a hang here is a failure of this
 	 * test, not of the whole suite's time limit */
-	tc = tcase_create("failure");
-	tcase_add_unchecked_fixture(tc, t_case_setup, t_case_teardown);
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 20);
+	tc = new_case(s, "failure", 20);
 	tcase_add_loop_test(tc, tier_failure, 0, (int)ARRAY_SIZE(fcases));
-	suite_add_tcase(s, tc);
 
-	tc = tcase_create("create");
-	tcase_add_unchecked_fixture(tc, t_case_setup, t_case_teardown);
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 60);
+	tc = new_case(s, "create", 60);
 	tcase_add_test(tc, params_defaults);
 	tcase_add_test(tc, manifest_values);
 	tcase_add_test(tc, create_errors);
 	tcase_add_test(tc, add_errors);
-	suite_add_tcase(s, tc);
 	return s;
 }
 
