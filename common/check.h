@@ -21,7 +21,7 @@
 			tier_sys_r_ = (long)(call);                             \
 		} while (tier_sys_r_ == -1 && errno == EINTR);                  \
 		if (tier_sys_r_ == -1) {                                        \
-			(rc) = tier_err(-errno, "%s: %s (%s:%d)", #call,        \
+			(rc) = ts_err(-errno, "%s: %s (%s:%d)", #call,        \
 					tier_strerror(errno), __FILE__,         \
 					__LINE__);                              \
 			goto label;                                             \
@@ -33,7 +33,7 @@
 	do {                                                                    \
 		int tier_pt_r_ = (call);                                        \
 		if (tier_pt_r_ != 0) {                                          \
-			(rc) = tier_err(-tier_pt_r_, "%s: %s (%s:%d)", #call,   \
+			(rc) = ts_err(-tier_pt_r_, "%s: %s (%s:%d)", #call,   \
 					tier_strerror(tier_pt_r_), __FILE__,    \
 					__LINE__);                              \
 			goto label;                                             \

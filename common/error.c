@@ -41,7 +41,7 @@ const char *tier_last_error(void)
 	return t_err;
 }
 
-int tier_verr(int err, const char *fmt, va_list ap)
+int ts_verr(int err, const char *fmt, va_list ap)
 {
 	int n = vsnprintf(t_err, sizeof(t_err), fmt, ap);
 
@@ -50,17 +50,17 @@ int tier_verr(int err, const char *fmt, va_list ap)
 	return err;
 }
 
-int tier_err(int err, const char *fmt, ...)
+int ts_err(int err, const char *fmt, ...)
 {
 	va_list ap;
 
 	va_start(ap, fmt);
-	tier_verr(err, fmt, ap);
+	ts_verr(err, fmt, ap);
 	va_end(ap);
 	return err;
 }
 
-void tier_err_append(const char *fmt, ...)
+void ts_err_append(const char *fmt, ...)
 {
 	size_t len = strlen(t_err);
 	va_list ap;
@@ -82,12 +82,12 @@ void tier_err_append(const char *fmt, ...)
 		memcpy(t_err + sizeof(t_err) - 4, "...", 4);
 }
 
-void tier_err_clear(void)
+void ts_err_clear(void)
 {
 	t_err[0] = '\0';
 }
 
-void tier_err_prefix(const char *fmt, ...)
+void ts_err_prefix(const char *fmt, ...)
 {
 	char old[TIER_ERR_MAX];
 	char pre[512];

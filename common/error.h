@@ -1,8 +1,8 @@
 /*
  * error.h - the error convention: 0 or a negative errno from every
  * int-returning function, and a thread-local detail message saying what
- * failed and where.  tier_err() records the detail and returns the code, so a
- * failure site reads `return tier_err(-EINVAL, "...")`.
+ * failed and where.  ts_err() records the detail and returns the code, so a
+ * failure site reads `return ts_err(-EINVAL, "...")`.
  */
 #ifndef TIER_COMMON_ERROR_H
 #define TIER_COMMON_ERROR_H
@@ -19,23 +19,23 @@ extern "C" {
 #define TIER_ERR_MAX 4096
 
 /* Sets the detail message (replacing any previous one); returns @err. */
-int tier_err(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-int tier_verr(int err, const char *fmt, va_list ap);
+int ts_err(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int ts_verr(int err, const char *fmt, va_list ap);
 
 /*
  * Appends one more line to the detail message, for a call that reports
  * several problems.  The message is cut (with "...") at TIER_ERR_MAX bytes.
  */
-void tier_err_append(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void ts_err_append(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Clears the detail message: a call that succeeds leaves "". */
-void tier_err_clear(void);
+void ts_err_clear(void);
 
 /*
  * Prefixes the current detail message with "prefix: ", for a caller adding
  * context to a failure reported deeper down.
  */
-void tier_err_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void ts_err_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #ifdef __cplusplus
 }

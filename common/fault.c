@@ -39,7 +39,7 @@ static const char *const site_names[TIER_FAULT__COUNT] = {
 #undef X
 };
 
-bool tier_fault_available(void)
+bool ts_fault_available(void)
 {
 	return TIER_FAULT_SITES;
 }
@@ -66,16 +66,16 @@ int tier_fault_check(enum tier_fault_site site)
 }
 #endif
 
-int tier_fault_arm(enum tier_fault_site site, uint64_t nth, int64_t count, int err)
+int ts_fault_arm(enum tier_fault_site site, uint64_t nth, int64_t count, int err)
 {
 	struct fault_site *f;
 
 	if (!TIER_FAULT_SITES)
-		return tier_err(-ENOTSUP, "fault sites are not compiled into this build (meson -Dfault_sites=enabled)");
+		return ts_err(-ENOTSUP, "fault sites are not compiled into this build (meson -Dfault_sites=enabled)");
 	if (site <= TIER_FAULT_NONE || site >= TIER_FAULT__COUNT)
-		return tier_err(-EINVAL, "no fault site %d", (int)site);
+		return ts_err(-EINVAL, "no fault site %d", (int)site);
 	if (nth == 0 || count == 0 || count < TIER_FAULT_PERSISTENT || err >= 0)
-		return tier_err(-EINVAL, "fault site '%s': nth must be >= 1, count >= 1 or persistent, err a negative errno",
+		return ts_err(-EINVAL, "fault site '%s': nth must be >= 1, count >= 1 or persistent, err a negative errno",
 				site_names[site]);
 	f = &g_sites[site];
 	atomic_store_explicit(&f->nth, 0, memory_order_relaxed);
@@ -91,14 +91,14 @@ int tier_fault_arm(enum tier_fault_site site, uint64_t nth, int64_t count, int e
 	return 0;
 }
 
-void tier_fault_disarm(enum tier_fault_site site)
+void ts_fault_disarm(enum tier_fault_site site)
 {
 	if (site <= TIER_FAULT_NONE || site >= TIER_FAULT__COUNT)
 		return;
 	atomic_store_explicit(&g_sites[site].nth, 0, memory_order_release);
 }
 
-void tier_fault_reset_all(void)
+void ts_fault_reset_all(void)
 {
 	for (int i = 1; i < TIER_FAULT__COUNT; i++) {
 		atomic_store(&g_sites[i].nth, 0);
@@ -107,32 +107,32 @@ void tier_fault_reset_all(void)
 	}
 }
 
-uint64_t tier_fault_calls(enum tier_fault_site site)
+uint64_t ts_fault_calls(enum tier_fault_site site)
 {
 	if (site <= TIER_FAULT_NONE || site >= TIER_FAULT__COUNT)
 		return 0;
 	return atomic_load(&g_sites[site].calls);
 }
 
-uint64_t tier_fault_fired(enum tier_fault_site site)
+uint64_t ts_fault_fired(enum tier_fault_site site)
 {
 	if (site <= TIER_FAULT_NONE || site >= TIER_FAULT__COUNT)
 		return 0;
 	return atomic_load(&g_sites[site].fired);
 }
 
-const char *tier_fault_site_name(enum tier_fault_site site)
+const char *ts_fault_site_name(enum tier_fault_site site)
 {
 	if (site < TIER_FAULT_NONE || site >= TIER_FAULT__COUNT)
 		return "?";
 	return site_names[site];
 }
 
-enum tier_fault_site tier_fault_site_lookup(const char *name)
+enum tier_fault_site ts_fault_site_lookup(const char *name)
 {
 	long long n;
 
-	if (tier_int_parse(name, 1, TIER_FAULT__COUNT - 1, &n) == 0)
+	if (ts_int_parse(name, 1, TIER_FAULT__COUNT - 1, &n) == 0)
 		return (enum tier_fault_site)n;
 	for (int i = 1; i < TIER_FAULT__COUNT; i++)
 		if (strcasecmp(name, site_names[i]) == 0)
@@ -154,7 +154,7 @@ static int errno_lookup(const char *s)
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if (strcasecmp(s, names[i].name) == 0)
 			return -names[i].err;
-	if (tier_int_parse(s, 1, 4095, &n) == 0)
+	if (ts_int_parse(s, 1, 4095, &n) == 0)
 		return (int)-n;
 	return 0;
 }
@@ -168,7 +168,7 @@ static const char *field(const char *p, char sep, char *out, size_t len)
 	return p[n] ? p + n + 1 : NULL;
 }
 
-int tier_fault_arm_spec(const char *spec)
+int ts_fault_arm_spec(const char *spec)
 {
 	struct {
 		enum tier_fault_site site;
@@ -185,34 +185,34 @@ int tier_fault_arm_spec(const char *spec)
 		int nf = 0;
 
 		if (strcspn(p, ",") >= sizeof(item))
-			return tier_err(-EINVAL, "TIER_FAULT: an item is too long in '%.64s...'", spec);
+			return ts_err(-EINVAL, "TIER_FAULT: an item is too long in '%.64s...'", spec);
 		p = field(p, ',', item, sizeof(item));
 		for (q = item; q && nf < 5; nf++) {
 			if (strcspn(q, ":") >= sizeof(f[nf]))
-				return tier_err(-EINVAL, "TIER_FAULT: '%s': a field is too long", item);
+				return ts_err(-EINVAL, "TIER_FAULT: '%s': a field is too long", item);
 			q = field(q, ':', f[nf], sizeof(f[nf]));
 		}
 		if (nitems == sizeof(items) / sizeof(items[0]))
-			return tier_err(-EINVAL, "TIER_FAULT: too many items in '%s'", spec);
+			return ts_err(-EINVAL, "TIER_FAULT: too many items in '%s'", spec);
 		if (nf < 2 || nf > 4 || q)
-			return tier_err(-EINVAL, "TIER_FAULT: '%s': expected site:nth[:count[:errno]]", item);
-		items[nitems].site = tier_fault_site_lookup(f[0]);
+			return ts_err(-EINVAL, "TIER_FAULT: '%s': expected site:nth[:count[:errno]]", item);
+		items[nitems].site = ts_fault_site_lookup(f[0]);
 		if (items[nitems].site == TIER_FAULT_NONE)
-			return tier_err(-EINVAL, "TIER_FAULT: '%s': no fault site '%s'", item, f[0]);
-		if (tier_int_parse(f[1], 1, INT64_MAX, &items[nitems].nth))
-			return tier_err(-EINVAL, "TIER_FAULT: '%s': bad call number '%s'", item, f[1]);
+			return ts_err(-EINVAL, "TIER_FAULT: '%s': no fault site '%s'", item, f[0]);
+		if (ts_int_parse(f[1], 1, INT64_MAX, &items[nitems].nth))
+			return ts_err(-EINVAL, "TIER_FAULT: '%s': bad call number '%s'", item, f[1]);
 		items[nitems].count = 1;
-		if (nf > 2 && (tier_int_parse(f[2], -1, INT64_MAX, &items[nitems].count) ||
+		if (nf > 2 && (ts_int_parse(f[2], -1, INT64_MAX, &items[nitems].count) ||
 			       items[nitems].count == 0))
-			return tier_err(-EINVAL, "TIER_FAULT: '%s': bad count '%s' (1 or more, or -1 for persistent)",
+			return ts_err(-EINVAL, "TIER_FAULT: '%s': bad count '%s' (1 or more, or -1 for persistent)",
 					item, f[2]);
 		items[nitems].err = -EIO;
 		if (nf > 3 && (items[nitems].err = errno_lookup(f[3])) == 0)
-			return tier_err(-EINVAL, "TIER_FAULT: '%s': bad errno '%s'", item, f[3]);
+			return ts_err(-EINVAL, "TIER_FAULT: '%s': bad errno '%s'", item, f[3]);
 		nitems++;
 	}
 	for (size_t i = 0; i < nitems; i++) {
-		int rc = tier_fault_arm(items[i].site, (uint64_t)items[i].nth, items[i].count,
+		int rc = ts_fault_arm(items[i].site, (uint64_t)items[i].nth, items[i].count,
 					items[i].err);
 
 		if (rc)
@@ -221,42 +221,42 @@ int tier_fault_arm_spec(const char *spec)
 	return 0;
 }
 
-void *tier_malloc(size_t size)
+void *ts_malloc(size_t size)
 {
 	if (tier_fault_check(TIER_FAULT_ALLOC))
 		return NULL;
 	return malloc(size);
 }
 
-void *tier_calloc(size_t n, size_t size)
+void *ts_calloc(size_t n, size_t size)
 {
 	if (tier_fault_check(TIER_FAULT_ALLOC))
 		return NULL;
 	return calloc(n, size);
 }
 
-void *tier_realloc(void *p, size_t size)
+void *ts_realloc(void *p, size_t size)
 {
 	if (tier_fault_check(TIER_FAULT_ALLOC))
 		return NULL;
 	return realloc(p, size);
 }
 
-char *tier_strdup(const char *s)
+char *ts_strdup(const char *s)
 {
 	if (tier_fault_check(TIER_FAULT_ALLOC))
 		return NULL;
 	return strdup(s);
 }
 
-char *tier_strndup(const char *s, size_t n)
+char *ts_strndup(const char *s, size_t n)
 {
 	if (tier_fault_check(TIER_FAULT_ALLOC))
 		return NULL;
 	return strndup(s, n);
 }
 
-char *tier_asprintf(const char *fmt, ...)
+char *ts_asprintf(const char *fmt, ...)
 {
 	va_list ap;
 	char *s;

@@ -25,7 +25,7 @@ extern "C" {
 #endif
 
 #define TIER_FAULT_SITE_LIST(X)                                                \
-	X(ALLOC, 1, "alloc", "heap allocation (tier_malloc/calloc/strdup)")    \
+	X(ALLOC, 1, "alloc", "heap allocation (ts_malloc/calloc/strdup)")    \
 	X(THREAD_CREATE, 2, "thread_create", "creating a worker thread")       \
 	X(MANIFEST_OPEN, 3, "manifest_open", "opening a manifest file")        \
 	X(MANIFEST_READ, 4, "manifest_read", "reading a manifest file")        \
@@ -60,7 +60,7 @@ enum tier_fault_site {
 	TIER_FAULT__COUNT
 };
 
-/* Count for tier_fault_arm(): every call from the Nth on fails. */
+/* Count for ts_fault_arm(): every call from the Nth on fails. */
 #define TIER_FAULT_PERSISTENT (-1)
 
 #if TIER_FAULT_SITES
@@ -75,7 +75,7 @@ static inline int tier_fault_check(enum tier_fault_site site)
 #endif
 
 /* Whether fault sites are compiled into this build. */
-bool tier_fault_available(void);
+bool ts_fault_available(void);
 
 /*
  * Arms @site: calls 1..nth-1 succeed, then @count calls fail with @err
@@ -83,31 +83,31 @@ bool tier_fault_available(void);
  * from the Nth on.  Resets the site's counters.  -ENOTSUP without fault
  * sites, -EINVAL for a bad site, nth or err.
  */
-int tier_fault_arm(enum tier_fault_site site, uint64_t nth, int64_t count, int err);
-void tier_fault_disarm(enum tier_fault_site site);
-void tier_fault_reset_all(void);
+int ts_fault_arm(enum tier_fault_site site, uint64_t nth, int64_t count, int err);
+void ts_fault_disarm(enum tier_fault_site site);
+void ts_fault_reset_all(void);
 /* Calls that passed the site since it was armed or reset, and how many failed. */
-uint64_t tier_fault_calls(enum tier_fault_site site);
-uint64_t tier_fault_fired(enum tier_fault_site site);
+uint64_t ts_fault_calls(enum tier_fault_site site);
+uint64_t ts_fault_fired(enum tier_fault_site site);
 
-const char *tier_fault_site_name(enum tier_fault_site site);
+const char *ts_fault_site_name(enum tier_fault_site site);
 /* The site named @name ("alloc") or numbered ("1"); TIER_FAULT_NONE if none. */
-enum tier_fault_site tier_fault_site_lookup(const char *name);
+enum tier_fault_site ts_fault_site_lookup(const char *name);
 
 /*
  * Arms sites from a TIER_FAULT-style spec: "site:nth[:count[:errno]]",
  * several separated by commas, e.g. "alloc:3:1:ENOMEM,statvfs:1:-1:EIO".
  * -EINVAL (with the detail message naming the bad part) on a bad spec.
  */
-int tier_fault_arm_spec(const char *spec);
+int ts_fault_arm_spec(const char *spec);
 
 /* Allocation through the ALLOC site.  Same contracts as the libc calls. */
-void *tier_malloc(size_t size);
-void *tier_calloc(size_t n, size_t size);
-void *tier_realloc(void *p, size_t size);
-char *tier_strdup(const char *s);
-char *tier_strndup(const char *s, size_t n);
-__attribute__((format(printf, 1, 2))) char *tier_asprintf(const char *fmt, ...);
+void *ts_malloc(size_t size);
+void *ts_calloc(size_t n, size_t size);
+void *ts_realloc(void *p, size_t size);
+char *ts_strdup(const char *s);
+char *ts_strndup(const char *s, size_t n);
+__attribute__((format(printf, 1, 2))) char *ts_asprintf(const char *fmt, ...);
 
 #ifdef __cplusplus
 }

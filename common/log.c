@@ -17,8 +17,8 @@
 
 #include "common/log.h"
 
-_Atomic int tier_log_level_g = TIER_LL_WARN;
-_Atomic uint32_t tier_log_mask_g = TIER_SS_ALL;
+_Atomic int ts_log_level_g = TIER_LL_WARN;
+_Atomic uint32_t ts_log_mask_g = TIER_SS_ALL;
 
 static tier_log_sink_fn g_sink;
 static void *g_sink_arg;
@@ -31,14 +31,14 @@ static const char *const subsys_names[] = {
 #undef X
 };
 
-const char *tier_log_level_name(int level)
+const char *ts_log_level_name(int level)
 {
 	if (level < 0 || level > TIER_LL_TRACE)
 		return "?";
 	return level_names[level];
 }
 
-int tier_log_level_parse(const char *s)
+int ts_log_level_parse(const char *s)
 {
 	for (int i = 0; i <= TIER_LL_TRACE; i++)
 		if (strcasecmp(s, level_names[i]) == 0)
@@ -48,7 +48,7 @@ int tier_log_level_parse(const char *s)
 	return -EINVAL;
 }
 
-const char *tier_subsys_name(uint32_t ss)
+const char *ts_subsys_name(uint32_t ss)
 {
 	for (int i = 0; i < TIER_SSB__COUNT; i++)
 		if (ss == (1u << i))
@@ -56,7 +56,7 @@ const char *tier_subsys_name(uint32_t ss)
 	return "?";
 }
 
-int tier_log_mask_parse(const char *s, uint32_t *mask, char *bad, int badlen)
+int ts_log_mask_parse(const char *s, uint32_t *mask, char *bad, int badlen)
 {
 	uint32_t m = 0;
 	bool negate = (s[0] == '^');
@@ -97,13 +97,13 @@ int tier_log_mask_parse(const char *s, uint32_t *mask, char *bad, int badlen)
 	return 0;
 }
 
-void tier_log_set_sink(tier_log_sink_fn fn, void *arg)
+void ts_log_set_sink(tier_log_sink_fn fn, void *arg)
 {
 	g_sink = fn;
 	g_sink_arg = arg;
 }
 
-void tier_log_emit(int level, uint32_t ss, const char *file, int line,
+void ts_log_emit(int level, uint32_t ss, const char *file, int line,
 		   const char *fmt, ...)
 {
 	char buf[2048];
@@ -111,7 +111,7 @@ void tier_log_emit(int level, uint32_t ss, const char *file, int line,
 	va_list ap;
 
 	n = snprintf(buf, sizeof(buf), "tierstore[%d] %s %s: ", (int)getpid(),
-		     tier_log_level_name(level), tier_subsys_name(ss));
+		     ts_log_level_name(level), ts_subsys_name(ss));
 	if (n < 0 || n >= (int)sizeof(buf))
 		return;
 	va_start(ap, fmt);

@@ -47,22 +47,22 @@ TIER_SUBSYS_LIST(X)
 #undef X
 #define TIER_SS_ALL ((1u << TIER_SSB__COUNT) - 1)
 
-extern _Atomic int tier_log_level_g;
-extern _Atomic uint32_t tier_log_mask_g;
+extern _Atomic int ts_log_level_g;
+extern _Atomic uint32_t ts_log_mask_g;
 
 static inline bool tier_log_enabled(int level, uint32_t ss)
 {
-	return level <= atomic_load_explicit(&tier_log_level_g, memory_order_relaxed) &&
-	       (ss & atomic_load_explicit(&tier_log_mask_g, memory_order_relaxed));
+	return level <= atomic_load_explicit(&ts_log_level_g, memory_order_relaxed) &&
+	       (ss & atomic_load_explicit(&ts_log_mask_g, memory_order_relaxed));
 }
 
-void tier_log_emit(int level, uint32_t ss, const char *file, int line,
+void ts_log_emit(int level, uint32_t ss, const char *file, int line,
 		   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
 #define TIER_LOG(level, ss, ...)                                               \
 	do {                                                                    \
 		if (tier_log_enabled((level), (ss)))                            \
-			tier_log_emit((level), (ss), __FILE__, __LINE__,         \
+			ts_log_emit((level), (ss), __FILE__, __LINE__,         \
 				      __VA_ARGS__);                             \
 	} while (0)
 
@@ -73,17 +73,17 @@ void tier_log_emit(int level, uint32_t ss, const char *file, int line,
 #define TIER_TRACE(ss, ...) TIER_LOG(TIER_LL_TRACE, ss, __VA_ARGS__)
 
 /* Level and subsystem names, for parsing and printing. */
-const char *tier_log_level_name(int level);
-int tier_log_level_parse(const char *s); /* level, or -EINVAL */
+const char *ts_log_level_name(int level);
+int ts_log_level_parse(const char *s); /* level, or -EINVAL */
 /* Parses "nvme,prefetch" or "all" (also "^nvme" = all but nvme) into a mask; -EINVAL names the bad word. */
-int tier_log_mask_parse(const char *s, uint32_t *mask, char *bad, int badlen);
-const char *tier_subsys_name(uint32_t ss);
+int ts_log_mask_parse(const char *s, uint32_t *mask, char *bad, int badlen);
+const char *ts_subsys_name(uint32_t ss);
 
 /*
  * Where messages go: stderr unless a test installs a sink.  The sink gets
  * the whole formatted line without the trailing newline.
  */
 typedef void (*tier_log_sink_fn)(int level, uint32_t ss, const char *line, void *arg);
-void tier_log_set_sink(tier_log_sink_fn fn, void *arg);
+void ts_log_set_sink(tier_log_sink_fn fn, void *arg);
 
 #endif

@@ -83,7 +83,7 @@ static int opt_parse(struct tier_option *o, const char *v, char *why, size_t why
 	case TIER_OPT_T_SUBSYS: {
 		char bad[64];
 
-		if (tier_log_mask_parse(v, &mask, bad, sizeof(bad))) {
+		if (ts_log_mask_parse(v, &mask, bad, sizeof(bad))) {
 			snprintf(why, whylen, "unknown subsystem '%s'", bad);
 			return -EINVAL;
 		}
@@ -98,7 +98,7 @@ static int opt_parse(struct tier_option *o, const char *v, char *why, size_t why
 		strcpy(o->sval, v);
 		return 0;
 	case TIER_OPT_T_INT:
-		rc = tier_int_parse(v, o->min, o->max, &n);
+		rc = ts_int_parse(v, o->min, o->max, &n);
 		if (rc) {
 			snprintf(why, whylen, "expected an integer in [%lld, %lld]", o->min, o->max);
 			return -EINVAL;
@@ -114,13 +114,13 @@ static int opt_parse(struct tier_option *o, const char *v, char *why, size_t why
 			return -EINVAL;
 		}
 		snprintf(buf, sizeof(buf), "%s%s", v, v[len - 1] == '%' ? "" : "%");
-		if (tier_size_parse(buf, true, &sz, why, whylen))
+		if (ts_size_parse(buf, true, &sz, why, whylen))
 			return -EINVAL;
 		o->dval = sz.percent;
 		return 0;
 	}
 	case TIER_OPT_T_SIZE:
-		if (tier_size_parse(v, false, &sz, why, whylen))
+		if (ts_size_parse(v, false, &sz, why, whylen))
 			return -EINVAL;
 		o->size = sz.bytes;
 		return 0;
@@ -133,8 +133,8 @@ static int options_print_table(FILE *out);
 
 static void apply_log_settings(void)
 {
-	atomic_store(&tier_log_level_g, (int)g_opts[TIER_OPT_LOG].ival);
-	atomic_store(&tier_log_mask_g, (uint32_t)g_opts[TIER_OPT_LOG_SUBSYS].ival);
+	atomic_store(&ts_log_level_g, (int)g_opts[TIER_OPT_LOG].ival);
+	atomic_store(&ts_log_mask_g, (uint32_t)g_opts[TIER_OPT_LOG_SUBSYS].ival);
 }
 
 static void options_load(void)
@@ -175,11 +175,11 @@ static void options_load(void)
 			TIER_INFO(TIER_SS_COMMON, "%s", infos[i]);
 	}
 	if (g_opts[TIER_OPT_FAULT].sval[0]) {
-		int rc = tier_fault_arm_spec(g_opts[TIER_OPT_FAULT].sval);
+		int rc = ts_fault_arm_spec(g_opts[TIER_OPT_FAULT].sval);
 
 		if (rc)
 			TIER_WARN(TIER_SS_COMMON, "%s", tier_last_error());
-		tier_err_clear();
+		ts_err_clear();
 	}
 	if (tier_log_enabled(TIER_LL_DEBUG, TIER_SS_COMMON)) {
 		char *buf = NULL;
@@ -199,58 +199,58 @@ static void options_load(void)
 	}
 }
 
-void tier_options_init(void)
+void ts_options_init(void)
 {
 	pthread_once(&g_once, options_load);
 }
 
-void tier_options_reload(void)
+void ts_options_reload(void)
 {
-	tier_options_init();
+	ts_options_init();
 	options_load();
 }
 
 __attribute__((constructor)) static void options_ctor(void)
 {
-	tier_options_init();
+	ts_options_init();
 }
 
-long long tier_opt_int(enum tier_opt_id id)
+long long ts_opt_int(enum tier_opt_id id)
 {
-	tier_options_init();
+	ts_options_init();
 	return g_opts[id].ival;
 }
 
-double tier_opt_percent(enum tier_opt_id id)
+double ts_opt_percent(enum tier_opt_id id)
 {
-	tier_options_init();
+	ts_options_init();
 	return g_opts[id].dval;
 }
 
-uint64_t tier_opt_size(enum tier_opt_id id)
+uint64_t ts_opt_size(enum tier_opt_id id)
 {
-	tier_options_init();
+	ts_options_init();
 	return g_opts[id].size;
 }
 
-const char *tier_opt_str(enum tier_opt_id id)
+const char *ts_opt_str(enum tier_opt_id id)
 {
-	tier_options_init();
+	ts_options_init();
 	return g_opts[id].sval;
 }
 
-bool tier_opt_from_env(enum tier_opt_id id)
+bool ts_opt_from_env(enum tier_opt_id id)
 {
-	tier_options_init();
+	ts_options_init();
 	return g_opts[id].from_env;
 }
 
-const char *tier_opt_name(enum tier_opt_id id)
+const char *ts_opt_name(enum tier_opt_id id)
 {
 	return g_opts[id].name;
 }
 
-const char *tier_opt_env(enum tier_opt_id id)
+const char *ts_opt_env(enum tier_opt_id id)
 {
 	return g_opts[id].env;
 }
@@ -281,7 +281,7 @@ static void opt_value_str(const struct tier_option *o, char *buf, size_t len)
 			if (o->ival & (1ll << i))
 				off += (size_t)snprintf(buf + off, len - off, "%s%s",
 							off ? "," : "",
-							tier_subsys_name(1u << i));
+							ts_subsys_name(1u << i));
 		return;
 	}
 	case TIER_OPT_T_STRING:
@@ -302,7 +302,7 @@ static void opt_value_str(const struct tier_option *o, char *buf, size_t len)
 
 int tier_options_print(FILE *out)
 {
-	tier_options_init();
+	ts_options_init();
 	return options_print_table(out);
 }
 
@@ -325,6 +325,6 @@ static int options_print_table(FILE *out)
 			val[0] ? val : "\"\"", o->from_env ? "env" : "default", o->desc);
 	}
 	if (ferror(out))
-		return tier_err(-EIO, "writing the options table failed");
+		return ts_err(-EIO, "writing the options table failed");
 	return 0;
 }

@@ -70,20 +70,20 @@ enum tier_opt_id {
 };
 
 /* Reads the environment into the table once; every accessor calls it. */
-void tier_options_init(void);
+void ts_options_init(void);
 
 /*
  * Resets every option to its default and reads the environment again.
  * For tests only: not safe while other threads read options.
  */
-void tier_options_reload(void);
+void ts_options_reload(void);
 
-long long tier_opt_int(enum tier_opt_id id);      /* INT, ENUM index, SUBSYS mask */
-double tier_opt_percent(enum tier_opt_id id);     /* PERCENT */
-uint64_t tier_opt_size(enum tier_opt_id id);      /* SIZE */
-const char *tier_opt_str(enum tier_opt_id id);    /* STRING; never NULL */
-bool tier_opt_from_env(enum tier_opt_id id);
-const char *tier_opt_name(enum tier_opt_id id);
-const char *tier_opt_env(enum tier_opt_id id);
+long long ts_opt_int(enum tier_opt_id id);      /* INT, ENUM index, SUBSYS mask */
+double ts_opt_percent(enum tier_opt_id id);     /* PERCENT */
+uint64_t ts_opt_size(enum tier_opt_id id);      /* SIZE */
+const char *ts_opt_str(enum tier_opt_id id);    /* STRING; never NULL */
+bool ts_opt_from_env(enum tier_opt_id id);
+const char *ts_opt_name(enum tier_opt_id id);
+const char *ts_opt_env(enum tier_opt_id id);
 
 #endif

@@ -147,7 +147,7 @@ static void *worker_main(void *v)
 
 static unsigned default_threads(void)
 {
-	long long t = tier_opt_int(TIER_OPT_THREADS);
+	long long t = ts_opt_int(TIER_OPT_THREADS);
 	long cpus;
 
 	if (t > 0)
@@ -164,24 +164,24 @@ int tier_pool_create(unsigned nthreads, struct tier_pool **out)
 	*out = NULL;
 	if (nthreads == 0)
 		nthreads = default_threads();
-	p = tier_calloc(1, sizeof(*p));
+	p = ts_calloc(1, sizeof(*p));
 	if (!p)
-		return tier_err(-ENOMEM, "thread pool: out of memory");
+		return ts_err(-ENOMEM, "thread pool: out of memory");
 	p->nthreads = nthreads;
-	p->threads = tier_calloc(nthreads, sizeof(pthread_t));
+	p->threads = ts_calloc(nthreads, sizeof(pthread_t));
 	if (!p->threads) {
 		free(p);
-		return tier_err(-ENOMEM, "thread pool: out of memory for %u threads", nthreads);
+		return ts_err(-ENOMEM, "thread pool: out of memory for %u threads", nthreads);
 	}
 	pthread_mutex_init(&p->submit, NULL);
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_cond_init(&p->wake, NULL);
 	pthread_cond_init(&p->done, NULL);
 	for (unsigned i = 1; i < nthreads; i++) {
-		struct worker_arg *wa = tier_malloc(sizeof(*wa));
+		struct worker_arg *wa = ts_malloc(sizeof(*wa));
 
 		if (!wa) {
-			rc = tier_err(-ENOMEM, "thread pool: out of memory");
+			rc = ts_err(-ENOMEM, "thread pool: out of memory");
 			goto fail;
 		}
 		wa->pool = p;
@@ -189,14 +189,14 @@ int tier_pool_create(unsigned nthreads, struct tier_pool **out)
 		rc = tier_fault_check(TIER_FAULT_THREAD_CREATE);
 		if (rc) {
 			free(wa);
-			tier_err(rc, "thread pool: creating worker %u of %u: %s", i,
+			ts_err(rc, "thread pool: creating worker %u of %u: %s", i,
 				 nthreads - 1, tier_strerror(rc));
 			goto fail;
 		}
 		rc = -pthread_create(&p->threads[p->started], NULL, worker_main, wa);
 		if (rc) {
 			free(wa);
-			tier_err(rc, "thread pool: creating worker %u of %u: %s", i,
+			ts_err(rc, "thread pool: creating worker %u of %u: %s", i,
 				 nthreads - 1, tier_strerror(rc));
 			goto fail;
 		}
@@ -233,7 +233,7 @@ unsigned tier_pool_size(const struct tier_pool *p)
 	return p->started + 1;
 }
 
-int tier_pool_for(struct tier_pool *p, size_t n, tier_pool_fn fn, void *arg)
+int ts_pool_for(struct tier_pool *p, size_t n, tier_pool_fn fn, void *arg)
 {
 	unsigned id;
 
@@ -241,7 +241,7 @@ int tier_pool_for(struct tier_pool *p, size_t n, tier_pool_fn fn, void *arg)
 		return 0;
 	if (nested_id(p, &id)) {
 		if (id == NO_ID)
-			return tier_err(-EDEADLK,
+			return ts_err(-EDEADLK,
 					"thread pool: a loop on a pool from inside its own running job, reached through another pool's worker, would wait for itself");
 		run_inline(p, n, fn, arg, id);
 		return 0;

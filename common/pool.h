@@ -1,7 +1,7 @@
 /*
  * pool.h - a small persistent thread pool for data-parallel loops.
  *
- * Workers are created once and sleep between jobs.  tier_pool_for() runs
+ * Workers are created once and sleep between jobs.  ts_pool_for() runs
  * fn(arg, i) for every i in [0, n) on the workers and the calling thread,
  * which claim indices from a shared counter (so uneven tiles balance), and
  * returns when all have finished.  One job runs at a time; concurrent
@@ -35,6 +35,6 @@ typedef void (*tier_pool_fn)(void *arg, size_t index, unsigned worker);
  * Returns 0, or -EDEADLK (nothing run) for the A -> B -> A case above; @fn
  * reports its own errors through @arg.
  */
-int tier_pool_for(struct tier_pool *pool, size_t n, tier_pool_fn fn, void *arg);
+int ts_pool_for(struct tier_pool *pool, size_t n, tier_pool_fn fn, void *arg);
 
 #endif

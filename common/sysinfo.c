@@ -29,10 +29,10 @@ int sys_meminfo(struct tier_meminfo *out)
 
 	rc = tier_fault_check(TIER_FAULT_MEMINFO);
 	if (rc)
-		return tier_err(rc, "/proc/meminfo: %s", tier_strerror(rc));
+		return ts_err(rc, "/proc/meminfo: %s", tier_strerror(rc));
 	f = fopen("/proc/meminfo", "re");
 	if (!f)
-		return tier_err(-errno, "/proc/meminfo: %s", tier_strerror(errno));
+		return ts_err(-errno, "/proc/meminfo: %s", tier_strerror(errno));
 	while (fgets(line, sizeof(line), f)) {
 		unsigned long long kb;
 
@@ -46,7 +46,7 @@ int sys_meminfo(struct tier_meminfo *out)
 	}
 	fclose(f);
 	if (!have_total || !have_avail)
-		return tier_err(-EIO, "/proc/meminfo: no MemTotal or MemAvailable line");
+		return ts_err(-EIO, "/proc/meminfo: no MemTotal or MemAvailable line");
 	return 0;
 }
 
@@ -81,11 +81,11 @@ int sys_fsinfo(const char *path, struct tier_fsinfo *out)
 
 	rc = tier_fault_check(TIER_FAULT_STATVFS);
 	if (rc)
-		return tier_err(rc, "%s: statvfs: %s", path, tier_strerror(rc));
+		return ts_err(rc, "%s: statvfs: %s", path, tier_strerror(rc));
 	if (statvfs(path, &vfs) != 0)
-		return tier_err(-errno, "%s: statvfs: %s", path, tier_strerror(errno));
+		return ts_err(-errno, "%s: statvfs: %s", path, tier_strerror(errno));
 	if (stat(path, &st) != 0)
-		return tier_err(-errno, "%s: stat: %s", path, tier_strerror(errno));
+		return ts_err(-errno, "%s: stat: %s", path, tier_strerror(errno));
 	out->size = (uint64_t)vfs.f_blocks * vfs.f_frsize;
 	out->avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
 	out->dev = st.st_dev;
@@ -102,19 +102,19 @@ int sys_direct_probe(const char *dir)
 
 	rc = tier_fault_check(TIER_FAULT_DIRECT_PROBE);
 	if (rc)
-		return tier_err(rc, "%s: O_DIRECT probe: %s", dir, tier_strerror(rc));
+		return ts_err(rc, "%s: O_DIRECT probe: %s", dir, tier_strerror(rc));
 	/* Unique per process, thread and call: probes may run concurrently. */
 	if (snprintf(path, sizeof(path), "%s/.tierstore-direct-probe-%d-%d-%u", dir,
 		     (int)getpid(), (int)gettid(),
 		     atomic_fetch_add_explicit(&g_probe_seq, 1, memory_order_relaxed)) >=
 	    (int)sizeof(path))
-		return tier_err(-ENAMETOOLONG, "%s: path too long", dir);
+		return ts_err(-ENAMETOOLONG, "%s: path too long", dir);
 	fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
 	if (fd < 0) {
 		rc = -errno;
 		if (rc == -EINVAL)
-			return tier_err(rc, "%s: the file system refuses O_DIRECT", dir);
-		return tier_err(rc, "%s: O_DIRECT probe: %s", dir, tier_strerror(rc));
+			return ts_err(rc, "%s: the file system refuses O_DIRECT", dir);
+		return ts_err(rc, "%s: O_DIRECT probe: %s", dir, tier_strerror(rc));
 	}
 	close(fd);
 	unlink(path);

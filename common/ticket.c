@@ -20,7 +20,7 @@ struct tier_ticket {
 
 struct tier_ticket *ticket_new(void)
 {
-	struct tier_ticket *tk = tier_calloc(1, sizeof(*tk));
+	struct tier_ticket *tk = ts_calloc(1, sizeof(*tk));
 
 	if (!tk)
 		return NULL;
@@ -71,9 +71,9 @@ int tier_ticket_wait(struct tier_ticket *tk)
 	pthread_mutex_unlock(&tk->lock);
 	rc = tk->result;
 	if (rc)
-		tier_err(rc, "%s", tk->detail);
+		ts_err(rc, "%s", tk->detail);
 	else
-		tier_err_clear();
+		ts_err_clear();
 	ticket_discard(tk);
 	return rc;
 }

@@ -60,7 +60,7 @@ static int why_set(char *why, size_t len, int err, const char *fmt, const char *
 	return err;
 }
 
-int tier_size_parse(const char *s, bool allow_percent, struct tier_size *out,
+int ts_size_parse(const char *s, bool allow_percent, struct tier_size *out,
 		    char *why, size_t whylen)
 {
 	const char *p = s, *num, *u;
@@ -167,7 +167,7 @@ int tier_size_parse(const char *s, bool allow_percent, struct tier_size *out,
 		       "bad unit in '%s' (use B, KiB, MiB, GiB, TiB, PiB, KB, MB, GB, TB, PB)", s);
 }
 
-char *tier_size_fmt(uint64_t bytes, char *buf, size_t len)
+char *ts_size_fmt(uint64_t bytes, char *buf, size_t len)
 {
 	static const char *const names[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
 	double v = (double)bytes;
@@ -185,7 +185,7 @@ char *tier_size_fmt(uint64_t bytes, char *buf, size_t len)
 	return buf;
 }
 
-int tier_int_parse(const char *s, long long min, long long max, long long *out)
+int ts_int_parse(const char *s, long long min, long long max, long long *out)
 {
 	char *end;
 	long long v;
@@ -202,7 +202,7 @@ int tier_int_parse(const char *s, long long min, long long max, long long *out)
 	return 0;
 }
 
-unsigned tier_edit_distance(const char *a, const char *b)
+unsigned ts_edit_distance(const char *a, const char *b)
 {
 	size_t la = strlen(a), lb = strlen(b);
 	unsigned row[65];

@@ -29,17 +29,17 @@ struct tier_size {
  *   "size must be greater than zero", "negative size", ...), or -ERANGE
  *   when the value does not fit in 64 bits.
  */
-int tier_size_parse(const char *s, bool allow_percent, struct tier_size *out,
+int ts_size_parse(const char *s, bool allow_percent, struct tier_size *out,
 		    char *why, size_t whylen);
 
 /* "1.50 GiB", "512 B": for messages.  Returns @buf. */
-char *tier_size_fmt(uint64_t bytes, char *buf, size_t len);
+char *ts_size_fmt(uint64_t bytes, char *buf, size_t len);
 
 /* Strict base-10 integer parse of the whole string; -EINVAL or -ERANGE. */
-int tier_int_parse(const char *s, long long min, long long max, long long *out);
+int ts_int_parse(const char *s, long long min, long long max, long long *out);
 
 /* Levenshtein distance, capped: for "did you mean" suggestions. */
-unsigned tier_edit_distance(const char *a, const char *b);
+unsigned ts_edit_distance(const char *a, const char *b);
 
 #ifdef __cplusplus
 }

@@ -378,17 +378,17 @@ TIER_API const char *tier_obj_name(const struct tier_obj *o);
 
 /* Acquire modes. */
 enum {
-	TIER_READ = 1u << 0,
-	TIER_WRITE = 1u << 1,      /* the caller may change the bytes */
-	/* With TIER_WRITE: the caller overwrites every byte, so the current
+	TIER_ACQUIRE_READ = 1u << 0,
+	TIER_ACQUIRE_WRITE = 1u << 1,      /* the caller may change the bytes */
+	/* With TIER_ACQUIRE_WRITE: the caller overwrites every byte, so the current
 	 * contents need not be brought up (no fill). */
-	TIER_DISCARD = 1u << 2,
+	TIER_ACQUIRE_DISCARD = 1u << 2,
 };
 
 /*
  * Makes the object resident on @level and pins it there; *ptr is its
  * bytes on that level (host memory for DRAM, device memory for HBM; NULL
- * on the null backend), valid until tier_release.  Brings it up from the
+ * on the null backend), valid until tier_obj_release.  Brings it up from the
  * tier that holds its current bytes, making room by eviction.
  *
  * A write pin excludes pins on other levels: acquiring for write while the
@@ -403,16 +403,16 @@ enum {
  * error of a fill or of an eviction's write-back (the object and every
  * acknowledged byte stay valid on the tier below).
  */
-TIER_API int tier_acquire(struct tier_store *s, struct tier_obj *o, enum tier_level level,
+TIER_API int tier_obj_acquire(struct tier_store *s, struct tier_obj *o, enum tier_level level,
 			  unsigned mode, void **ptr);
 
 /*
  * The asynchronous form: queues the acquire and returns at once; *ptr is
  * set before the ticket completes, and tier_ticket_wait() gives what
- * tier_acquire would have returned.  On a non-zero return there is no
+ * tier_obj_acquire would have returned.  On a non-zero return there is no
  * ticket.
  */
-TIER_API int tier_acquire_async(struct tier_store *s, struct tier_obj *o, enum tier_level level,
+TIER_API int tier_obj_acquire_async(struct tier_store *s, struct tier_obj *o, enum tier_level level,
 				unsigned mode, void **ptr, struct tier_ticket **tk);
 
 /*
@@ -420,7 +420,7 @@ TIER_API int tier_acquire_async(struct tier_store *s, struct tier_obj *o, enum t
  * write pin: -EINVAL otherwise); they go down to the home when evicted or
  * flushed, never dropped.  -EINVAL when there is no such pin.
  */
-TIER_API int tier_release(struct tier_store *s, struct tier_obj *o, enum tier_level level,
+TIER_API int tier_obj_release(struct tier_store *s, struct tier_obj *o, enum tier_level level,
 			  bool dirty);
 
 /*
@@ -428,7 +428,7 @@ TIER_API int tier_release(struct tier_store *s, struct tier_obj *o, enum tier_le
  * at once.  Skipped quietly when the level has no room that the policy
  * would give (every candidate is needed sooner).  0, or -ENODEV / -E2BIG.
  */
-TIER_API int tier_prefetch(struct tier_store *s, struct tier_obj *o, enum tier_level level);
+TIER_API int tier_obj_prefetch(struct tier_store *s, struct tier_obj *o, enum tier_level level);
 
 /* Copies bytes [off, off + len) from or into a host buffer, through DRAM. */
 TIER_API int tier_obj_write(struct tier_store *s, struct tier_obj *o, uint64_t off, uint64_t len,
@@ -447,7 +447,7 @@ TIER_API int tier_obj_flush(struct tier_store *s, struct tier_obj *o);
  * write are skipped and reported (-EBUSY) after the rest is flushed.
  * Returns 0 or the first error.
  */
-TIER_API int tier_flush(struct tier_store *s);
+TIER_API int tier_store_flush(struct tier_store *s);
 
 /*
  * Registers the cyclic order in which objects are used (each step uses
@@ -483,7 +483,7 @@ struct tier_level_stats {
 	uint64_t writebacks;      /* flushes of dirty bytes to the tier below */
 	uint64_t bytes_in;        /* filled from below */
 	uint64_t bytes_out;       /* written back below */
-	uint64_t prefetches;      /* fills started by tier_prefetch */
+	uint64_t prefetches;      /* fills started by tier_obj_prefetch */
 	uint64_t prefetch_skipped;
 	uint64_t errors;          /* failed fills and write-backs */
 	uint64_t largest_free;    /* the largest slot one object could get */

@@ -63,26 +63,26 @@ static bool dtype_valid(enum tier_dtype dt)
 int adamw_check(const struct tier_adam_tensors *a)
 {
 	if (!a)
-		return tier_err(-EINVAL, "adam: no tensors (NULL)");
+		return ts_err(-EINVAL, "adam: no tensors (NULL)");
 	if (a->moment_dtype != TIER_FP32 && a->moment_dtype != TIER_BF16)
-		return tier_err(-EINVAL, "adam: exp_avg/exp_avg_sq dtype %d is not FP32 or BF16",
+		return ts_err(-EINVAL, "adam: exp_avg/exp_avg_sq dtype %d is not FP32 or BF16",
 				(int)a->moment_dtype);
 	if (!dtype_valid(a->grad_dtype))
-		return tier_err(-EINVAL, "adam: grad dtype %d is not FP32, BF16 or FP16",
+		return ts_err(-EINVAL, "adam: grad dtype %d is not FP32, BF16 or FP16",
 				(int)a->grad_dtype);
 	if (!dtype_valid(a->out_dtype))
-		return tier_err(-EINVAL, "adam: param_out dtype %d is not FP32, BF16 or FP16",
+		return ts_err(-EINVAL, "adam: param_out dtype %d is not FP32, BF16 or FP16",
 				(int)a->out_dtype);
 	if (a->n == 0)
 		return 0;
 	if (!a->param)
-		return tier_err(-EINVAL, "adam: param is NULL with n = %zu", a->n);
+		return ts_err(-EINVAL, "adam: param is NULL with n = %zu", a->n);
 	if (!a->exp_avg)
-		return tier_err(-EINVAL, "adam: exp_avg is NULL with n = %zu", a->n);
+		return ts_err(-EINVAL, "adam: exp_avg is NULL with n = %zu", a->n);
 	if (!a->exp_avg_sq)
-		return tier_err(-EINVAL, "adam: exp_avg_sq is NULL with n = %zu", a->n);
+		return ts_err(-EINVAL, "adam: exp_avg_sq is NULL with n = %zu", a->n);
 	if (!a->grad)
-		return tier_err(-EINVAL, "adam: grad is NULL with n = %zu", a->n);
+		return ts_err(-EINVAL, "adam: grad is NULL with n = %zu", a->n);
 	return 0;
 }
 
@@ -234,7 +234,7 @@ static enum adamw_isa isa_best(void)
 static enum adamw_isa isa_select(void)
 {
 	const char *env;
-	int k = tier_simd_choice("scalar|avx2|avx512", &env);
+	int k = ts_simd_choice("scalar|avx2|avx512", &env);
 	enum adamw_isa isa = isa_best();
 
 	if (k >= 0) {
@@ -310,15 +310,15 @@ static int adamw_run(struct tier_pool *pool, adamw_kernel_fn fn, const struct ad
 			adamw_tile(&j, i, 0);
 		return 0;
 	}
-	return tier_pool_for(pool, ntiles, adamw_tile, &j);
+	return ts_pool_for(pool, ntiles, adamw_tile, &j);
 }
 
 static int isa_usable(enum adamw_isa isa)
 {
 	if ((unsigned)isa >= ADAMW_ISA__COUNT)
-		return tier_err(-EINVAL, "adam: no version %d", (int)isa);
+		return ts_err(-EINVAL, "adam: no version %d", (int)isa);
 	if (!adamw_isa_supported(isa))
-		return tier_err(-ENOTSUP, "adam: this CPU (or build) cannot run the %s version",
+		return ts_err(-ENOTSUP, "adam: this CPU (or build) cannot run the %s version",
 				adamw_isa_name(isa));
 	return 0;
 }
@@ -359,22 +359,22 @@ int adamw_roofline_isa(struct tier_pool *pool, enum adamw_isa isa, const struct 
 static int params_check(const struct tier_adam_params *p)
 {
 	if (!p)
-		return tier_err(-EINVAL, "adam: no hyperparameters (NULL)");
+		return ts_err(-EINVAL, "adam: no hyperparameters (NULL)");
 	if (!isfinite(p->lr) || p->lr < 0)
-		return tier_err(-EINVAL, "adam: lr %g is not a finite value >= 0", p->lr);
+		return ts_err(-EINVAL, "adam: lr %g is not a finite value >= 0", p->lr);
 	if (!(p->beta1 >= 0 && p->beta1 < 1))
-		return tier_err(-EINVAL, "adam: beta1 %g is not in [0, 1)", p->beta1);
+		return ts_err(-EINVAL, "adam: beta1 %g is not in [0, 1)", p->beta1);
 	if (!(p->beta2 >= 0 && p->beta2 < 1))
-		return tier_err(-EINVAL, "adam: beta2 %g is not in [0, 1)", p->beta2);
+		return ts_err(-EINVAL, "adam: beta2 %g is not in [0, 1)", p->beta2);
 	if (!isfinite(p->eps) || p->eps < 0)
-		return tier_err(-EINVAL, "adam: eps %g is not a finite value >= 0", p->eps);
+		return ts_err(-EINVAL, "adam: eps %g is not a finite value >= 0", p->eps);
 	if (!isfinite(p->weight_decay) || p->weight_decay < 0)
-		return tier_err(-EINVAL, "adam: weight_decay %g is not a finite value >= 0",
+		return ts_err(-EINVAL, "adam: weight_decay %g is not a finite value >= 0",
 				p->weight_decay);
 	if (!isfinite(p->grad_scale))
-		return tier_err(-EINVAL, "adam: grad_scale %g is not finite", p->grad_scale);
+		return ts_err(-EINVAL, "adam: grad_scale %g is not finite", p->grad_scale);
 	if (p->step == 0)
-		return tier_err(-EINVAL, "adam: step 0 (the first step is 1)");
+		return ts_err(-EINVAL, "adam: step 0 (the first step is 1)");
 	return 0;
 }
 

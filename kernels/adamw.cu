@@ -283,22 +283,22 @@ static struct adamw_chunk chunk_slice(const struct adamw_chunk &k, size_t off, s
 static int params_check(const struct tier_adam_params *p)
 {
 	if (!p)
-		return tier_err(-EINVAL, "adamw cuda: no hyperparameters (NULL)");
+		return ts_err(-EINVAL, "adamw cuda: no hyperparameters (NULL)");
 	if (!isfinite(p->lr) || p->lr < 0)
-		return tier_err(-EINVAL, "adamw cuda: lr %g is not a finite value >= 0", p->lr);
+		return ts_err(-EINVAL, "adamw cuda: lr %g is not a finite value >= 0", p->lr);
 	if (!(p->beta1 >= 0 && p->beta1 < 1))
-		return tier_err(-EINVAL, "adamw cuda: beta1 %g is not in [0, 1)", p->beta1);
+		return ts_err(-EINVAL, "adamw cuda: beta1 %g is not in [0, 1)", p->beta1);
 	if (!(p->beta2 >= 0 && p->beta2 < 1))
-		return tier_err(-EINVAL, "adamw cuda: beta2 %g is not in [0, 1)", p->beta2);
+		return ts_err(-EINVAL, "adamw cuda: beta2 %g is not in [0, 1)", p->beta2);
 	if (!isfinite(p->eps) || p->eps < 0)
-		return tier_err(-EINVAL, "adamw cuda: eps %g is not a finite value >= 0", p->eps);
+		return ts_err(-EINVAL, "adamw cuda: eps %g is not a finite value >= 0", p->eps);
 	if (!isfinite(p->weight_decay) || p->weight_decay < 0)
-		return tier_err(-EINVAL, "adamw cuda: weight_decay %g is not a finite value >= 0",
+		return ts_err(-EINVAL, "adamw cuda: weight_decay %g is not a finite value >= 0",
 				p->weight_decay);
 	if (!isfinite(p->grad_scale))
-		return tier_err(-EINVAL, "adamw cuda: grad_scale %g is not finite", p->grad_scale);
+		return ts_err(-EINVAL, "adamw cuda: grad_scale %g is not finite", p->grad_scale);
 	if (p->step == 0)
-		return tier_err(-EINVAL, "adamw cuda: step 0 (the first step is 1)");
+		return ts_err(-EINVAL, "adamw cuda: step 0 (the first step is 1)");
 	return 0;
 }
 
@@ -318,12 +318,12 @@ extern "C" int adamw_cuda_step(const struct tier_adam_params *p, enum tier_dtype
 	if (rc)
 		return rc;
 	if (!chunks && nchunks)
-		return tier_err(-EINVAL, "adamw cuda: %zu chunks but no chunk array", nchunks);
+		return ts_err(-EINVAL, "adamw cuda: %zu chunks but no chunk array", nchunks);
 	if (moment_dtype != TIER_FP32 && moment_dtype != TIER_BF16)
-		return tier_err(-EINVAL, "adamw cuda: moment dtype %d is not TIER_FP32 or TIER_BF16",
+		return ts_err(-EINVAL, "adamw cuda: moment dtype %d is not TIER_FP32 or TIER_BF16",
 				(int)moment_dtype);
 	if ((unsigned)grad_dtype > (unsigned)TIER_FP16)
-		return tier_err(-EINVAL, "adamw cuda: gradient dtype %d is not TIER_FP32, TIER_BF16 "
+		return ts_err(-EINVAL, "adamw cuda: gradient dtype %d is not TIER_FP32, TIER_BF16 "
 				"or TIER_FP16", (int)grad_dtype);
 	for (size_t i = 0; i < nchunks; i++) {
 		const struct adamw_chunk *k = &chunks[i];
@@ -333,12 +333,12 @@ extern "C" int adamw_cuda_step(const struct tier_adam_params *p, enum tier_dtype
 			continue;
 		any_work = true;
 		if (!k->param || !k->exp_avg || !k->exp_avg_sq || !k->grad)
-			return tier_err(-EINVAL, "adamw cuda: chunk %zu of %zu elements has a NULL %s", i,
+			return ts_err(-EINVAL, "adamw cuda: chunk %zu of %zu elements has a NULL %s", i,
 					k->n, !k->param ? "param" : !k->exp_avg ? "exp_avg"
 					: !k->exp_avg_sq ? "exp_avg_sq" : "grad");
 	}
 	if (any_out && (unsigned)out_dtype > (unsigned)TIER_FP16)
-		return tier_err(-EINVAL, "adamw cuda: output dtype %d is not TIER_FP32, TIER_BF16 or "
+		return ts_err(-EINVAL, "adamw cuda: output dtype %d is not TIER_FP32, TIER_BF16 or "
 				"TIER_FP16", (int)out_dtype);
 	if (!any_work)
 		return 0;
@@ -385,7 +385,7 @@ extern "C" int adamw_cuda_step(const struct tier_adam_params *p, enum tier_dtype
 	}
 out:
 	if (rc)
-		tier_err_prefix("adamw cuda: step launch");
+		ts_err_prefix("adamw cuda: step launch");
 	return rc;
 }
 
@@ -487,7 +487,7 @@ static const gc_launch_fn gc_table[3] = { gc_launch<TIER_FP32>, gc_launch<TIER_B
 static int cuda_fail(cudaError_t e, const char *call)
 {
 	(void)cudaGetLastError();
-	return tier_err(tier_cuda_errno(e), "%s: %s (%s:%d)", call, cudaGetErrorString(e), __FILE__,
+	return ts_err(tier_cuda_errno(e), "%s: %s (%s:%d)", call, cudaGetErrorString(e), __FILE__,
 			__LINE__);
 }
 
@@ -508,17 +508,17 @@ extern "C" int adamw_cuda_grad_check(const struct adamw_chunk *chunks, size_t nc
 	int rc = 0;
 
 	if (!sumsq || !nonfinite)
-		return tier_err(-EINVAL, "adamw cuda: grad check without a place for its results");
+		return ts_err(-EINVAL, "adamw cuda: grad check without a place for its results");
 	if (!chunks && nchunks)
-		return tier_err(-EINVAL, "adamw cuda: %zu chunks but no chunk array", nchunks);
+		return ts_err(-EINVAL, "adamw cuda: %zu chunks but no chunk array", nchunks);
 	if ((unsigned)dtype > (unsigned)TIER_FP16)
-		return tier_err(-EINVAL, "adamw cuda: gradient dtype %d is not TIER_FP32, TIER_BF16 "
+		return ts_err(-EINVAL, "adamw cuda: gradient dtype %d is not TIER_FP32, TIER_BF16 "
 				"or TIER_FP16", (int)dtype);
 	for (size_t i = 0; i < nchunks; i++) {
 		if (!chunks[i].n)
 			continue;
 		if (!chunks[i].grad)
-			return tier_err(-EINVAL, "adamw cuda: chunk %zu of %zu elements has a NULL grad",
+			return ts_err(-EINVAL, "adamw cuda: chunk %zu of %zu elements has a NULL grad",
 					i, chunks[i].n);
 		ntiles += (chunks[i].n + GRADCHECK_TILE - 1) / GRADCHECK_TILE;
 		nchunk_used++;
@@ -612,7 +612,7 @@ out:
 		(void)cudaGetLastError();
 	}
 	if (rc) {
-		tier_err_prefix("adamw cuda: grad check");
+		ts_err_prefix("adamw cuda: grad check");
 		return rc;
 	}
 	*sumsq = host_sum;

@@ -21,7 +21,7 @@ int adamw_cuda_step(const struct tier_adam_params *p, enum tier_dtype moment_dty
 	(void)chunks;
 	(void)nchunks;
 	(void)stream;
-	return tier_err(-ENODEV, "adamw cuda: step: built without CUDA");
+	return ts_err(-ENODEV, "adamw cuda: step: built without CUDA");
 }
 
 int adamw_cuda_grad_check(const struct adamw_chunk *chunks, size_t nchunks, enum tier_dtype dtype,
@@ -33,14 +33,14 @@ int adamw_cuda_grad_check(const struct adamw_chunk *chunks, size_t nchunks, enum
 	(void)stream;
 	(void)sumsq;
 	(void)nonfinite;
-	return tier_err(-ENODEV, "adamw cuda: grad check: built without CUDA");
+	return ts_err(-ENODEV, "adamw cuda: grad check: built without CUDA");
 }
 
 int adamw_cuda_stream_open(int gpu, void **stream)
 {
 	(void)gpu;
 	*stream = NULL;
-	return tier_err(-ENODEV, "adamw cuda: stream: built without CUDA");
+	return ts_err(-ENODEV, "adamw cuda: stream: built without CUDA");
 }
 
 void adamw_cuda_stream_close(void *stream)
@@ -51,13 +51,13 @@ void adamw_cuda_stream_close(void *stream)
 int adamw_cuda_use_device(int gpu)
 {
 	(void)gpu;
-	return tier_err(-ENODEV, "adamw cuda: device: built without CUDA");
+	return ts_err(-ENODEV, "adamw cuda: device: built without CUDA");
 }
 
 int adamw_cuda_sync(void *stream)
 {
 	(void)stream;
-	return tier_err(-ENODEV, "adamw cuda: sync: built without CUDA");
+	return ts_err(-ENODEV, "adamw cuda: sync: built without CUDA");
 }
 
 int adamw_cuda_copy(void *dst, const void *src, size_t len, void *stream)
@@ -66,14 +66,14 @@ int adamw_cuda_copy(void *dst, const void *src, size_t len, void *stream)
 	(void)src;
 	(void)len;
 	(void)stream;
-	return tier_err(-ENODEV, "adamw cuda: copy: built without CUDA");
+	return ts_err(-ENODEV, "adamw cuda: copy: built without CUDA");
 }
 
 int adamw_cuda_alloc(size_t len, void **ptr)
 {
 	(void)len;
 	*ptr = NULL;
-	return tier_err(-ENODEV, "adamw cuda: alloc: built without CUDA");
+	return ts_err(-ENODEV, "adamw cuda: alloc: built without CUDA");
 }
 
 void adamw_cuda_free(void *ptr)

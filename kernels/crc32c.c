@@ -14,7 +14,7 @@
  * S(x)*x^(8n) + M(x)*x^32 mod P.  That is linear in S and in M, which is what
  * lets independent streams be joined: the register over A||B is
  * crc(A)*x^(8|B|) + crc(B) (the inversions cancel the same way; see
- * tier_crc32c_combine()).
+ * ts_crc32c_combine()).
  *
  * SSE4.2 variant.  The crc32 instruction takes 8 bytes at a time with a
  * latency of 3 cycles but, on Intel cores, can start one every cycle, so a
@@ -54,7 +54,7 @@
  * first call (impl_race()).
  *
  * Tables.  The slicing tables, the powers x^(2^k) mod P used by
- * tier_crc32c_combine(), the stream-joining and the folding constants are
+ * ts_crc32c_combine(), the stream-joining and the folding constants are
  * computed once, under pthread_once, by the first caller of any function
  * here; after that they are read-only.
  */
@@ -432,7 +432,7 @@ static void impl_select(void)
 	const char *env;
 	const struct crc32c_impl *impl = NULL;
 	bool simd = crc32c_sse42_supported();
-	int k = tier_simd_choice("scalar|sse4.2|clmul", &env);
+	int k = ts_simd_choice("scalar|sse4.2|clmul", &env);
 
 	if (k >= 0) {
 		const struct crc32c_impl *want = choices[k];
@@ -462,12 +462,12 @@ static inline const struct crc32c_impl *impl_get(void)
 	return impl;
 }
 
-uint32_t tier_crc32c(uint32_t crc, const void *buf, size_t len)
+uint32_t ts_crc32c(uint32_t crc, const void *buf, size_t len)
 {
 	return impl_get()->fn(crc, buf, len);
 }
 
-const char *tier_crc32c_impl(void)
+const char *ts_crc32c_impl(void)
 {
 	return impl_get()->name;
 }
@@ -480,7 +480,7 @@ const char *tier_crc32c_impl(void)
  *   crc(AB) = u + R(R(u, A), B) = u + (crc(A) + u)*x^(8|B|) + B*x^32
  *           = crc(A)*x^(8|B|) + crc(B),  as crc(B) = u + u*x^(8|B|) + B*x^32.
  */
-uint32_t tier_crc32c_combine(uint32_t crc1, uint32_t crc2, size_t len2)
+uint32_t ts_crc32c_combine(uint32_t crc1, uint32_t crc2, size_t len2)
 {
 	tables_ensure();
 	return multmodp(x2nmodp(len2, 3), crc1) ^ crc2;

@@ -6,10 +6,10 @@
  * Convention (zlib's crc32(), Linux's crc32c "extend"): the pre- and
  * post-inversion happen inside, so a checksum starts from 0 and extends:
  *
- *	crc = tier_crc32c(0, a, n);
- *	crc = tier_crc32c(crc, b, m);     == tier_crc32c(0, a||b, n + m)
+ *	crc = ts_crc32c(0, a, n);
+ *	crc = ts_crc32c(crc, b, m);     == ts_crc32c(0, a||b, n + m)
  *
- * and tier_crc32c(0, "123456789", 9) == 0xE3069283.  Every variant below
+ * and ts_crc32c(0, "123456789", 9) == 0xE3069283.  Every variant below
  * follows this convention and returns the same value for the same input;
  * they differ only in speed.  All are pure functions of their arguments
  * (no state but read-only tables), safe to call from any thread, and accept
@@ -30,8 +30,8 @@ extern "C" {
  * The checksum of @buf[0, @len) extending @crc (0 for a fresh checksum),
  * computed by the fastest variant this CPU runs.
  *
- * The variant is chosen once, on the first call of tier_crc32c() or
- * tier_crc32c_impl() (not at library load), under pthread_once, from
+ * The variant is chosen once, on the first call of ts_crc32c() or
+ * ts_crc32c_impl() (not at library load), under pthread_once, from
  * TIER_SIMD as the options table holds it then (common/options.h; a
  * comma-separated list of kernel choices, case ignored, see
  * kernels/simd.h): its first entry among these decides:
@@ -53,21 +53,21 @@ extern "C" {
  * one process to the next, which costs only the small difference.  Every
  * variant returns the same checksum, so the choice never changes a result.
  */
-uint32_t tier_crc32c(uint32_t crc, const void *buf, size_t len);
+uint32_t ts_crc32c(uint32_t crc, const void *buf, size_t len);
 
-/* The variant tier_crc32c() uses: "clmul", "sse4.2" or "scalar".  Chooses it if no call has yet. */
-const char *tier_crc32c_impl(void);
+/* The variant ts_crc32c() uses: "clmul", "sse4.2" or "scalar".  Chooses it if no call has yet. */
+const char *ts_crc32c_impl(void);
 
 /*
- * The checksum of A||B from crc1 = tier_crc32c(0, A, |A|),
- * crc2 = tier_crc32c(0, B, |B|) and @len2 = |B| (zlib's crc32_combine()),
+ * The checksum of A||B from crc1 = ts_crc32c(0, A, |A|),
+ * crc2 = ts_crc32c(0, B, |B|) and @len2 = |B| (zlib's crc32_combine()),
  * in O(log len2) time without the data: per-unit checksums computed in
  * parallel combine into the checksum of the whole.  @len2 may be any size_t.
  */
-uint32_t tier_crc32c_combine(uint32_t crc1, uint32_t crc2, size_t len2);
+uint32_t ts_crc32c_combine(uint32_t crc1, uint32_t crc2, size_t len2);
 
 /*
- * The variants tier_crc32c() dispatches to, exposed for tests and
+ * The variants ts_crc32c() dispatches to, exposed for tests and
  * benchmarks.  crc32c_scalar() is portable C (slicing-by-8 tables) and runs
  * anywhere.  crc32c_sse42() uses the SSE4.2 crc32 instruction on three
  * interleaved streams, joined with PCLMULQDQ.  crc32c_clmul() folds four

@@ -25,7 +25,7 @@
  * kernels/adam_math.h in the scalar version (and the AVX2 tails), through
  * a shift and F16C in the AVX2 version; both are exact, so the two agree.
  *
- * TIER_SIMD is read through tier_simd_choice() (kernels/simd.h, the
+ * TIER_SIMD is read through ts_simd_choice() (kernels/simd.h, the
  * options table), as kernels/crc32c.c reads it.
  */
 #include "config.h"
@@ -269,7 +269,7 @@ static _Atomic int g_isa = -1;
 static void isa_select(void)
 {
 	const char *env;
-	int k = tier_simd_choice("scalar|avx2|avx512", &env);
+	int k = ts_simd_choice("scalar|avx2|avx512", &env);
 	enum gradcheck_isa isa = avx2_supported() ? GRADCHECK_AVX2 : GRADCHECK_SCALAR;
 
 	if (k == 0) {
@@ -320,16 +320,16 @@ int gradcheck_run(struct tier_pool *pool, enum gradcheck_isa isa, const void *gr
 	size_t ntiles;
 	double total = 0.0;
 
-	tier_err_clear();
+	ts_err_clear();
 	if (!acc)
-		return tier_err(-EINVAL, "tier_grad_check: acc is NULL");
+		return ts_err(-EINVAL, "tier_grad_check: acc is NULL");
 	if ((unsigned)dtype > (unsigned)TIER_FP16)
-		return tier_err(-EINVAL, "tier_grad_check: dtype %d is not TIER_FP32, TIER_BF16 or TIER_FP16",
+		return ts_err(-EINVAL, "tier_grad_check: dtype %d is not TIER_FP32, TIER_BF16 or TIER_FP16",
 				(int)dtype);
 	if (!grad && n > 0)
-		return tier_err(-EINVAL, "tier_grad_check: grad is NULL with n = %zu", n);
+		return ts_err(-EINVAL, "tier_grad_check: grad is NULL with n = %zu", n);
 	if ((unsigned)isa >= GRADCHECK_ISA__COUNT || !gradcheck_isa_supported(isa))
-		return tier_err(-ENOTSUP, "tier_grad_check: version %s not supported on this CPU",
+		return ts_err(-ENOTSUP, "tier_grad_check: version %s not supported on this CPU",
 				gradcheck_isa_name(isa));
 
 	b.fn = g_tiles[isa][dtype];
@@ -341,7 +341,7 @@ int gradcheck_run(struct tier_pool *pool, enum gradcheck_isa isa, const void *gr
 								      : GRADCHECK_BATCH;
 
 		if (pool && cnt > 1) {
-			int rc = tier_pool_for(pool, cnt, batch_tile, &b);
+			int rc = ts_pool_for(pool, cnt, batch_tile, &b);
 
 			if (rc < 0)
 				return rc;

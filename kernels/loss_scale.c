@@ -32,25 +32,25 @@ int tier_loss_scaler_init(struct tier_loss_scaler *s, double initial_scale, doub
 			  uint32_t hysteresis)
 {
 	if (!s)
-		return tier_err(-EINVAL, "loss scaler: NULL scaler");
+		return ts_err(-EINVAL, "loss scaler: NULL scaler");
 	if (!(isfinite(initial_scale) && initial_scale > 0.0))
-		return tier_err(-EINVAL, "loss scaler: initial_scale %g is not finite and > 0",
+		return ts_err(-EINVAL, "loss scaler: initial_scale %g is not finite and > 0",
 				initial_scale);
 	if (!(isfinite(min_scale) && min_scale > 0.0))
-		return tier_err(-EINVAL, "loss scaler: min_scale %g is not finite and > 0", min_scale);
+		return ts_err(-EINVAL, "loss scaler: min_scale %g is not finite and > 0", min_scale);
 	if (min_scale > initial_scale)
-		return tier_err(-EINVAL, "loss scaler: min_scale %g is above initial_scale %g",
+		return ts_err(-EINVAL, "loss scaler: min_scale %g is above initial_scale %g",
 				min_scale, initial_scale);
 	if (!(isfinite(growth_factor) && growth_factor > 1.0))
-		return tier_err(-EINVAL, "loss scaler: growth_factor %g is not finite and > 1",
+		return ts_err(-EINVAL, "loss scaler: growth_factor %g is not finite and > 1",
 				growth_factor);
 	if (!(backoff_factor > 0.0 && backoff_factor < 1.0))
-		return tier_err(-EINVAL, "loss scaler: backoff_factor %g is not in (0, 1)",
+		return ts_err(-EINVAL, "loss scaler: backoff_factor %g is not in (0, 1)",
 				backoff_factor);
 	if (growth_interval == 0)
-		return tier_err(-EINVAL, "loss scaler: growth_interval is 0");
+		return ts_err(-EINVAL, "loss scaler: growth_interval is 0");
 	if (hysteresis == 0 || hysteresis > INT32_MAX)
-		return tier_err(-EINVAL, "loss scaler: hysteresis %u is not in [1, %d]",
+		return ts_err(-EINVAL, "loss scaler: hysteresis %u is not in [1, %d]",
 				(unsigned)hysteresis, INT32_MAX);
 
 	s->scale = initial_scale;
@@ -61,7 +61,7 @@ int tier_loss_scaler_init(struct tier_loss_scaler *s, double initial_scale, doub
 	s->hysteresis = hysteresis;
 	s->growth_tracker = 0;
 	s->hysteresis_tracker = (int32_t)hysteresis;
-	tier_err_clear();
+	ts_err_clear();
 	return 0;
 }
 

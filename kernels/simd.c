@@ -58,9 +58,9 @@ static void warn_unknown(const char *value)
 	pthread_mutex_unlock(&g_warn_lock);
 }
 
-int tier_simd_choice(const char *known, const char **value)
+int ts_simd_choice(const char *known, const char **value)
 {
-	const char *v = tier_opt_str(TIER_OPT_SIMD), *p = v;
+	const char *v = ts_opt_str(TIER_OPT_SIMD), *p = v;
 	int found = -1;
 
 	if (value)

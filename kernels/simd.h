@@ -21,9 +21,9 @@
  * e.g. "scalar|avx2|avx512"): the index in @known of the first entry of
  * TIER_SIMD that names one of them, or -1 when none does (or "auto" comes
  * first).  *@value (may be NULL) receives TIER_SIMD's whole value, for
- * messages.  Reads the options table as it stands (tier_options_reload()
+ * messages.  Reads the options table as it stands (ts_options_reload()
  * re-reads the environment).
  */
-int tier_simd_choice(const char *known, const char **value);
+int ts_simd_choice(const char *known, const char **value);
 
 #endif

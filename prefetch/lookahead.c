@@ -3,8 +3,8 @@
  * pinning acquires issued in the step's order within per-level byte
  * budgets, taken and given back by the lanes.
  *
- * Lock order: la->lock, then the store's lock (inside tier_acquire_async
- * and tier_release).  Tickets are waited on without la->lock.
+ * Lock order: la->lock, then the store's lock (inside tier_obj_acquire_async
+ * and tier_obj_release).  Tickets are waited on without la->lock.
  */
 #include "config.h"
 
@@ -49,7 +49,7 @@ static void pump(struct lookahead *la)
 
 		if (!fits(la, it))
 			break;
-		rc = tier_acquire_async(la->s, it->obj, it->level, TIER_READ | TIER_WRITE, &it->ptr,
+		rc = tier_obj_acquire_async(la->s, it->obj, it->level, TIER_ACQUIRE_READ | TIER_ACQUIRE_WRITE, &it->ptr,
 					&it->tk);
 		if (rc) {
 			/* Nothing queued: this item and every later one fail. */
@@ -126,7 +126,7 @@ int la_take(struct lookahead *la, unsigned lane, struct la_item **out, uint64_t 
 		rc = la->issue_rc;
 		it->rc = rc;
 		it->state = LA_TAKEN;
-		tier_err(rc, "%s", la->issue_err);
+		ts_err(rc, "%s", la->issue_err);
 		pthread_mutex_unlock(&la->lock);
 		*out = it;
 		return rc;
@@ -158,7 +158,7 @@ int la_done(struct lookahead *la, struct la_item *it, bool dirty)
 	int rc = 0;
 
 	if (it->rc == 0 && it->state == LA_TAKEN)
-		rc = tier_release(la->s, it->obj, it->level, dirty);
+		rc = tier_obj_release(la->s, it->obj, it->level, dirty);
 	pthread_mutex_lock(&la->lock);
 	if (it->issued && it->state != LA_DONE)
 		unaccount(la, it); /* an item never issued holds no budget */
@@ -185,16 +185,16 @@ void la_finish(struct lookahead *la)
 			it->rc = tier_ticket_wait(it->tk);
 			it->tk = NULL;
 			if (!it->rc)
-				(void)tier_release(la->s, it->obj, it->level, false);
+				(void)tier_obj_release(la->s, it->obj, it->level, false);
 			it->state = LA_DONE;
 		} else if (it->state == LA_TAKEN) {
 			/* a lane gave up on it without giving it back */
 			if (!it->rc)
-				(void)tier_release(la->s, it->obj, it->level, false);
+				(void)tier_obj_release(la->s, it->obj, it->level, false);
 			it->state = LA_DONE;
 		}
 	}
-	tier_err_clear();
+	ts_err_clear();
 	la->inflight[TIER_DRAM] = la->inflight[TIER_HBM] = 0;
 	la->outstanding = 0;
 	watch(la);

@@ -112,14 +112,14 @@ int wb_create(struct tier_store *s, unsigned depth, struct wb **out)
 	*out = NULL;
 	if (!depth)
 		depth = 1;
-	if (!(w = tier_calloc(1, sizeof(*w))))
-		return tier_err(-ENOMEM, "write-behind: out of memory");
+	if (!(w = ts_calloc(1, sizeof(*w))))
+		return ts_err(-ENOMEM, "write-behind: out of memory");
 	w->s = s;
 	w->depth = depth;
-	w->fly = tier_calloc(depth, sizeof(*w->fly));
+	w->fly = ts_calloc(depth, sizeof(*w->fly));
 	if (!w->fly) {
 		free(w);
-		return tier_err(-ENOMEM, "write-behind: out of memory");
+		return ts_err(-ENOMEM, "write-behind: out of memory");
 	}
 	pthread_mutex_init(&w->lock, NULL);
 	pthread_cond_init(&w->cond, NULL);
@@ -133,7 +133,7 @@ int wb_create(struct tier_store *s, unsigned depth, struct wb **out)
 		pthread_cond_destroy(&w->idle);
 		free(w->fly);
 		free(w);
-		return tier_err(rc, "write-behind: creating its thread: %s", tier_strerror(rc));
+		return ts_err(rc, "write-behind: creating its thread: %s", tier_strerror(rc));
 	}
 	*out = w;
 	return 0;
@@ -144,11 +144,11 @@ int wb_push(struct wb *w, struct tier_obj *o)
 	pthread_mutex_lock(&w->lock);
 	if (w->qlen == w->qcap) {
 		size_t ncap = w->qcap ? 2 * w->qcap : 64;
-		struct tier_obj **nq = tier_malloc(ncap * sizeof(*nq));
+		struct tier_obj **nq = ts_malloc(ncap * sizeof(*nq));
 
 		if (!nq) {
 			pthread_mutex_unlock(&w->lock);
-			return tier_err(-ENOMEM, "write-behind: out of memory queueing '%s'",
+			return ts_err(-ENOMEM, "write-behind: out of memory queueing '%s'",
 					tier_obj_name(o));
 		}
 		for (size_t i = 0; i < w->qlen; i++)

@@ -11,12 +11,12 @@
 
 int tier_gpu_count(int *count, char *why, size_t whylen)
 {
-	tier_err_clear();
+	ts_err_clear();
 	return gpu_count(count, why, whylen > INT_MAX ? INT_MAX : (int)whylen);
 }
 
 int tier_gpu_selftest(int index)
 {
-	tier_err_clear();
+	ts_err_clear();
 	return gpu_selftest(index);
 }

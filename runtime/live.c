@@ -280,11 +280,11 @@ void live_start(struct tier_store *s, const struct tier_manifest *m)
 	char *yaml;
 	int rc;
 
-	if (tier_opt_int(TIER_OPT_STATS) == 0)
+	if (ts_opt_int(TIER_OPT_STATS) == 0)
 		return;
-	l = tier_calloc(1, sizeof(*l));
+	l = ts_calloc(1, sizeof(*l));
 	if (!l) {
-		rc = tier_err(-ENOMEM, "stats segment for store '%s': out of memory", cfg->name);
+		rc = ts_err(-ENOMEM, "stats segment for store '%s': out of memory", cfg->name);
 		goto warn;
 	}
 	yaml = manifest_yaml(m);
@@ -301,7 +301,7 @@ void live_start(struct tier_store *s, const struct tier_manifest *m)
 	}
 	l->store = s;
 	l->open_ns = tier_now_ns();
-	l->interval_ns = (uint64_t)tier_opt_int(TIER_OPT_STATS_INTERVAL) * 1000000ull;
+	l->interval_ns = (uint64_t)ts_opt_int(TIER_OPT_STATS_INTERVAL) * 1000000ull;
 	pthread_mutex_init(&l->pub_lock, NULL);
 	pthread_mutex_init(&l->lock, NULL);
 	{
@@ -314,7 +314,7 @@ void live_start(struct tier_store *s, const struct tier_manifest *m)
 	}
 	rc = pthread_create(&l->thread, NULL, live_main, l);
 	if (rc) {
-		rc = tier_err(-rc, "stats publisher for store '%s': pthread_create: %s", cfg->name,
+		rc = ts_err(-rc, "stats publisher for store '%s': pthread_create: %s", cfg->name,
 			      strerror(rc));
 		live_stop(l);
 		goto warn;
@@ -328,7 +328,7 @@ warn:
 	if (!atomic_flag_test_and_set(&g_warned))
 		TIER_WARN(TIER_SS_STATS, "%s; the store runs without a stats segment (tier-stat "
 			  "will not see it; TIER_STATS=off silences this)", tier_last_error());
-	tier_err_clear();
+	ts_err_clear();
 #else
 	(void)s;
 	(void)m;
@@ -356,7 +356,7 @@ int tier_store_publish_stats(struct tier_store *s)
 	struct live *l = s ? store_live(s) : NULL;
 
 	if (!l)
-		return tier_err(-ENOENT, "the store publishes no stats segment (TIER_STATS=off, "
+		return ts_err(-ENOENT, "the store publishes no stats segment (TIER_STATS=off, "
 				"a build without stats, or its creation failed)");
 	publish(l);
 	return 0;
@@ -370,7 +370,7 @@ const char *tier_live_dir(void)
 int tier_live_list(const char *dir, int (*cb)(const char *path, void *arg), void *arg)
 {
 	if (!cb)
-		return tier_err(-EINVAL, "tier_live_list: no callback");
+		return ts_err(-EINVAL, "tier_live_list: no callback");
 	return statseg_list(dir, cb, arg);
 }
 
@@ -387,7 +387,7 @@ int tier_live_open(const char *path, struct tier_live **out)
 	int rc;
 
 	if (!out || !path)
-		return tier_err(-EINVAL, "tier_live_open: %s", path ? "no result pointer" : "no path");
+		return ts_err(-EINVAL, "tier_live_open: %s", path ? "no result pointer" : "no path");
 	*out = NULL;
 	rc = statseg_open(path, &v);
 	if (rc)
@@ -396,14 +396,14 @@ int tier_live_open(const char *path, struct tier_live **out)
 	if (ps < fixed || ps > sizeof(struct tier_live_stats) ||
 	    (ps - fixed) % sizeof(struct tier_live_path)) {
 		statseg_view_close(v);
-		return tier_err(-EBADMSG, "%s: a payload of %zu bytes is not a layout %u store "
+		return ts_err(-EBADMSG, "%s: a payload of %zu bytes is not a layout %u store "
 				"record (%zu bytes and %zu per NVMe path)", path, ps,
 				TIER_LIVE_VERSION, fixed, sizeof(struct tier_live_path));
 	}
-	l = tier_calloc(1, sizeof(*l));
+	l = ts_calloc(1, sizeof(*l));
 	if (!l) {
 		statseg_view_close(v);
-		return tier_err(-ENOMEM, "%s: out of memory", path);
+		return ts_err(-ENOMEM, "%s: out of memory", path);
 	}
 	l->v = v;
 	l->payload = ps;
@@ -416,14 +416,14 @@ int tier_live_read(const struct tier_live *l, struct tier_live_stats *out)
 	int rc;
 
 	if (!l || !out)
-		return tier_err(-EINVAL, "tier_live_read: %s", l ? "no result pointer" : "no segment");
+		return ts_err(-EINVAL, "tier_live_read: %s", l ? "no result pointer" : "no segment");
 	memset(out, 0, sizeof(*out));
 	rc = statseg_read(l->v, out, l->payload);
 	if (rc)
 		return rc;
 	if (out->npaths > (l->payload - offsetof(struct tier_live_stats, path)) /
 			  sizeof(struct tier_live_path))
-		return tier_err(-EBADMSG, "%s: %u NVMe paths claimed, room for fewer",
+		return ts_err(-EBADMSG, "%s: %u NVMe paths claimed, room for fewer",
 				statseg_view_path(l->v), out->npaths);
 	return 0;
 }
@@ -453,15 +453,15 @@ int tier_live_remove(struct tier_live *l)
 	const char *path;
 
 	if (!l)
-		return tier_err(-EINVAL, "tier_live_remove: no segment");
+		return ts_err(-EINVAL, "tier_live_remove: no segment");
 	path = statseg_view_path(l->v);
 	if (!statseg_stale(l->v))
-		return tier_err(-EBUSY, "%s: process %llu still runs; only a stale segment is removed",
+		return ts_err(-EBUSY, "%s: process %llu still runs; only a stale segment is removed",
 				path, (unsigned long long)statseg_view_header(l->v)->pid);
 	if (unlink(path) < 0) {
 		int rc = -errno;
 
-		return tier_err(rc, "%s: unlink: %s", path, strerror(-rc));
+		return ts_err(rc, "%s: unlink: %s", path, strerror(-rc));
 	}
 	return 0;
 }

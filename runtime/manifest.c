@@ -237,14 +237,14 @@ static uint64_t graph_size(struct graph *g, int id, int depth)
 static int graph_check(struct walker *w)
 {
 	int n = (int)(w->doc->nodes.top - w->doc->nodes.start);
-	struct graph g = { .w = w, .limit = (uint64_t)tier_opt_int(TIER_OPT_YAML_NODE_LIMIT) };
+	struct graph g = { .w = w, .limit = (uint64_t)ts_opt_int(TIER_OPT_YAML_NODE_LIMIT) };
 
-	g.state = tier_calloc((size_t)n + 1, 1);
-	g.size = tier_calloc((size_t)n + 1, sizeof(uint64_t));
+	g.state = ts_calloc((size_t)n + 1, 1);
+	g.size = ts_calloc((size_t)n + 1, sizeof(uint64_t));
 	if (!g.state || !g.size) {
 		free(g.state);
 		free(g.size);
-		return tier_err(-ENOMEM, "%s: out of memory checking %d YAML nodes", w->file, n);
+		return ts_err(-ENOMEM, "%s: out of memory checking %d YAML nodes", w->file, n);
 	}
 	graph_size(&g, 1, 0);
 	free(g.state);
@@ -319,7 +319,7 @@ static int get_int(struct walker *w, const char *key, yaml_node_t *v, long long 
 
 	if (!s)
 		return -EINVAL;
-	rc = plain(v) ? tier_int_parse(s, min, max, out) : -EINVAL;
+	rc = plain(v) ? ts_int_parse(s, min, max, out) : -EINVAL;
 	if (rc == -ERANGE) {
 		diag(w, pos_of(v), "%s: %s is out of range [%lld, %lld]",
 		     kp(w, key, k, sizeof(k)), s, min, max);
@@ -342,7 +342,7 @@ static int get_size(struct walker *w, const char *key, yaml_node_t *v, bool allo
 
 	if (!s)
 		return -EINVAL;
-	if (tier_size_parse(s, allow_percent, &out->v, why, sizeof(why))) {
+	if (ts_size_parse(s, allow_percent, &out->v, why, sizeof(why))) {
 		diag(w, pos_of(v), "%s: %s", kp(w, key, k, sizeof(k)), why);
 		return -EINVAL;
 	}
@@ -383,7 +383,7 @@ static int get_enum(struct walker *w, const char *key, yaml_node_t *v, const cha
 static char *expand_env(struct walker *w, const char *key, yaml_node_t *v, const char *s)
 {
 	size_t cap = strlen(s) + 1, len = 0;
-	char *out = tier_malloc(cap);
+	char *out = ts_malloc(cap);
 	char k[300];
 
 	if (!out) {
@@ -443,7 +443,7 @@ static char *expand_env(struct walker *w, const char *key, yaml_node_t *v, const
 			char *n2;
 
 			cap = (len + addlen + 1) * 2;
-			n2 = tier_realloc(out, cap);
+			n2 = ts_realloc(out, cap);
 			if (!n2) {
 				free(out);
 				diag(w, pos_of(v), "%s: out of memory", kp(w, key, k, sizeof(k)));
@@ -568,7 +568,7 @@ static void get_auto_index(struct walker *w, const char *key, yaml_node_t *v,
 		*out = -2;
 	} else if (strcasecmp(s, "none") == 0) {
 		*out = -1;
-	} else if (tier_int_parse(s, 0, 1023, &n) == 0) {
+	} else if (ts_int_parse(s, 0, 1023, &n) == 0) {
 		*out = (int)n;
 	} else {
 		diag(w, pos_of(v), "%s: expected %s, got '%s'", kp(w, key, k, sizeof(k)), expect, s);
@@ -975,7 +975,7 @@ static void walk_mapping(struct walker *w, const char *section, yaml_node_t *nod
 			unsigned bestd = UINT_MAX;
 
 			for (size_t i = 0; i < nspecs; i++) {
-				unsigned d = tier_edit_distance(name, specs[i].name);
+				unsigned d = ts_edit_distance(name, specs[i].name);
 
 				if (d < bestd) {
 					bestd = d;
@@ -1083,8 +1083,8 @@ static void resolve_gpu(struct walker *w, const struct facts *f, struct tier_con
 	c->hbm_capacity &= ~((uint64_t)(2u << 20) - 1);
 	if (c->hbm_capacity > gi.total_mem)
 		diag(w, r->hbm.at, "gpu.capacity: %s is more than GPU %d has (%s)",
-		     tier_size_fmt(c->hbm_capacity, a, sizeof(a)), c->gpu,
-		     tier_size_fmt(gi.total_mem, b, sizeof(b)));
+		     ts_size_fmt(c->hbm_capacity, a, sizeof(a)), c->gpu,
+		     ts_size_fmt(gi.total_mem, b, sizeof(b)));
 	else if (c->hbm_capacity == 0)
 		diag(w, r->hbm.at, "gpu.capacity: rounds down to zero (the HBM tier is allocated in 2 MiB units)");
 }
@@ -1098,16 +1098,16 @@ static void resolve_dram(struct walker *w, const struct facts *f, struct tier_co
 		c->dram_capacity = resolve_size(&r->dram, f->mem.total);
 	else
 		c->dram_capacity = (uint64_t)((double)f->mem.available *
-					      tier_opt_percent(TIER_OPT_DRAM_SHARE) / 100.0);
+					      ts_opt_percent(TIER_OPT_DRAM_SHARE) / 100.0);
 	c->dram_capacity &= ~(uint64_t)4095;
 	if (c->dram_capacity == 0)
 		diag(w, r->dram.at, "dram.capacity: rounds down to zero (the DRAM tier is allocated in 4 KiB pages)");
 	else if (c->dram_capacity > f->mem.available)
 		diag(w, r->dram.at.line ? r->dram.at : r->dram_at,
 		     "dram.capacity: %s is more than this machine has available (MemAvailable %s of %s)",
-		     tier_size_fmt(c->dram_capacity, a, sizeof(a)),
-		     tier_size_fmt(f->mem.available, b, sizeof(b)),
-		     tier_size_fmt(f->mem.total, (char[32]){ 0 }, 32));
+		     ts_size_fmt(c->dram_capacity, a, sizeof(a)),
+		     ts_size_fmt(f->mem.available, b, sizeof(b)),
+		     ts_size_fmt(f->mem.total, (char[32]){ 0 }, 32));
 
 	c->numa_auto = r->numa == -2;
 	c->numa_node = -1;
@@ -1129,7 +1129,7 @@ static void resolve_dram(struct walker *w, const struct facts *f, struct tier_co
 			diag(w, r->huge_at,
 			     "dram.huge_pages: on, but there are only %llu free huge pages of %s and transparent huge pages are off",
 			     (unsigned long long)hi.free_pages,
-			     tier_size_fmt(hi.page_size, a, sizeof(a)));
+			     ts_size_fmt(hi.page_size, a, sizeof(a)));
 	}
 }
 
@@ -1200,7 +1200,7 @@ static void resolve_nvme(struct walker *w, struct tier_config *c)
 	c->npaths = r->npaths;
 	if (!r->npaths)
 		return;
-	c->paths = tier_calloc(r->npaths, sizeof(*c->paths));
+	c->paths = ts_calloc(r->npaths, sizeof(*c->paths));
 	if (!c->paths) {
 		diag(w, r->paths_at, "nvme.paths: out of memory");
 		c->npaths = 0;
@@ -1227,7 +1227,7 @@ static void resolve_nvme(struct walker *w, struct tier_config *c)
 		p->create = rp->create;
 		if (!rp->path)
 			continue; /* reported in pass 2 */
-		p->path = tier_strdup(rp->path);
+		p->path = ts_strdup(rp->path);
 		if (!p->path) {
 			diag(w, rp->path_at, "%s.path: out of memory", key);
 			continue;
@@ -1266,7 +1266,7 @@ static void resolve_nvme(struct walker *w, struct tier_config *c)
 		}
 		if (is_dir_path) {
 			snprintf(dir, sizeof(dir), "%s", abs);
-			p->file = tier_asprintf("%s%stierstore-%s.dat", abs,
+			p->file = ts_asprintf("%s%stierstore-%s.dat", abs,
 						strcmp(abs, "/") ? "/" : "", c->name);
 		} else {
 			char *slash;
@@ -1277,7 +1277,7 @@ static void resolve_nvme(struct walker *w, struct tier_config *c)
 				dir[1] = '\0';
 			else if (slash)
 				*slash = '\0';
-			p->file = tier_strdup(abs);
+			p->file = ts_strdup(abs);
 		}
 		if (!p->file) {
 			diag(w, rp->path_at, "%s.path: out of memory", key);
@@ -1298,7 +1298,7 @@ static void resolve_nvme(struct walker *w, struct tier_config *c)
 			char *canon;
 
 			if (realpath(dir, real)) {
-				canon = tier_asprintf("%s%s%s", real, strcmp(real, "/") ? "/" : "", base);
+				canon = ts_asprintf("%s%s%s", real, strcmp(real, "/") ? "/" : "", base);
 				if (!canon) {
 					diag(w, rp->path_at, "%s.path: out of memory", key);
 					continue;
@@ -1384,14 +1384,14 @@ static void resolve_nvme(struct walker *w, struct tier_config *c)
 			if (u->used)
 				diag(w, rp->capacity.at,
 				     "%s.capacity: %s is more than the free space of the file system of '%s' (%s available, %s already given to paths on it)",
-				     key, tier_size_fmt(p->capacity, a, sizeof(a)), dir,
-				     tier_size_fmt(u->avail, b, sizeof(b)),
-				     tier_size_fmt(u->used, d, sizeof(d)));
+				     key, ts_size_fmt(p->capacity, a, sizeof(a)), dir,
+				     ts_size_fmt(u->avail, b, sizeof(b)),
+				     ts_size_fmt(u->used, d, sizeof(d)));
 			else
 				diag(w, rp->capacity.at,
 				     "%s.capacity: %s is more than the free space of the file system of '%s' (%s available)",
-				     key, tier_size_fmt(p->capacity, a, sizeof(a)), dir,
-				     tier_size_fmt(u->avail, b, sizeof(b)));
+				     key, ts_size_fmt(p->capacity, a, sizeof(a)), dir,
+				     ts_size_fmt(u->avail, b, sizeof(b)));
 		}
 		u->used += p->capacity;
 	}
@@ -1418,17 +1418,17 @@ static void resolve_rest(struct walker *w, struct tier_config *c)
 	if (c->lookahead < c->shard_size)
 		diag(w, r->lookahead.at.line ? r->lookahead.at : r->dram.at,
 		     "prefetch.lookahead: %s is less than one shard (optimizer.shard_size %s); the prefetcher could not keep a shard in flight",
-		     tier_size_fmt(c->lookahead, a, sizeof(a)),
-		     tier_size_fmt(c->shard_size, b, sizeof(b)));
+		     ts_size_fmt(c->lookahead, a, sizeof(a)),
+		     ts_size_fmt(c->shard_size, b, sizeof(b)));
 	else if (c->dram_capacity && c->lookahead > c->dram_capacity / 2)
 		diag(w, r->lookahead.at, "prefetch.lookahead: %s is more than half the DRAM tier (%s); the update needs the rest",
-		     tier_size_fmt(c->lookahead, a, sizeof(a)),
-		     tier_size_fmt(c->dram_capacity, b, sizeof(b)));
+		     ts_size_fmt(c->lookahead, a, sizeof(a)),
+		     ts_size_fmt(c->dram_capacity, b, sizeof(b)));
 	if (c->dram_capacity && c->shard_size > c->dram_capacity / 4)
 		diag(w, r->shard.at.line ? r->shard.at : r->dram.at,
 		     "optimizer.shard_size: %s is more than a quarter of the DRAM tier (%s); prefetch needs room for several shards",
-		     tier_size_fmt(c->shard_size, a, sizeof(a)),
-		     tier_size_fmt(c->dram_capacity, b, sizeof(b)));
+		     ts_size_fmt(c->shard_size, a, sizeof(a)),
+		     ts_size_fmt(c->dram_capacity, b, sizeof(b)));
 }
 
 /* ------------------------------------------------------------ the API */
@@ -1457,7 +1457,7 @@ static int yaml_error(struct walker *w, yaml_parser_t *p)
 	struct pos at;
 
 	if (p->error == YAML_MEMORY_ERROR)
-		return tier_err(-ENOMEM, "%s: out of memory while parsing", w->file);
+		return ts_err(-ENOMEM, "%s: out of memory while parsing", w->file);
 	at.line = (int)m.line + 1;
 	at.col = (int)m.column + 1;
 	if (p->context)
@@ -1482,20 +1482,20 @@ int tier_manifest_parse(const char *text, size_t len, const char *name, unsigned
 	int rc = 0;
 
 	*out = NULL;
-	tier_err_clear();
+	ts_err_clear();
 	if (len > MAX_MANIFEST_BYTES)
-		return tier_err(-EFBIG, "%s: manifest is larger than %u bytes", w.file,
+		return ts_err(-EFBIG, "%s: manifest is larger than %u bytes", w.file,
 				MAX_MANIFEST_BYTES);
-	m = tier_calloc(1, sizeof(*m));
-	raw = tier_calloc(1, sizeof(*raw));
-	w.diags = tier_calloc(1, TIER_ERR_MAX);
+	m = ts_calloc(1, sizeof(*m));
+	raw = ts_calloc(1, sizeof(*raw));
+	w.diags = ts_calloc(1, TIER_ERR_MAX);
 	if (!m || !raw || !w.diags) {
-		rc = tier_err(-ENOMEM, "%s: out of memory", w.file);
+		rc = ts_err(-ENOMEM, "%s: out of memory", w.file);
 		goto out;
 	}
 	rc = tier_fault_check(TIER_FAULT_YAML_PARSE);
 	if (rc || !yaml_parser_initialize(&parser)) {
-		rc = tier_err(rc ? rc : -ENOMEM, "%s: cannot set up the YAML parser", w.file);
+		rc = ts_err(rc ? rc : -ENOMEM, "%s: cannot set up the YAML parser", w.file);
 		goto out;
 	}
 	parser_ok = true;
@@ -1507,7 +1507,7 @@ int tier_manifest_parse(const char *text, size_t len, const char *name, unsigned
 	doc_ok = true;
 	root = yaml_document_get_root_node(&doc);
 	if (!root) {
-		rc = tier_err(-EINVAL, "%s:1:1: the manifest is empty (an empty mapping '{}' takes every default)",
+		rc = ts_err(-EINVAL, "%s:1:1: the manifest is empty (an empty mapping '{}' takes every default)",
 			      w.file);
 		goto out;
 	}
@@ -1519,7 +1519,7 @@ int tier_manifest_parse(const char *text, size_t len, const char *name, unsigned
 	if (yaml_document_get_root_node(&extra)) {
 		yaml_node_t *x = yaml_document_get_root_node(&extra);
 
-		rc = tier_err(-EINVAL, "%s:%zu:%zu: a manifest holds one YAML document; a second one starts here",
+		rc = ts_err(-EINVAL, "%s:%zu:%zu: a manifest holds one YAML document; a second one starts here",
 			      w.file, x->start_mark.line + 1, x->start_mark.column + 1);
 		yaml_document_delete(&extra);
 		goto out;
@@ -1546,7 +1546,7 @@ int tier_manifest_parse(const char *text, size_t len, const char *name, unsigned
 
 	rc = gather_facts(&w, &facts);
 	if (rc) {
-		tier_err_prefix("%s", w.file);
+		ts_err_prefix("%s", w.file);
 		goto out;
 	}
 	struct tier_config *c = &m->cfg;
@@ -1569,7 +1569,7 @@ int tier_manifest_parse(const char *text, size_t len, const char *name, unsigned
 	rc = 0;
 out:
 	if (rc == -EINVAL && w.diags && w.diags_len)
-		tier_err(rc, "%s", w.diags);
+		ts_err(rc, "%s", w.diags);
 	free(w.diags);
 	if (doc_ok)
 		yaml_document_delete(&doc);
@@ -1593,13 +1593,13 @@ int tier_manifest_load_flags(const char *path, unsigned flags, struct tier_manif
 	int fd, rc;
 
 	*out = NULL;
-	tier_err_clear();
+	ts_err_clear();
 	rc = tier_fault_check(TIER_FAULT_MANIFEST_OPEN);
 	if (rc)
-		return tier_err(rc, "%s: %s", path, tier_strerror(rc));
+		return ts_err(rc, "%s: %s", path, tier_strerror(rc));
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return tier_err(-errno, "%s: %s", path, tier_strerror(errno));
+		return ts_err(-errno, "%s: %s", path, tier_strerror(errno));
 	for (;;) {
 		ssize_t n;
 
@@ -1607,28 +1607,28 @@ int tier_manifest_load_flags(const char *path, unsigned flags, struct tier_manif
 			char *nb;
 
 			if (cap > MAX_MANIFEST_BYTES) {
-				rc = tier_err(-EFBIG, "%s: manifest is larger than %u bytes", path,
+				rc = ts_err(-EFBIG, "%s: manifest is larger than %u bytes", path,
 					      MAX_MANIFEST_BYTES);
 				goto out;
 			}
 			cap = cap ? cap * 2 : 8192;
-			nb = tier_realloc(buf, cap);
+			nb = ts_realloc(buf, cap);
 			if (!nb) {
-				rc = tier_err(-ENOMEM, "%s: out of memory", path);
+				rc = ts_err(-ENOMEM, "%s: out of memory", path);
 				goto out;
 			}
 			buf = nb;
 		}
 		rc = tier_fault_check(TIER_FAULT_MANIFEST_READ);
 		if (rc) {
-			tier_err(rc, "%s: read: %s", path, tier_strerror(rc));
+			ts_err(rc, "%s: read: %s", path, tier_strerror(rc));
 			goto out;
 		}
 		n = read(fd, buf + len, cap - len);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0) {
-			rc = tier_err(-errno, "%s: read: %s", path, tier_strerror(errno));
+			rc = ts_err(-errno, "%s: read: %s", path, tier_strerror(errno));
 			goto out;
 		}
 		if (n == 0)
@@ -1669,7 +1669,7 @@ const struct tier_config *manifest_config(const struct tier_manifest *m)
 
 int tier_manifest_default_text(char **out)
 {
-	const char *data = tier_opt_str(TIER_OPT_DATA);
+	const char *data = ts_opt_str(TIER_OPT_DATA);
 	struct tier_meminfo mem;
 	struct tier_fsinfo fi;
 	char dir[PATH_MAX], probe[PATH_MAX], quoted[2 * PATH_MAX + 8];
@@ -1683,7 +1683,7 @@ int tier_manifest_default_text(char **out)
 	rc = sys_meminfo(&mem);
 	if (rc)
 		return rc;
-	dram = (uint64_t)((double)mem.available * tier_opt_percent(TIER_OPT_DRAM_SHARE) / 100.0);
+	dram = (uint64_t)((double)mem.available * ts_opt_percent(TIER_OPT_DRAM_SHARE) / 100.0);
 	dram &= ~(uint64_t)((2u << 20) - 1);
 
 	snprintf(dir, sizeof(dir), "%s%s", data[0] ? data : "./tier-data",
@@ -1692,17 +1692,17 @@ int tier_manifest_default_text(char **out)
 	rc = sys_fsinfo(probe, &fi);
 	if (rc)
 		return rc;
-	nvme = (uint64_t)((double)fi.avail * tier_opt_percent(TIER_OPT_NVME_SHARE) / 100.0);
-	cap = tier_opt_size(TIER_OPT_NVME_MAX);
+	nvme = (uint64_t)((double)fi.avail * ts_opt_percent(TIER_OPT_NVME_SHARE) / 100.0);
+	cap = ts_opt_size(TIER_OPT_NVME_MAX);
 	if (nvme > cap)
 		nvme = cap;
 	nvme &= ~(uint64_t)((1u << 20) - 1);
 	if (nvme < (64u << 20))
-		return tier_err(-ENOSPC, "embedded default: only %s free under '%s'; set TIER_DATA to a directory with room, or write a manifest",
-				tier_size_fmt(fi.avail, a, sizeof(a)), probe);
+		return ts_err(-ENOSPC, "embedded default: only %s free under '%s'; set TIER_DATA to a directory with room, or write a manifest",
+				ts_size_fmt(fi.avail, a, sizeof(a)), probe);
 	/* A data directory on tmpfs (say) gets buffered I/O, not an error. */
 	direct = sys_direct_probe(probe) != -EINVAL;
-	tier_err_clear();
+	ts_err_clear();
 
 	quoted[q++] = '"';
 	for (const char *p = dir; *p && q < sizeof(quoted) - 6; p++) {
@@ -1713,7 +1713,7 @@ int tier_manifest_default_text(char **out)
 	quoted[q++] = '"';
 	quoted[q] = '\0';
 
-	*out = tier_asprintf(
+	*out = ts_asprintf(
 		"# tierstore embedded default manifest (see docs/manifest.md)\n"
 		"version: 1\n"
 		"name: tierstore\n"
@@ -1729,18 +1729,18 @@ int tier_manifest_default_text(char **out)
 		"      capacity: %llu   # %g%% of the free space, at most %llu bytes\n"
 		"      direct: %s\n"
 		"      create: true\n",
-		(unsigned long long)dram, tier_opt_percent(TIER_OPT_DRAM_SHARE), quoted,
-		(unsigned long long)nvme, tier_opt_percent(TIER_OPT_NVME_SHARE),
+		(unsigned long long)dram, ts_opt_percent(TIER_OPT_DRAM_SHARE), quoted,
+		(unsigned long long)nvme, ts_opt_percent(TIER_OPT_NVME_SHARE),
 		(unsigned long long)cap, direct ? "true" : "false");
 	if (!*out)
-		return tier_err(-ENOMEM, "embedded default: out of memory");
+		return ts_err(-ENOMEM, "embedded default: out of memory");
 	return 0;
 }
 
 int tier_manifest_resolve(const char *path, struct tier_manifest **out)
 {
 	if (!path || !*path)
-		path = tier_opt_str(TIER_OPT_MANIFEST);
+		path = ts_opt_str(TIER_OPT_MANIFEST);
 	return *path ? tier_manifest_load(path, out) : tier_manifest_default(out);
 }
 
@@ -1799,16 +1799,16 @@ int tier_manifest_emit(const struct tier_manifest *m, FILE *f)
 	if (c->gpu >= 0) {
 		fprintf(f, "  device: %d   # %s%s, %s, PCI %s\n", c->gpu,
 			c->gpu_auto ? "auto: " : "", c->gpu_name,
-			tier_size_fmt(c->gpu_mem, a, sizeof(a)), c->gpu_pci[0] ? c->gpu_pci : "?");
+			ts_size_fmt(c->gpu_mem, a, sizeof(a)), c->gpu_pci[0] ? c->gpu_pci : "?");
 		fprintf(f, "  capacity: %llu   # %s\n", (unsigned long long)c->hbm_capacity,
-			tier_size_fmt(c->hbm_capacity, a, sizeof(a)));
+			ts_size_fmt(c->hbm_capacity, a, sizeof(a)));
 	} else {
 		fprintf(f, "  device: none   # %s\n", c->gpu_note[0] ? c->gpu_note : "no HBM tier");
 	}
 
 	fprintf(f, "dram:\n");
 	fprintf(f, "  capacity: %llu   # %s\n", (unsigned long long)c->dram_capacity,
-		tier_size_fmt(c->dram_capacity, a, sizeof(a)));
+		ts_size_fmt(c->dram_capacity, a, sizeof(a)));
 	if (c->numa_node >= 0)
 		fprintf(f, "  numa_node: %d%s\n", c->numa_node, c->numa_auto ? "   # auto: the GPU's node" : "");
 	else
@@ -1830,7 +1830,7 @@ int tier_manifest_emit(const struct tier_manifest *m, FILE *f)
 			fprintf(f, "\n      # backing file: ");
 			emit_str(f, p->file);
 			fprintf(f, "\n      capacity: %llu   # %s\n", (unsigned long long)p->capacity,
-				tier_size_fmt(p->capacity, a, sizeof(a)));
+				ts_size_fmt(p->capacity, a, sizeof(a)));
 			fprintf(f, "      block_size: %u\n", p->block_size);
 			fprintf(f, "      queue_depth: %u\n", p->queue_depth);
 			fprintf(f, "      direct: %s\n", p->direct ? "true" : "false");
@@ -1842,7 +1842,7 @@ int tier_manifest_emit(const struct tier_manifest *m, FILE *f)
 
 	fprintf(f, "prefetch:\n");
 	fprintf(f, "  lookahead: %llu   # %s\n", (unsigned long long)c->lookahead,
-		tier_size_fmt(c->lookahead, a, sizeof(a)));
+		ts_size_fmt(c->lookahead, a, sizeof(a)));
 	fprintf(f, "  write_behind: %u\n", c->write_behind);
 
 	fprintf(f, "optimizer:\n");
@@ -1853,8 +1853,8 @@ int tier_manifest_emit(const struct tier_manifest *m, FILE *f)
 	fprintf(f, "  master_dtype: %s\n", dtype_name(c->master_dtype));
 	fprintf(f, "  moment_dtype: %s\n", dtype_name(c->moment_dtype));
 	fprintf(f, "  shard_size: %llu   # %s\n", (unsigned long long)c->shard_size,
-		tier_size_fmt(c->shard_size, a, sizeof(a)));
+		ts_size_fmt(c->shard_size, a, sizeof(a)));
 	if (ferror(f))
-		return tier_err(-EIO, "writing the configuration failed");
+		return ts_err(-EIO, "writing the configuration failed");
 	return 0;
 }

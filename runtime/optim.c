@@ -219,31 +219,31 @@ void tier_optim_params_init(struct tier_optim_params *p)
 static int check_params(const struct tier_optim_params *p)
 {
 	if (!(p->lr > 0) || !isfinite(p->lr))
-		return tier_err(-EINVAL, "optimizer: lr %g (must be a finite number > 0)", p->lr);
+		return ts_err(-EINVAL, "optimizer: lr %g (must be a finite number > 0)", p->lr);
 	if (!(p->beta1 >= 0 && p->beta1 < 1) || !(p->beta2 >= 0 && p->beta2 < 1))
-		return tier_err(-EINVAL, "optimizer: betas (%g, %g) (each in [0, 1))", p->beta1,
+		return ts_err(-EINVAL, "optimizer: betas (%g, %g) (each in [0, 1))", p->beta1,
 				p->beta2);
 	if (!(p->eps > 0) || !isfinite(p->eps))
-		return tier_err(-EINVAL, "optimizer: eps %g (must be > 0)", p->eps);
+		return ts_err(-EINVAL, "optimizer: eps %g (must be > 0)", p->eps);
 	if (!(p->weight_decay >= 0) || !isfinite(p->weight_decay))
-		return tier_err(-EINVAL, "optimizer: weight_decay %g (must be >= 0)",
+		return ts_err(-EINVAL, "optimizer: weight_decay %g (must be >= 0)",
 				p->weight_decay);
 	if (p->moment_dtype != -1 && p->moment_dtype != TIER_FP32 && p->moment_dtype != TIER_BF16)
-		return tier_err(-EINVAL, "optimizer: moment_dtype %d (TIER_FP32, TIER_BF16 or -1 for the manifest's)",
+		return ts_err(-EINVAL, "optimizer: moment_dtype %d (TIER_FP32, TIER_BF16 or -1 for the manifest's)",
 				p->moment_dtype);
 	if (!isnan(p->offload_fraction) && p->offload_fraction != TIER_OFFLOAD_AUTO &&
 	    !(p->offload_fraction >= 0 && p->offload_fraction <= 1))
-		return tier_err(-EINVAL, "optimizer: offload_fraction %g (in [0, 1], TIER_OFFLOAD_AUTO, or NAN for the manifest's)",
+		return ts_err(-EINVAL, "optimizer: offload_fraction %g (in [0, 1], TIER_OFFLOAD_AUTO, or NAN for the manifest's)",
 				p->offload_fraction);
 	if (!(p->max_grad_norm >= 0) || !isfinite(p->max_grad_norm))
-		return tier_err(-EINVAL, "optimizer: max_grad_norm %g (0 for none, or > 0)",
+		return ts_err(-EINVAL, "optimizer: max_grad_norm %g (0 for none, or > 0)",
 				p->max_grad_norm);
 	if (!(p->loss_scale > 0) || !isfinite(p->loss_scale))
-		return tier_err(-EINVAL, "optimizer: loss_scale %g (must be > 0; 1 = none)",
+		return ts_err(-EINVAL, "optimizer: loss_scale %g (must be > 0; 1 = none)",
 				p->loss_scale);
 	if (p->shard_size && (p->shard_size % 4096 || p->shard_size < (64u << 10) ||
 			      p->shard_size > (4ull << 30)))
-		return tier_err(-EINVAL, "optimizer: shard_size %" PRIu64 " (a multiple of 4 KiB, 64 KiB - 4 GiB; 0 for the manifest's)",
+		return ts_err(-EINVAL, "optimizer: shard_size %" PRIu64 " (a multiple of 4 KiB, 64 KiB - 4 GiB; 0 for the manifest's)",
 				p->shard_size);
 	return 0;
 }
@@ -436,14 +436,14 @@ static int open_gpu_lane(struct tier_optim *o)
 		if ((rc = adamw_cuda_alloc(bytes, &o->dev_grad)) ||
 		    (rc = adamw_cuda_alloc(bytes, &o->dev_out)))
 			return rc;
-		if (!(o->host_grad = tier_malloc(bytes)) || !(o->host_out = tier_malloc(bytes)))
-			return tier_err(-ENOMEM, "optimizer: out of memory for staging buffers");
+		if (!(o->host_grad = ts_malloc(bytes)) || !(o->host_out = ts_malloc(bytes)))
+			return ts_err(-ENOMEM, "optimizer: out of memory for staging buffers");
 	}
 	rc = tier_fault_check(TIER_FAULT_THREAD_CREATE);
 	if (!rc)
 		rc = -pthread_create(&o->thread, NULL, gpu_main, o);
 	if (rc)
-		return tier_err(rc, "optimizer: creating the GPU lane's thread: %s", tier_strerror(rc));
+		return ts_err(rc, "optimizer: creating the GPU lane's thread: %s", tier_strerror(rc));
 	o->thread_started = true;
 	return 0;
 }
@@ -499,10 +499,10 @@ int tier_optim_create(struct tier_store *s, const struct tier_optim_params *p,
 	int rc;
 
 	if (!out)
-		return tier_err(-EINVAL, "tier_optim_create: no result pointer");
+		return ts_err(-EINVAL, "tier_optim_create: no result pointer");
 	*out = NULL;
 	if (!s)
-		return tier_err(-EINVAL, "tier_optim_create: no store");
+		return ts_err(-EINVAL, "tier_optim_create: no store");
 	if (!p) {
 		tier_optim_params_init(&defaults);
 		p = &defaults;
@@ -510,8 +510,8 @@ int tier_optim_create(struct tier_store *s, const struct tier_optim_params *p,
 	if ((rc = check_params(p)))
 		return rc;
 	cfg = store_config(s);
-	if (!(o = tier_calloc(1, sizeof(*o))))
-		return tier_err(-ENOMEM, "optimizer: out of memory");
+	if (!(o = ts_calloc(1, sizeof(*o))))
+		return ts_err(-ENOMEM, "optimizer: out of memory");
 	pthread_mutex_init(&o->lock, NULL);
 	pthread_cond_init(&o->cond, NULL);
 	o->s = s;
@@ -519,7 +519,7 @@ int tier_optim_create(struct tier_store *s, const struct tier_optim_params *p,
 	o->lr = p->lr;
 	o->md = p->moment_dtype == -1 ? cfg->moment_dtype : (enum tier_dtype)p->moment_dtype;
 	if (o->md != TIER_FP32 && o->md != TIER_BF16) {
-		rc = tier_err(-EINVAL, "optimizer: moment dtype %d from the manifest", (int)o->md);
+		rc = ts_err(-EINVAL, "optimizer: moment dtype %d from the manifest", (int)o->md);
 		goto fail;
 	}
 	o->mb = dtype_size(o->md);
@@ -533,7 +533,7 @@ int tier_optim_create(struct tier_store *s, const struct tier_optim_params *p,
 	o->dram_cap = st.level[TIER_DRAM].capacity;
 	o->hbm_cap = have_hbm ? st.level[TIER_HBM].capacity : 0;
 	if (shard_bytes > o->dram_cap / 4) {
-		rc = tier_err(-EINVAL, "optimizer: shards of %" PRIu64 " bytes do not fit four times in the DRAM tier (%" PRIu64 " bytes); use a smaller shard_size",
+		rc = ts_err(-EINVAL, "optimizer: shards of %" PRIu64 " bytes do not fit four times in the DRAM tier (%" PRIu64 " bytes); use a smaller shard_size",
 			      shard_bytes, o->dram_cap);
 		goto fail;
 	}
@@ -580,8 +580,8 @@ int tier_optim_create(struct tier_store *s, const struct tier_optim_params *p,
 		if ((rc = open_gpu_lane(o)))
 			goto fail;
 	}
-	if (*tier_opt_str(TIER_OPT_TRACE)) {
-		if ((rc = trace_open(tier_opt_str(TIER_OPT_TRACE), 0, &o->trace)))
+	if (*ts_opt_str(TIER_OPT_TRACE)) {
+		if ((rc = trace_open(ts_opt_str(TIER_OPT_TRACE), 0, &o->trace)))
 			goto fail;
 		store_set_hook(s, hook, o);
 	}
@@ -619,7 +619,7 @@ static int find_param(const struct tier_optim *o, const char *name)
 static int shard_init(struct tier_optim *o, struct shard *sh, const float *init)
 {
 	void *ptr;
-	int rc = tier_acquire(o->s, sh->obj, TIER_DRAM, TIER_WRITE | TIER_DISCARD, &ptr);
+	int rc = tier_obj_acquire(o->s, sh->obj, TIER_DRAM, TIER_ACQUIRE_WRITE | TIER_ACQUIRE_DISCARD, &ptr);
 
 	if (rc)
 		return rc;
@@ -628,7 +628,7 @@ static int shard_init(struct tier_optim *o, struct shard *sh, const float *init)
 	else
 		memset(ptr, 0, sh->n * 4);
 	memset((char *)ptr + sh->n * 4, 0, 2 * o->mb * sh->n);
-	return tier_release(o->s, sh->obj, TIER_DRAM, true);
+	return tier_obj_release(o->s, sh->obj, TIER_DRAM, true);
 }
 
 int tier_optim_add_param(struct tier_optim *o, const char *name, size_t numel, const float *init,
@@ -639,23 +639,23 @@ int tier_optim_add_param(struct tier_optim *o, const char *name, size_t numel, c
 	int rc = 0;
 
 	if (!o || !name || !*name)
-		return tier_err(-EINVAL, "tier_optim_add_param: no optimizer or no name");
+		return ts_err(-EINVAL, "tier_optim_add_param: no optimizer or no name");
 	if (o->in_step)
-		return tier_err(-EBUSY, "parameter '%s': cannot add a parameter inside a step", name);
+		return ts_err(-EBUSY, "parameter '%s': cannot add a parameter inside a step", name);
 	if (!numel)
-		return tier_err(-EINVAL, "parameter '%s': no elements", name);
+		return ts_err(-EINVAL, "parameter '%s': no elements", name);
 	if (strlen(name) > TIER_NAME_MAX * 4)
-		return tier_err(-EINVAL, "parameter '%.32s...': name longer than %d bytes", name,
+		return ts_err(-EINVAL, "parameter '%.32s...': name longer than %d bytes", name,
 				TIER_NAME_MAX * 4);
 	if (find_param(o, name) >= 0)
-		return tier_err(-EEXIST, "parameter '%s' already exists", name);
+		return ts_err(-EEXIST, "parameter '%s' already exists", name);
 	nsh = (uint32_t)((numel + o->shard_elems - 1) / o->shard_elems);
 	if (o->nparams == o->params_cap) {
 		uint32_t cap = o->params_cap ? 2 * o->params_cap : 16;
-		struct param *np = tier_realloc(o->params, cap * sizeof(*np));
+		struct param *np = ts_realloc(o->params, cap * sizeof(*np));
 
 		if (!np)
-			return tier_err(-ENOMEM, "parameter '%s': out of memory", name);
+			return ts_err(-ENOMEM, "parameter '%s': out of memory", name);
 		o->params = np;
 		o->params_cap = cap;
 	}
@@ -665,23 +665,23 @@ int tier_optim_add_param(struct tier_optim *o, const char *name, size_t numel, c
 
 		while (cap < o->nshards + nsh)
 			cap *= 2;
-		if (!(ns = tier_realloc(o->shards, cap * sizeof(*ns))))
-			return tier_err(-ENOMEM, "parameter '%s': out of memory", name);
+		if (!(ns = ts_realloc(o->shards, cap * sizeof(*ns))))
+			return ts_err(-ENOMEM, "parameter '%s': out of memory", name);
 		o->shards = ns;
 		o->shards_cap = cap;
 	}
 	pp = &o->params[o->nparams];
 	memset(pp, 0, sizeof(*pp));
-	if (!(pp->name = tier_strdup(name)))
-		return tier_err(-ENOMEM, "parameter '%s': out of memory", name);
+	if (!(pp->name = ts_strdup(name)))
+		return ts_err(-ENOMEM, "parameter '%s': out of memory", name);
 	pp->numel = numel;
 	pp->first = first;
 	for (uint32_t k = 0; k < nsh; k++) {
-		struct shard *sh = tier_calloc(1, sizeof(*sh));
+		struct shard *sh = ts_calloc(1, sizeof(*sh));
 		char oname[TIER_NAME_MAX * 4 + 32];
 
 		if (!sh) {
-			rc = tier_err(-ENOMEM, "parameter '%s': out of memory", name);
+			rc = ts_err(-ENOMEM, "parameter '%s': out of memory", name);
 			goto undo;
 		}
 		o->shards[o->nshards++] = sh;
@@ -693,13 +693,13 @@ int tier_optim_add_param(struct tier_optim *o, const char *name, size_t numel, c
 		sh->bytes = sh->n * (4 + 2 * o->mb);
 		snprintf(oname, sizeof(oname), "%s#%u", name, k);
 		if ((rc = tier_obj_create(o->s, oname, sh->bytes, &sh->obj))) {
-			tier_err_prefix("parameter '%s': ", name);
+			ts_err_prefix("parameter '%s': ", name);
 			goto undo;
 		}
 		store_obj_set_user(sh->obj, sh);
 		trace_name_shard(o->trace, sh->index, oname);
 		if ((rc = shard_init(o, sh, init))) {
-			tier_err_prefix("parameter '%s': writing its initial state: ", name);
+			ts_err_prefix("parameter '%s': writing its initial state: ", name);
 			goto undo;
 		}
 	}
@@ -755,11 +755,11 @@ double tier_optim_cpu_fraction(const struct tier_optim *o)
 static int sync_schedule(struct tier_optim *o)
 {
 	size_t n = o->nshards;
-	struct tier_obj **cyc = tier_malloc(2 * n * sizeof(*cyc));
+	struct tier_obj **cyc = ts_malloc(2 * n * sizeof(*cyc));
 	int rc;
 
 	if (!cyc)
-		return tier_err(-ENOMEM, "optimizer: out of memory for the schedule");
+		return ts_err(-ENOMEM, "optimizer: out of memory for the schedule");
 	for (int h = 0; h < 2; h++) {
 		sched_order(n, o->ran + (uint64_t)h, o->order);
 		for (size_t i = 0; i < n; i++)
@@ -779,30 +779,30 @@ int tier_optim_begin(struct tier_optim *o, double lr)
 	int rc;
 
 	if (!o)
-		return tier_err(-EINVAL, "tier_optim_begin: no optimizer");
+		return ts_err(-EINVAL, "tier_optim_begin: no optimizer");
 	if (o->in_step)
-		return tier_err(-EBUSY, "optimizer: a step is already begun (end it first)");
+		return ts_err(-EBUSY, "optimizer: a step is already begun (end it first)");
 	if (o->failed)
-		return tier_err(o->failed, "optimizer: a step failed part way, state is partly updated: %s",
+		return ts_err(o->failed, "optimizer: a step failed part way, state is partly updated: %s",
 				o->failed_msg);
 	if (!o->nparams)
-		return tier_err(-EINVAL, "optimizer: no parameters");
+		return ts_err(-EINVAL, "optimizer: no parameters");
 	if (lr < 0 || !isfinite(lr))
-		return tier_err(-EINVAL, "optimizer: lr %g (> 0 sets it, 0 keeps %g)", lr, o->lr);
+		return ts_err(-EINVAL, "optimizer: lr %g (> 0 sets it, 0 keeps %g)", lr, o->lr);
 	n = o->nshards;
 	if (n > o->nitems) {
-		struct la_item *items = tier_realloc(o->items, n * sizeof(*items));
+		struct la_item *items = ts_realloc(o->items, n * sizeof(*items));
 		unsigned char *lanes;
 		uint32_t *order;
 
 		if (!items)
-			return tier_err(-ENOMEM, "optimizer: out of memory");
+			return ts_err(-ENOMEM, "optimizer: out of memory");
 		o->items = items;
-		if (!(lanes = tier_realloc(o->lanes, n)))
-			return tier_err(-ENOMEM, "optimizer: out of memory");
+		if (!(lanes = ts_realloc(o->lanes, n)))
+			return ts_err(-ENOMEM, "optimizer: out of memory");
 		o->lanes = lanes;
-		if (!(order = tier_realloc(o->order, n * sizeof(*order))))
-			return tier_err(-ENOMEM, "optimizer: out of memory");
+		if (!(order = ts_realloc(o->order, n * sizeof(*order))))
+			return ts_err(-ENOMEM, "optimizer: out of memory");
 		o->order = order;
 		o->nitems = n;
 	}
@@ -852,15 +852,15 @@ static int check_tensor(const struct tier_optim *o, const struct param *pp, cons
 			const struct tier_tensor *t)
 {
 	if (!t->ptr)
-		return tier_err(-EINVAL, "parameter '%s': no %s buffer", pp->name, what);
+		return ts_err(-EINVAL, "parameter '%s': no %s buffer", pp->name, what);
 	if (!dtype_ok((int)t->dtype))
-		return tier_err(-EINVAL, "parameter '%s': %s dtype %d (TIER_FP32, TIER_BF16, TIER_FP16)",
+		return ts_err(-EINVAL, "parameter '%s': %s dtype %d (TIER_FP32, TIER_BF16, TIER_FP16)",
 				pp->name, what, (int)t->dtype);
 	if (t->mem != TIER_MEM_HOST && t->mem != TIER_MEM_DEVICE)
-		return tier_err(-EINVAL, "parameter '%s': %s memory kind %d", pp->name, what,
+		return ts_err(-EINVAL, "parameter '%s': %s memory kind %d", pp->name, what,
 				(int)t->mem);
 	if (t->mem == TIER_MEM_DEVICE && !o->hops)
-		return tier_err(-EINVAL, "parameter '%s': %s in device memory, but the optimizer has no HBM tier",
+		return ts_err(-EINVAL, "parameter '%s': %s in device memory, but the optimizer has no HBM tier",
 				pp->name, what);
 	return 0;
 }
@@ -873,15 +873,15 @@ int tier_optim_push(struct tier_optim *o, uint32_t id, const struct tier_tensor 
 	int rc;
 
 	if (!o || !grad)
-		return tier_err(-EINVAL, "tier_optim_push: no optimizer or no gradient");
+		return ts_err(-EINVAL, "tier_optim_push: no optimizer or no gradient");
 	if (!o->in_step)
-		return tier_err(-EINVAL, "optimizer: push outside a step (call tier_optim_begin first)");
+		return ts_err(-EINVAL, "optimizer: push outside a step (call tier_optim_begin first)");
 	if (id >= o->nparams)
-		return tier_err(-EINVAL, "optimizer: no parameter with id %u (there are %u)", id,
+		return ts_err(-EINVAL, "optimizer: no parameter with id %u (there are %u)", id,
 				o->nparams);
 	pp = &o->params[id];
 	if (pp->pushed)
-		return tier_err(-EALREADY, "parameter '%s': gradient already pushed this step",
+		return ts_err(-EALREADY, "parameter '%s': gradient already pushed this step",
 				pp->name);
 	if ((rc = check_tensor(o, pp, "gradient", grad)))
 		return rc;
@@ -990,13 +990,13 @@ int tier_optim_end(struct tier_optim *o, struct tier_step_result *res)
 	if (!res)
 		res = &dummy;
 	if (!o)
-		return tier_err(-EINVAL, "tier_optim_end: no optimizer");
+		return ts_err(-EINVAL, "tier_optim_end: no optimizer");
 	if (!o->in_step)
-		return tier_err(-EINVAL, "optimizer: end without a step begun");
+		return ts_err(-EINVAL, "optimizer: end without a step begun");
 	for (uint32_t i = 0; i < o->nparams; i++) {
 		if (!o->params[i].pushed) {
 			abandon(o);
-			return tier_err(-ENODATA, "parameter '%s' (id %u): no gradient pushed this step; the step is abandoned and no state changed",
+			return ts_err(-ENODATA, "parameter '%s' (id %u): no gradient pushed this step; the step is abandoned and no state changed",
 					o->params[i].name, i);
 		}
 		total += o->params[i].sumsq;
@@ -1049,7 +1049,7 @@ int tier_optim_end(struct tier_optim *o, struct tier_step_result *res)
 			o->failed = rc;
 			snprintf(o->failed_msg, sizeof(o->failed_msg), "step %" PRIu64 ", %s lane: %s",
 				 o->applied, l ? "GPU" : "CPU", o->lane[l].err);
-			tier_err(rc, "optimizer: %s (the shards before it are updated, the rest are not)",
+			ts_err(rc, "optimizer: %s (the shards before it are updated, the rest are not)",
 				 o->failed_msg);
 		}
 	}
@@ -1072,7 +1072,7 @@ int tier_optim_step(struct tier_optim *o, double lr, const struct tier_tensor *g
 	int rc;
 
 	if (!o || !grads)
-		return tier_err(-EINVAL, "tier_optim_step: no optimizer or no gradients");
+		return ts_err(-EINVAL, "tier_optim_step: no optimizer or no gradients");
 	if ((rc = tier_optim_begin(o, lr)))
 		return rc;
 	for (uint32_t i = 0; i < o->nparams; i++) {
@@ -1081,7 +1081,7 @@ int tier_optim_step(struct tier_optim *o, double lr, const struct tier_tensor *g
 
 			snprintf(msg, sizeof(msg), "%s", tier_last_error());
 			abandon(o);
-			return tier_err(rc, "%s", msg);
+			return ts_err(rc, "%s", msg);
 		}
 	}
 	return tier_optim_end(o, res);
@@ -1095,14 +1095,14 @@ int tier_optim_read(struct tier_optim *o, uint32_t id, float *master, void *exp_
 	const struct param *pp;
 
 	if (!o || id >= (o ? o->nparams : 0))
-		return tier_err(-EINVAL, "tier_optim_read: no optimizer or no parameter %u", id);
+		return ts_err(-EINVAL, "tier_optim_read: no optimizer or no parameter %u", id);
 	if (o->in_step)
-		return tier_err(-EBUSY, "optimizer: cannot read state inside a step");
+		return ts_err(-EBUSY, "optimizer: cannot read state inside a step");
 	pp = &o->params[id];
 	for (uint32_t k = 0; k < pp->nshards; k++) {
 		const struct shard *sh = o->shards[pp->first + k];
 		char *ptr;
-		int rc = tier_acquire(o->s, sh->obj, TIER_DRAM, TIER_READ, (void **)&ptr);
+		int rc = tier_obj_acquire(o->s, sh->obj, TIER_DRAM, TIER_ACQUIRE_READ, (void **)&ptr);
 
 		if (rc)
 			return rc;
@@ -1113,7 +1113,7 @@ int tier_optim_read(struct tier_optim *o, uint32_t id, float *master, void *exp_
 		if (exp_avg_sq)
 			memcpy((char *)exp_avg_sq + sh->off * o->mb, ptr + (4 + o->mb) * sh->n,
 			       sh->n * o->mb);
-		if ((rc = tier_release(o->s, sh->obj, TIER_DRAM, false)))
+		if ((rc = tier_obj_release(o->s, sh->obj, TIER_DRAM, false)))
 			return rc;
 	}
 	return 0;
@@ -1131,7 +1131,7 @@ int tier_optim_destroy(struct tier_optim *o)
 	wb_drain(o->wb);
 	rc = wb_take_error(o->wb, detail, sizeof(detail));
 	if (rc)
-		tier_err(rc, "optimizer: a write-back failed: %s", detail);
+		ts_err(rc, "optimizer: a write-back failed: %s", detail);
 	if (o->trace)
 		store_set_hook(o->s, NULL, NULL);
 	if (o->feed && atomic_load_explicit(&o->feed->owner, memory_order_relaxed) == (uintptr_t)o) {

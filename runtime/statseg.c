@@ -89,7 +89,7 @@ static atomic_uint g_counter;
 
 const char *statseg_dir(void)
 {
-	const char *d = tier_opt_str(TIER_OPT_STATS_DIR);
+	const char *d = ts_opt_str(TIER_OPT_STATS_DIR);
 
 	return *d ? d : "/dev/shm";
 }
@@ -171,7 +171,7 @@ int statseg_create(const char *name, const char *manifest_text, size_t payload_s
 	int fd = -1, rc;
 
 	if (!out)
-		return tier_err(-EINVAL, "statseg_create: no result pointer");
+		return ts_err(-EINVAL, "statseg_create: no result pointer");
 	*out = NULL;
 	if (!name)
 		name = "";
@@ -180,16 +180,16 @@ int statseg_create(const char *name, const char *manifest_text, size_t payload_s
 	mlen = strlen(manifest_text);
 	if (payload_size == 0 || payload_size % 8 || payload_size > STATSEG_MAX_SIZE ||
 	    mlen > STATSEG_MAX_SIZE || PAYLOAD_OFFSET + payload_size + mlen + 1 > STATSEG_MAX_SIZE)
-		return tier_err(-EINVAL,
+		return ts_err(-EINVAL,
 				"stats segment '%s': payload of %zu bytes and manifest of %zu: "
 				"the payload must be a nonzero multiple of 8, the file at most %llu",
 				name, payload_size, mlen, STATSEG_MAX_SIZE);
 	total = PAYLOAD_OFFSET + payload_size + mlen + 1;
-	tier_err_clear();
+	ts_err_clear();
 
-	s = tier_calloc(1, sizeof(*s));
+	s = ts_calloc(1, sizeof(*s));
 	if (!s)
-		return tier_err(-ENOMEM, "stats segment in %s: out of memory", dir);
+		return ts_err(-ENOMEM, "stats segment in %s: out of memory", dir);
 	s->pid = getpid();
 	s->size = total;
 	s->payload_size = payload_size;
@@ -200,17 +200,17 @@ int statseg_create(const char *name, const char *manifest_text, size_t payload_s
 		free(tmp);
 		free(s->path);
 		s->path = NULL;
-		tmp = tier_asprintf("%s/.tierstore-%ld-%u.tmp", dir, (long)s->pid, n);
-		s->path = tier_asprintf("%s/tierstore-%ld-%u.stats", dir, (long)s->pid, n);
+		tmp = ts_asprintf("%s/.tierstore-%ld-%u.tmp", dir, (long)s->pid, n);
+		s->path = ts_asprintf("%s/tierstore-%ld-%u.stats", dir, (long)s->pid, n);
 		if (!tmp || !s->path) {
-			rc = tier_err(-ENOMEM, "stats segment in %s: out of memory", dir);
+			rc = ts_err(-ENOMEM, "stats segment in %s: out of memory", dir);
 			goto fail;
 		}
 		if (access(s->path, F_OK) == 0 && i < CREATE_TRIES)
 			continue; /* left by an earlier process with our pid */
 		rc = tier_fault_check(TIER_FAULT_STATS_OPEN);
 		if (rc) {
-			rc = tier_err(rc, "stats segment %s: create: %s", tmp, strerror(-rc));
+			rc = ts_err(rc, "stats segment %s: create: %s", tmp, strerror(-rc));
 			goto fail;
 		}
 		fd = open(tmp, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600);
@@ -218,21 +218,21 @@ int statseg_create(const char *name, const char *manifest_text, size_t payload_s
 			break;
 		rc = -errno;
 		if (rc != -EEXIST || i >= CREATE_TRIES) {
-			rc = tier_err(rc, "stats segment %s: create: %s", tmp, strerror(-rc));
+			rc = ts_err(rc, "stats segment %s: create: %s", tmp, strerror(-rc));
 			goto fail;
 		}
 	}
 	/* the umask may have cleared bits of 0600, and nothing may add any */
 	if (fchmod(fd, 0600) < 0 || ftruncate(fd, (off_t)total) < 0) {
 		rc = -errno;
-		tier_err(rc, "stats segment %s: sizing to %zu bytes: %s", tmp, total,
+		ts_err(rc, "stats segment %s: sizing to %zu bytes: %s", tmp, total,
 			 strerror(-rc));
 		goto fail_unlink;
 	}
 	s->map = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (s->map == MAP_FAILED) {
 		rc = -errno;
-		tier_err(rc, "stats segment %s: mmap of %zu bytes: %s", tmp, total, strerror(-rc));
+		ts_err(rc, "stats segment %s: mmap of %zu bytes: %s", tmp, total, strerror(-rc));
 		goto fail_unlink;
 	}
 	close(fd);
@@ -243,7 +243,7 @@ int statseg_create(const char *name, const char *manifest_text, size_t payload_s
 	atomic_init(s->seq, 0);
 	if (link(tmp, s->path) < 0) {
 		rc = -errno;
-		tier_err(rc, "stats segment %s: link to %s: %s", tmp, s->path, strerror(-rc));
+		ts_err(rc, "stats segment %s: link to %s: %s", tmp, s->path, strerror(-rc));
 		goto fail_unlink;
 	}
 	unlink(tmp);
@@ -314,10 +314,10 @@ static int check_layout(const struct statseg_header *h, size_t size, const char 
 	const char *map = (const char *)h;
 
 	if (h->header_size != sizeof(*h))
-		return tier_err(-EBADMSG, "stats segment %s: header of %" PRIu32
+		return ts_err(-EBADMSG, "stats segment %s: header of %" PRIu32
 				" bytes, layout 1 has %zu", path, h->header_size, sizeof(*h));
 	if (h->total_size != size)
-		return tier_err(-EBADMSG, "stats segment %s: header says %" PRIu64
+		return ts_err(-EBADMSG, "stats segment %s: header says %" PRIu64
 				" bytes, the file has %zu (truncated?)", path, h->total_size, size);
 	if (h->seq_offset % 8 || h->seq_offset < sizeof(*h) || h->seq_offset > size - 8 ||
 	    h->payload_offset % 8 || h->payload_size % 8 || h->payload_size == 0 ||
@@ -326,10 +326,10 @@ static int check_layout(const struct statseg_header *h, size_t size, const char 
 	    h->manifest_offset < h->payload_offset + h->payload_size ||
 	    h->manifest_offset > size || h->manifest_len >= size - h->manifest_offset ||
 	    map[h->manifest_offset + h->manifest_len] != '\0')
-		return tier_err(-EBADMSG, "stats segment %s: offsets out of bounds (corrupt)", path);
+		return ts_err(-EBADMSG, "stats segment %s: offsets out of bounds (corrupt)", path);
 	if (!memchr(h->name, '\0', sizeof(h->name)) ||
 	    !memchr(h->boot_id, '\0', sizeof(h->boot_id)))
-		return tier_err(-EBADMSG, "stats segment %s: unterminated name (corrupt)", path);
+		return ts_err(-EBADMSG, "stats segment %s: unterminated name (corrupt)", path);
 	return 0;
 }
 
@@ -343,44 +343,44 @@ int statseg_open(const char *path, struct statseg_view **out)
 	int fd = -1, rc;
 
 	if (!out)
-		return tier_err(-EINVAL, "statseg_open: no result pointer");
+		return ts_err(-EINVAL, "statseg_open: no result pointer");
 	*out = NULL;
 	if (!path || !*path)
-		return tier_err(-EINVAL, "statseg_open: no path");
-	tier_err_clear();
+		return ts_err(-EINVAL, "statseg_open: no path");
+	ts_err_clear();
 
 	rc = tier_fault_check(TIER_FAULT_STATS_OPEN);
 	if (rc)
-		return tier_err(rc, "stats segment %s: open: %s", path, strerror(-rc));
+		return ts_err(rc, "stats segment %s: open: %s", path, strerror(-rc));
 	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 	if (fd < 0) {
 		rc = -errno;
 		if (rc == -ELOOP)
-			return tier_err(-EACCES, "stats segment %s: a symbolic link", path);
-		return tier_err(rc, "stats segment %s: open: %s", path, strerror(-rc));
+			return ts_err(-EACCES, "stats segment %s: a symbolic link", path);
+		return ts_err(rc, "stats segment %s: open: %s", path, strerror(-rc));
 	}
 	if (fstat(fd, &st) < 0) {
 		rc = -errno;
-		tier_err(rc, "stats segment %s: fstat: %s", path, strerror(-rc));
+		ts_err(rc, "stats segment %s: fstat: %s", path, strerror(-rc));
 		goto fail;
 	}
 	if (!S_ISREG(st.st_mode)) {
-		rc = tier_err(-EACCES, "stats segment %s: not a regular file", path);
+		rc = ts_err(-EACCES, "stats segment %s: not a regular file", path);
 		goto fail;
 	}
 	if (st.st_uid != geteuid()) {
-		rc = tier_err(-EACCES, "stats segment %s: owned by uid %ld, not by us (uid %ld)",
+		rc = ts_err(-EACCES, "stats segment %s: owned by uid %ld, not by us (uid %ld)",
 			      path, (long)st.st_uid, (long)geteuid());
 		goto fail;
 	}
 	if ((st.st_mode & 07777) != 0600) {
-		rc = tier_err(-EACCES, "stats segment %s: mode %04o, a segment has 0600", path,
+		rc = ts_err(-EACCES, "stats segment %s: mode %04o, a segment has 0600", path,
 			      (unsigned)(st.st_mode & 07777));
 		goto fail;
 	}
 	if (st.st_size < (off_t)(PAYLOAD_OFFSET + 8 + 1) ||
 	    (unsigned long long)st.st_size > STATSEG_MAX_SIZE) {
-		rc = tier_err(-EBADMSG, "stats segment %s: %lld bytes, not a stats segment",
+		rc = ts_err(-EBADMSG, "stats segment %s: %lld bytes, not a stats segment",
 			      path, (long long)st.st_size);
 		goto fail;
 	}
@@ -388,18 +388,18 @@ int statseg_open(const char *path, struct statseg_view **out)
 	map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
 	if (map == MAP_FAILED) {
 		rc = -errno;
-		tier_err(rc, "stats segment %s: mmap of %zu bytes: %s", path, size, strerror(-rc));
+		ts_err(rc, "stats segment %s: mmap of %zu bytes: %s", path, size, strerror(-rc));
 		goto fail;
 	}
 	close(fd);
 	fd = -1;
 	h = map;
 	if (memcmp(h->magic, STATSEG_MAGIC, sizeof(h->magic)) != 0) {
-		rc = tier_err(-EBADMSG, "stats segment %s: bad magic, not a stats segment", path);
+		rc = ts_err(-EBADMSG, "stats segment %s: bad magic, not a stats segment", path);
 		goto fail;
 	}
 	if (h->version != STATSEG_VERSION) {
-		rc = tier_err(-EPROTO, "stats segment %s: layout version %" PRIu32
+		rc = ts_err(-EPROTO, "stats segment %s: layout version %" PRIu32
 			      ", this build reads version %u", path, h->version, STATSEG_VERSION);
 		goto fail;
 	}
@@ -407,11 +407,11 @@ int statseg_open(const char *path, struct statseg_view **out)
 	if (rc)
 		goto fail;
 
-	v = tier_calloc(1, sizeof(*v));
+	v = ts_calloc(1, sizeof(*v));
 	if (v)
-		v->path = tier_strdup(path);
+		v->path = ts_strdup(path);
 	if (!v || !v->path) {
-		rc = tier_err(-ENOMEM, "stats segment %s: out of memory", path);
+		rc = ts_err(-ENOMEM, "stats segment %s: out of memory", path);
 		goto fail;
 	}
 	v->map = map;
@@ -440,7 +440,7 @@ int statseg_read(const struct statseg_view *v, void *payload, size_t len)
 	size_t words = len / 8, tail = len % 8;
 
 	if (len > v->hdr->payload_size)
-		return tier_err(-EINVAL, "stats segment %s: read of %zu bytes, the payload has %"
+		return ts_err(-EINVAL, "stats segment %s: read of %zu bytes, the payload has %"
 				PRIu64, v->path, len, v->hdr->payload_size);
 	for (int tries = 0; tries < READ_TRIES; tries++) {
 		uint64_t before, after;
@@ -464,7 +464,7 @@ int statseg_read(const struct statseg_view *v, void *payload, size_t len)
 		if (after == before)
 			return 0;
 	}
-	return tier_err(-EAGAIN, "stats segment %s: no consistent snapshot after %d tries "
+	return ts_err(-EAGAIN, "stats segment %s: no consistent snapshot after %d tries "
 			"(the writer is publishing nonstop, or died while publishing)",
 			v->path, READ_TRIES);
 }
@@ -538,13 +538,13 @@ int statseg_list(const char *dir, int (*cb)(const char *path, void *arg), void *
 	DIR *d;
 
 	if (!cb)
-		return tier_err(-EINVAL, "statseg_list: no callback");
+		return ts_err(-EINVAL, "statseg_list: no callback");
 	if (!dir)
 		dir = statseg_dir();
 	d = opendir(dir);
 	if (!d) {
 		rc = -errno;
-		return tier_err(rc, "stats directory %s: %s", dir, strerror(-rc));
+		return ts_err(rc, "stats directory %s: %s", dir, strerror(-rc));
 	}
 	for (;;) {
 		errno = 0;
@@ -552,7 +552,7 @@ int statseg_list(const char *dir, int (*cb)(const char *path, void *arg), void *
 		if (!e) {
 			if (errno) {
 				rc = -errno;
-				tier_err(rc, "stats directory %s: %s", dir, strerror(-rc));
+				ts_err(rc, "stats directory %s: %s", dir, strerror(-rc));
 			}
 			break;
 		}
@@ -560,16 +560,16 @@ int statseg_list(const char *dir, int (*cb)(const char *path, void *arg), void *
 			continue;
 		if (n == cap) {
 			cap = cap ? cap * 2 : 16;
-			grown = tier_realloc(names, cap * sizeof(*names));
+			grown = ts_realloc(names, cap * sizeof(*names));
 			if (!grown) {
-				rc = tier_err(-ENOMEM, "stats directory %s: out of memory", dir);
+				rc = ts_err(-ENOMEM, "stats directory %s: out of memory", dir);
 				break;
 			}
 			names = grown;
 		}
-		names[n] = tier_asprintf("%s/%s", dir, e->d_name);
+		names[n] = ts_asprintf("%s/%s", dir, e->d_name);
 		if (!names[n]) {
-			rc = tier_err(-ENOMEM, "stats directory %s: out of memory", dir);
+			rc = ts_err(-ENOMEM, "stats directory %s: out of memory", dir);
 			break;
 		}
 		n++;

@@ -19,10 +19,10 @@ int tier_store_open(const struct tier_manifest *m, const struct tier_store_param
 	int rc;
 
 	if (!out)
-		return tier_err(-EINVAL, "tier_store_open: no result pointer");
+		return ts_err(-EINVAL, "tier_store_open: no result pointer");
 	*out = NULL;
 	if (!m)
-		return tier_err(-EINVAL, "tier_store_open: no manifest");
+		return ts_err(-EINVAL, "tier_store_open: no manifest");
 	cfg = manifest_config(m);
 	if (cfg->npaths) {
 		unsigned flags = p && (p->flags & TIER_STORE_SCRATCH) ? TIER_NVME_SCRATCH : 0;

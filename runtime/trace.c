@@ -106,31 +106,31 @@ int trace_open(const char *path, uint64_t max_spans, struct trace **out)
 	int rc;
 
 	if (!out)
-		return tier_err(-EINVAL, "trace_open: no result pointer");
+		return ts_err(-EINVAL, "trace_open: no result pointer");
 	*out = NULL;
 	if (!path || !*path)
-		return tier_err(-EINVAL, "trace_open: no file name");
-	tier_err_clear();
+		return ts_err(-EINVAL, "trace_open: no file name");
+	ts_err_clear();
 
-	t = tier_calloc(1, sizeof(*t));
+	t = ts_calloc(1, sizeof(*t));
 	if (!t)
-		return tier_err(-ENOMEM, "trace %s: out of memory", path);
+		return ts_err(-ENOMEM, "trace %s: out of memory", path);
 	t->max_spans = max_spans ? max_spans : TRACE_DEFAULT_MAX_SPANS;
-	t->path = tier_strdup(path);
+	t->path = ts_strdup(path);
 	if (!t->path) {
-		rc = tier_err(-ENOMEM, "trace %s: out of memory", path);
+		rc = ts_err(-ENOMEM, "trace %s: out of memory", path);
 		goto fail;
 	}
 	rc = pthread_mutex_init(&t->lock, NULL);
 	if (rc) {
-		rc = tier_err(-rc, "trace %s: pthread_mutex_init: %s", path, tier_strerror(rc));
+		rc = ts_err(-rc, "trace %s: pthread_mutex_init: %s", path, tier_strerror(rc));
 		goto fail;
 	}
 	t->f = fopen(path, "we");
 	if (!t->f) {
 		int err = errno;
 
-		rc = tier_err(-err, "trace %s: %s", path, tier_strerror(err));
+		rc = ts_err(-err, "trace %s: %s", path, tier_strerror(err));
 		pthread_mutex_destroy(&t->lock);
 		goto fail;
 	}
@@ -151,14 +151,14 @@ void trace_name_shard(struct trace *t, uint32_t shard, const char *name)
 		return;
 	/* Copied outside the lock; a failed copy leaves the default name. */
 	if (name) {
-		copy = tier_strdup(name);
+		copy = ts_strdup(name);
 		if (!copy)
 			return;
 	}
 	pthread_mutex_lock(&t->lock);
 	if (t->nnames == t->names_cap) {
 		size_t cap = t->names_cap ? t->names_cap * 2 : 16;
-		struct shard_name *n = tier_realloc(t->names, cap * sizeof(*n));
+		struct shard_name *n = ts_realloc(t->names, cap * sizeof(*n));
 
 		if (!n) {
 			pthread_mutex_unlock(&t->lock);
@@ -193,7 +193,7 @@ void trace_span(struct trace *t, enum trace_stage stage, uint32_t shard, uint64_
 
 		if (cap > t->max_spans)
 			cap = (size_t)t->max_spans;
-		n = tier_realloc(t->spans, cap * sizeof(*n));
+		n = ts_realloc(t->spans, cap * sizeof(*n));
 		if (!n) {
 			/* Out of memory: this span is lost, and counted as such. */
 			t->dropped++;
@@ -275,8 +275,8 @@ static long assign_tracks(struct trace *t, struct lane **lanes_out)
 	size_t nlanes = 0, lanes_cap = 16, tracks_cap = 16, i = 0;
 
 	*lanes_out = NULL;
-	lanes = tier_malloc(lanes_cap * sizeof(*lanes));
-	last_end = tier_malloc(tracks_cap * sizeof(*last_end));
+	lanes = ts_malloc(lanes_cap * sizeof(*lanes));
+	last_end = ts_malloc(tracks_cap * sizeof(*last_end));
 	if (!lanes || !last_end)
 		goto nomem;
 	/* The steps track always exists (tid 0), even with no step spans. */
@@ -302,7 +302,7 @@ static long assign_tracks(struct trace *t, struct lane **lanes_out)
 			if (k == ntracks) {
 				if (ntracks == tracks_cap) {
 					size_t cap = tracks_cap * 2;
-					uint64_t *n = tier_realloc(last_end, cap * sizeof(*n));
+					uint64_t *n = ts_realloc(last_end, cap * sizeof(*n));
 
 					if (!n)
 						goto nomem;
@@ -311,7 +311,7 @@ static long assign_tracks(struct trace *t, struct lane **lanes_out)
 				}
 				if (nlanes == lanes_cap) {
 					size_t cap = lanes_cap * 2;
-					struct lane *n = tier_realloc(lanes, cap * sizeof(*n));
+					struct lane *n = ts_realloc(lanes, cap * sizeof(*n));
 
 					if (!n)
 						goto nomem;
@@ -516,7 +516,7 @@ int trace_close(struct trace *t)
 		qsort(t->names, t->nnames, sizeof(*t->names), name_cmp);
 	nlanes = assign_tracks(t, &lanes);
 	if (nlanes < 0) {
-		rc = tier_err((int)nlanes, "trace %s: out of memory laying out %zu spans",
+		rc = ts_err((int)nlanes, "trace %s: out of memory laying out %zu spans",
 			      t->path, t->nspans);
 		fclose(t->f);
 		goto out;
@@ -532,12 +532,12 @@ int trace_close(struct trace *t)
 	if (fflush(t->f) != 0 || ferror(t->f)) {
 		int err = errno ? errno : EIO;
 
-		rc = tier_err(-err, "trace %s: writing: %s", t->path, tier_strerror(err));
+		rc = ts_err(-err, "trace %s: writing: %s", t->path, tier_strerror(err));
 	}
 	if (fclose(t->f) != 0 && rc == 0) {
 		int err = errno;
 
-		rc = tier_err(-err, "trace %s: closing: %s", t->path, tier_strerror(err));
+		rc = ts_err(-err, "trace %s: closing: %s", t->path, tier_strerror(err));
 	}
 out:
 	free(lanes);

@@ -1279,7 +1279,7 @@ static void log_sink(int level, uint32_t ss, const char *line, void *arg)
 	strcat(g_log, "\n");
 }
 
-/* _i = case; the choice is made again after tier_options_reload(). */
+/* _i = case; the choice is made again after ts_options_reload(). */
 START_TEST(simd_env)
 {
 	const struct simd_case *c = &simd_cases[_i];
@@ -1296,11 +1296,11 @@ START_TEST(simd_env)
 	else
 		ck_assert_int_eq(unsetenv("TIER_SIMD"), 0);
 	g_log[0] = '\0';
-	tier_log_set_sink(log_sink, NULL);
-	tier_options_reload();
+	ts_log_set_sink(log_sink, NULL);
+	ts_options_reload();
 	adamw_isa_reset();
 	got = adamw_isa();
-	tier_log_set_sink(NULL, NULL);
+	ts_log_set_sink(NULL, NULL);
 
 	if (want >= 0 && !adamw_isa_supported((enum adamw_isa)want)) {
 		/* forced, but this CPU lacks it: a warning, then auto */
@@ -1321,10 +1321,10 @@ START_TEST(simd_env)
 	/* chosen once: a later change of the environment alone changes nothing */
 	ck_assert_int_eq(setenv("TIER_SIMD", "scalar", 1), 0);
 	ck_assert_int_eq(adamw_isa(), got);
-	tier_options_reload();
+	ts_options_reload();
 	ck_assert_int_eq(adamw_isa(), got);
 	unsetenv("TIER_SIMD");
-	tier_options_reload();
+	ts_options_reload();
 	adamw_isa_reset();
 }
 END_TEST

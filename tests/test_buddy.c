@@ -44,12 +44,12 @@
 
 static void setup(void)
 {
-	tier_fault_reset_all();
+	ts_fault_reset_all();
 }
 
 static void teardown(void)
 {
-	tier_fault_reset_all();
+	ts_fault_reset_all();
 }
 
 static uint64_t rnd(uint64_t *s)
@@ -736,20 +736,20 @@ START_TEST(test_init_alloc_fails)
 	uint64_t n, off;
 	int rc;
 
-	if (!tier_fault_available()) {
+	if (!ts_fault_available()) {
 		fprintf(stderr, "test_init_alloc_fails: no fault sites in this build; skipped\n");
 		return;
 	}
 	for (n = 1;; n++) {
 		ck_assert_uint_lt(n, 100);
-		tier_fault_arm(TIER_FAULT_ALLOC, n, 1, -ENOMEM);
+		ts_fault_arm(TIER_FAULT_ALLOC, n, 1, -ENOMEM);
 		rc = buddy_init(&b, 1000 * 4096 + 123, 4096);
 		if (rc == 0) {
-			ck_assert_uint_eq(tier_fault_fired(TIER_FAULT_ALLOC), 0);
+			ck_assert_uint_eq(ts_fault_fired(TIER_FAULT_ALLOC), 0);
 			break;
 		}
 		ck_assert_int_eq(rc, -ENOMEM);
-		ck_assert_uint_eq(tier_fault_fired(TIER_FAULT_ALLOC), 1);
+		ck_assert_uint_eq(ts_fault_fired(TIER_FAULT_ALLOC), 1);
 		ck_assert_ptr_null(b.impl);
 		ck_assert_uint_eq(b.size, 0);
 		ck_assert(!buddy_valid(&b));
@@ -758,13 +758,13 @@ START_TEST(test_init_alloc_fails)
 	ck_assert_uint_gt(n, 1);   /* it allocates at all */
 	assert_empty(&b);
 	/* Alloc and free take no memory: they work while every allocation fails. */
-	tier_fault_arm(TIER_FAULT_ALLOC, 1, TIER_FAULT_PERSISTENT, -ENOMEM);
+	ts_fault_arm(TIER_FAULT_ALLOC, 1, TIER_FAULT_PERSISTENT, -ENOMEM);
 	ck_assert_int_eq(buddy_alloc(&b, 3 * 4096, &off), 0);
 	ck_assert_int_eq(buddy_alloc(&b, 100 * 4096, &off), 0);
 	ASSERT_VALID(&b);
 	ck_assert_int_eq(buddy_free(&b, off, 100 * 4096), 0);
-	ck_assert_uint_eq(tier_fault_fired(TIER_FAULT_ALLOC), 0);
-	tier_fault_disarm(TIER_FAULT_ALLOC);
+	ck_assert_uint_eq(ts_fault_fired(TIER_FAULT_ALLOC), 0);
+	ts_fault_disarm(TIER_FAULT_ALLOC);
 	buddy_fini(&b);
 }
 END_TEST

@@ -4,7 +4,7 @@
  * Covers:
  *  - known answers (RFC 3720 B.4, the "123456789" check value, the empty
  *    input, an iSCSI PDU, a sentence) for crc32c_scalar(), crc32c_sse42(),
- *    crc32c_clmul() and the dispatcher tier_crc32c();
+ *    crc32c_clmul() and the dispatcher ts_crc32c();
  *  - crc32c_sse42() and crc32c_clmul() against crc32c_scalar(), bit-exact,
  *    on random data: every length 0..1100 (across crc32c_clmul()'s 256-byte
  *    threshold and its 64-byte fold steps) and large lengths across the
@@ -12,7 +12,7 @@
  *    0..15 from an aligned base, from random starting values;
  *  - extending a checksum piece by piece (random splits) equals one call,
  *    for every variant;
- *  - tier_crc32c_combine() of any variant's checksums equals the checksum of
+ *  - ts_crc32c_combine() of any variant's checksums equals the checksum of
  *    the concatenation, and is consistent for lengths far beyond what can be
  *    checksummed here;
  *  - TIER_SIMD: "scalar", "sse4.2" and "clmul" force that variant, "auto" or
@@ -86,7 +86,7 @@ static const struct impl impls[] = {
 	{ "crc32c_scalar", crc32c_scalar, false },
 	{ "crc32c_sse42", crc32c_sse42, true },
 	{ "crc32c_clmul", crc32c_clmul, true },
-	{ "tier_crc32c", tier_crc32c, false },
+	{ "ts_crc32c", ts_crc32c, false },
 };
 
 /* The variants checked against crc32c_scalar(), all needing SSE4.2 and PCLMULQDQ. */
@@ -198,7 +198,7 @@ START_TEST(simd_vs_scalar_small)
 				      "len %zu at +%d from 0x%08X: %s 0x%08X, scalar 0x%08X",
 				      len, _i, seed, simd_impls[v].name, got, want);
 		}
-		ck_assert_uint_eq(tier_crc32c(seed, p, len), want);
+		ck_assert_uint_eq(ts_crc32c(seed, p, len), want);
 	}
 	free(base);
 }
@@ -245,7 +245,7 @@ START_TEST(simd_vs_scalar_large)
 				      "len %zu at +%zu from 0x%08X: %s 0x%08X, scalar 0x%08X",
 				      len, a, seed, simd_impls[v].name, got, want);
 		}
-		ck_assert_uint_eq(tier_crc32c(seed, base + a, len), want);
+		ck_assert_uint_eq(ts_crc32c(seed, base + a, len), want);
 	}
 	free(base);
 }
@@ -315,7 +315,7 @@ START_TEST(combine_equals_oneshot)
 		uint32_t c1 = im->fn(0, b, n1);
 		uint32_t c2 = im->fn(0, b + n1, len - n1);
 		uint32_t want = crc32c_scalar(0, b, len);
-		uint32_t got = tier_crc32c_combine(c1, c2, len - n1);
+		uint32_t got = ts_crc32c_combine(c1, c2, len - n1);
 
 		ck_assert_msg(got == want, "%s: %zu + %zu bytes: combine 0x%08X, one call 0x%08X",
 			      im->name, n1, len - n1, got, want);
@@ -349,7 +349,7 @@ START_TEST(combine_many_units)
 		for (size_t at = 0; at < len; at += units[u]) {
 			size_t n = len - at < units[u] ? len - at : units[u];
 
-			crc = tier_crc32c_combine(crc, im->fn(0, b + at, n), n);
+			crc = ts_crc32c_combine(crc, im->fn(0, b + at, n), n);
 		}
 		ck_assert_msg(crc == want, "%s: units of %zu: 0x%08X, one call 0x%08X",
 			      im->name, units[u], crc, want);
@@ -380,14 +380,14 @@ START_TEST(combine_associative)
 	for (int t = 0; t < 20; t++) {
 		uint32_t a = (uint32_t)rnd_next(&s), b = (uint32_t)rnd_next(&s);
 		uint32_t c = (uint32_t)rnd_next(&s);
-		uint32_t left = tier_crc32c_combine(tier_crc32c_combine(a, b, lb), c, lc);
-		uint32_t right = tier_crc32c_combine(a, tier_crc32c_combine(b, c, lc), lb + lc);
+		uint32_t left = ts_crc32c_combine(ts_crc32c_combine(a, b, lb), c, lc);
+		uint32_t right = ts_crc32c_combine(a, ts_crc32c_combine(b, c, lc), lb + lc);
 
 		ck_assert_msg(left == right, "lengths %zu, %zu: 0x%08X != 0x%08X", lb, lc,
 			      left, right);
 	}
 	/* Nothing appended: unchanged. */
-	ck_assert_uint_eq(tier_crc32c_combine(0x12345678, 0, 0), 0x12345678);
+	ck_assert_uint_eq(ts_crc32c_combine(0x12345678, 0, 0), 0x12345678);
 }
 END_TEST
 
@@ -404,12 +404,12 @@ START_TEST(simd_env_read_at_first_call)
 		return;
 	}
 	ck_assert_int_eq(setenv("TIER_SIMD", "scalar", 1), 0);
-	tier_options_reload(); /* TIER_SIMD is in the options table, read at load */
-	ck_assert_str_eq(tier_crc32c_impl(), "scalar");
-	ck_assert_uint_eq(tier_crc32c(0, "123456789", 9), 0xE3069283);
+	ts_options_reload(); /* TIER_SIMD is in the options table, read at load */
+	ck_assert_str_eq(ts_crc32c_impl(), "scalar");
+	ck_assert_uint_eq(ts_crc32c(0, "123456789", 9), 0xE3069283);
 	/* Chosen once: a later change of the environment has no effect. */
 	ck_assert_int_eq(unsetenv("TIER_SIMD"), 0);
-	ck_assert_str_eq(tier_crc32c_impl(), "scalar");
+	ck_assert_str_eq(ts_crc32c_impl(), "scalar");
 }
 END_TEST
 
@@ -498,7 +498,7 @@ END_TEST
  */
 static int child_main(void)
 {
-	const char *impl = tier_crc32c_impl();
+	const char *impl = ts_crc32c_impl();
 	size_t len = 65536 + 13;
 	unsigned char *b = malloc(len + 3);
 	uint64_t s = 0x452821E638D01377ull;
@@ -510,8 +510,8 @@ static int child_main(void)
 		return 2;
 	for (size_t i = 0; i < len + 3; i++)
 		b[i] = (unsigned char)(rnd_next(&s) >> 56);
-	if (tier_crc32c(0, "123456789", 9) != 0xE3069283 ||
-	    tier_crc32c(0x01234567, b + 3, len) != crc32c_scalar(0x01234567, b + 3, len))
+	if (ts_crc32c(0, "123456789", 9) != 0xE3069283 ||
+	    ts_crc32c(0x01234567, b + 3, len) != crc32c_scalar(0x01234567, b + 3, len))
 		rc = 1;
 	free(b);
 	return rc;

@@ -193,22 +193,22 @@ static uint64_t vm_locked(void)
 
 static void setup(void)
 {
-	tier_fault_reset_all();
-	g_saved_level = atomic_load(&tier_log_level_g);
-	g_saved_mask = atomic_load(&tier_log_mask_g);
-	atomic_store(&tier_log_level_g, TIER_LL_INFO);
-	atomic_store(&tier_log_mask_g, TIER_SS_ALL);
+	ts_fault_reset_all();
+	g_saved_level = atomic_load(&ts_log_level_g);
+	g_saved_mask = atomic_load(&ts_log_mask_g);
+	atomic_store(&ts_log_level_g, TIER_LL_INFO);
+	atomic_store(&ts_log_mask_g, TIER_SS_ALL);
 	g_cap.n = 0;
-	tier_log_set_sink(capture_sink, &g_cap);
+	ts_log_set_sink(capture_sink, &g_cap);
 }
 
 static void teardown(void)
 {
-	tier_log_set_sink(NULL, NULL);
-	atomic_store(&tier_log_level_g, g_saved_level);
-	atomic_store(&tier_log_mask_g, g_saved_mask);
+	ts_log_set_sink(NULL, NULL);
+	atomic_store(&ts_log_level_g, g_saved_level);
+	atomic_store(&ts_log_mask_g, g_saved_mask);
 	restore_memlock();
-	tier_fault_reset_all();
+	ts_fault_reset_all();
 }
 
 static struct dram_params params(uint64_t capacity, enum tier_huge_pages huge)
@@ -361,7 +361,7 @@ START_TEST(test_open)
 
 	/* One INFO line: the size and the page kind. */
 	ck_assert_int_eq(count_lines(TIER_LL_INFO, &line), 1);
-	ck_assert_msg(strstr(line, tier_size_fmt(in.size, sz, sizeof(sz))) &&
+	ck_assert_msg(strstr(line, ts_size_fmt(in.size, sz, sizeof(sz))) &&
 		      strstr(line, huge ? "hugetlb" : in.thp ? "transparent huge" : "4 KiB") &&
 		      strstr(line, "not locked") && strstr(line, "not bound"),
 		      "%s: INFO line '%s'", c->name, line);
@@ -434,8 +434,8 @@ START_TEST(test_lock)
 	}
 	if (c->warnings && forked()) {
 		snprintf(want, sizeof(want), "RLIMIT_MEMLOCK is %s",
-			 tier_size_fmt(limit, sz, sizeof(sz)));
-		ck_assert_msg(strstr(line, tier_size_fmt(in.size, sz, sizeof(sz))) &&
+			 ts_size_fmt(limit, sz, sizeof(sz)));
+		ck_assert_msg(strstr(line, ts_size_fmt(in.size, sz, sizeof(sz))) &&
 			      strstr(line, want) && strstr(line, "ulimit -l"),
 			      "%s: warning '%s' does not give the size, '%s' and the remedy", c->name,
 			      line, want);
@@ -587,14 +587,14 @@ START_TEST(test_map_fault)
 
 	p.lock = true;
 	p.numa_node = 0;
-	ck_assert_int_eq(tier_fault_arm(TIER_FAULT_DRAM_MAP, 1, 1, c->err), 0);
+	ck_assert_int_eq(ts_fault_arm(TIER_FAULT_DRAM_MAP, 1, 1, c->err), 0);
 	rc = dram_arena_open(&p, &a);
 	ck_assert_msg(rc == c->err, "open: %d (%s), expected %d", rc, tier_last_error(), c->err);
 	ck_assert_ptr_null(a);
 	ck_assert_msg(tier_last_error()[0] != '\0', "no detail");
-	ck_assert_uint_eq(tier_fault_fired(TIER_FAULT_DRAM_MAP), 1);
+	ck_assert_uint_eq(ts_fault_fired(TIER_FAULT_DRAM_MAP), 1);
 	/* Nothing after the mapping ran. */
-	ck_assert_uint_eq(tier_fault_calls(TIER_FAULT_DRAM_PIN), 0);
+	ck_assert_uint_eq(ts_fault_calls(TIER_FAULT_DRAM_PIN), 0);
 	ck_assert_int_eq(count_lines(TIER_LL_INFO, NULL) + count_lines(TIER_LL_WARN, NULL), 0);
 
 	/* Transient: the next open maps. */
@@ -644,14 +644,14 @@ START_TEST(test_pin_fault)
 	p.lock = true;
 	p.numa_node = 0;
 	p.gpu = c->gpu;
-	ck_assert_int_eq(tier_fault_arm(TIER_FAULT_DRAM_PIN, c->nth, c->count, -EPERM), 0);
+	ck_assert_int_eq(ts_fault_arm(TIER_FAULT_DRAM_PIN, c->nth, c->count, -EPERM), 0);
 	a = open_ok(&p, &in);
 	ck_assert_msg(in.numa_bound == (c->bound && have_numa), "%s: numa_bound %d", c->name,
 		      in.numa_bound);
 	ck_assert_msg(in.locked == c->locked, "%s: locked %d", c->name, in.locked);
 	ck_assert(!in.cuda_registered);
-	ck_assert_uint_eq(tier_fault_calls(TIER_FAULT_DRAM_PIN), c->calls);
-	ck_assert_uint_eq(tier_fault_fired(TIER_FAULT_DRAM_PIN),
+	ck_assert_uint_eq(ts_fault_calls(TIER_FAULT_DRAM_PIN), c->calls);
+	ck_assert_uint_eq(ts_fault_fired(TIER_FAULT_DRAM_PIN),
 			  c->count == TIER_FAULT_PERSISTENT ? c->calls : 1);
 	check_memory(&in, 2);
 	if (forked()) {
@@ -672,12 +672,12 @@ START_TEST(test_alloc_fault)
 	struct dram_arena *a = (struct dram_arena *)&p;
 	int rc;
 
-	ck_assert_int_eq(tier_fault_arm(TIER_FAULT_ALLOC, 1, 1, -ENOMEM), 0);
+	ck_assert_int_eq(ts_fault_arm(TIER_FAULT_ALLOC, 1, 1, -ENOMEM), 0);
 	rc = dram_arena_open(&p, &a);
 	ck_assert_int_eq(rc, -ENOMEM);
 	ck_assert_ptr_null(a);
 	ck_assert_msg(tier_last_error()[0] != '\0', "no detail");
-	ck_assert_uint_eq(tier_fault_calls(TIER_FAULT_DRAM_MAP), 0);
+	ck_assert_uint_eq(ts_fault_calls(TIER_FAULT_DRAM_MAP), 0);
 }
 END_TEST
 
@@ -694,11 +694,11 @@ START_TEST(test_prefault_threads_refused)
 	struct dram_info in;
 	bool mapped;
 
-	ck_assert_int_eq(tier_fault_arm(TIER_FAULT_THREAD_CREATE, 1, TIER_FAULT_PERSISTENT,
+	ck_assert_int_eq(ts_fault_arm(TIER_FAULT_THREAD_CREATE, 1, TIER_FAULT_PERSISTENT,
 					-EAGAIN), 0);
 	a = open_ok(&p, &in);
 	if (sysconf(_SC_NPROCESSORS_ONLN) > 1)
-		ck_assert_uint_ge(tier_fault_fired(TIER_FAULT_THREAD_CREATE), 1);
+		ck_assert_uint_ge(ts_fault_fired(TIER_FAULT_THREAD_CREATE), 1);
 	ck_assert_msg(all_resident(in.base, in.size, &mapped), "not every page is resident");
 	dram_arena_close(a);
 }

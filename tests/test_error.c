@@ -5,9 +5,9 @@
  * Covers:
  *  - tier_strerror() for negative and positive errno values, 0, and codes
  *    libc does not know ("Unknown error N");
- *  - tier_err()/tier_verr() recording the detail and returning the code,
- *    tier_err_append() building a multi-line message, tier_err_prefix()
- *    adding context, tier_err_clear();
+ *  - ts_err()/ts_verr() recording the detail and returning the code,
+ *    ts_err_append() building a multi-line message, ts_err_prefix()
+ *    adding context, ts_err_clear();
  *  - truncation at TIER_ERR_MAX: a message that does not fit is cut and
  *    ends with "...", one that just fits is kept whole;
  *  - that the detail message (and tier_strerror's buffer) is per thread:
@@ -98,14 +98,14 @@ END_TEST
 
 START_TEST(err_sets_and_returns)
 {
-	tier_err_clear();
+	ts_err_clear();
 	ck_assert_str_eq(tier_last_error(), "");
-	ck_assert_int_eq(tier_err(-EINVAL, "bad %s %d", "thing", 3), -EINVAL);
+	ck_assert_int_eq(ts_err(-EINVAL, "bad %s %d", "thing", 3), -EINVAL);
 	ck_assert_str_eq(tier_last_error(), "bad thing 3");
 	/* A second failure replaces the first. */
-	ck_assert_int_eq(tier_err(-ENOENT, "%s: not found", "x.yaml"), -ENOENT);
+	ck_assert_int_eq(ts_err(-ENOENT, "%s: not found", "x.yaml"), -ENOENT);
 	ck_assert_str_eq(tier_last_error(), "x.yaml: not found");
-	ck_assert_int_eq(tier_err(-EIO, "%s", ""), -EIO);
+	ck_assert_int_eq(ts_err(-EIO, "%s", ""), -EIO);
 	ck_assert_str_eq(tier_last_error(), "");
 }
 END_TEST
@@ -118,7 +118,7 @@ static int call_verr(int err, const char *fmt, ...)
 	int rc;
 
 	va_start(ap, fmt);
-	rc = tier_verr(err, fmt, ap);
+	rc = ts_verr(err, fmt, ap);
 	va_end(ap);
 	return rc;
 }
@@ -132,20 +132,20 @@ END_TEST
 
 START_TEST(err_clear)
 {
-	tier_err(-EIO, "something failed");
+	ts_err(-EIO, "something failed");
 	ck_assert_str_ne(tier_last_error(), "");
-	tier_err_clear();
+	ts_err_clear();
 	ck_assert_str_eq(tier_last_error(), "");
-	tier_err_clear();
+	ts_err_clear();
 	ck_assert_str_eq(tier_last_error(), "");
 }
 END_TEST
 
 START_TEST(err_append_lines)
 {
-	tier_err(-EINVAL, "m.yaml:1:1: first");
-	tier_err_append("m.yaml:%d:%d: second", 2, 5);
-	tier_err_append("%s", "m.yaml:9:3: third");
+	ts_err(-EINVAL, "m.yaml:1:1: first");
+	ts_err_append("m.yaml:%d:%d: second", 2, 5);
+	ts_err_append("%s", "m.yaml:9:3: third");
 	ck_assert_str_eq(tier_last_error(),
 			 "m.yaml:1:1: first\nm.yaml:2:5: second\nm.yaml:9:3: third");
 }
@@ -156,11 +156,11 @@ START_TEST(err_append_to_empty)
 {
 	char want[256] = "";
 
-	tier_err_clear();
+	ts_err_clear();
 	for (int i = 0; i < 10; i++) {
 		char line[32];
 
-		tier_err_append("line %d", i);
+		ts_err_append("line %d", i);
 		snprintf(line, sizeof(line), "%sline %d", i ? "\n" : "", i);
 		strcat(want, line);
 	}
@@ -170,10 +170,10 @@ END_TEST
 
 START_TEST(err_prefix)
 {
-	tier_err(-ENOENT, "open failed");
-	tier_err_prefix("%s:%d", "a.yaml", 3);
+	ts_err(-ENOENT, "open failed");
+	ts_err_prefix("%s:%d", "a.yaml", 3);
 	ck_assert_str_eq(tier_last_error(), "a.yaml:3: open failed");
-	tier_err_prefix("loading");
+	ts_err_prefix("loading");
 	ck_assert_str_eq(tier_last_error(), "loading: a.yaml:3: open failed");
 }
 END_TEST
@@ -181,9 +181,9 @@ END_TEST
 /* A prefix goes before the first line only. */
 START_TEST(err_prefix_multiline)
 {
-	tier_err(-EINVAL, "one");
-	tier_err_append("two");
-	tier_err_prefix("ctx");
+	ts_err(-EINVAL, "one");
+	ts_err_append("two");
+	ts_err_prefix("ctx");
 	ck_assert_str_eq(tier_last_error(), "ctx: one\ntwo");
 }
 END_TEST
@@ -211,7 +211,7 @@ START_TEST(err_truncation)
 	const char *msg = run_of('a', c->len);
 	const char *got;
 
-	ck_assert_int_eq(tier_err(-EIO, "%s", msg), -EIO);
+	ck_assert_int_eq(ts_err(-EIO, "%s", msg), -EIO);
 	got = tier_last_error();
 	if (!c->cut) {
 		ck_assert_str_eq(got, msg);
@@ -227,8 +227,8 @@ START_TEST(err_append_truncation)
 {
 	const char *got;
 
-	tier_err(-EINVAL, "%s", run_of('a', 4000));
-	tier_err_append("%s", run_of('b', 200));
+	ts_err(-EINVAL, "%s", run_of('a', 4000));
+	ts_err_append("%s", run_of('b', 200));
 	got = tier_last_error();
 	ck_assert_uint_eq(strlen(got), TIER_ERR_MAX - 1);
 	ck_assert(ends_with(got, "..."));
@@ -243,9 +243,9 @@ START_TEST(err_append_when_full)
 {
 	char before[TIER_ERR_MAX];
 
-	tier_err(-EINVAL, "%s", run_of('a', 2 * TIER_ERR_MAX));
+	ts_err(-EINVAL, "%s", run_of('a', 2 * TIER_ERR_MAX));
 	memcpy(before, tier_last_error(), sizeof(before));
-	tier_err_append("one more line");
+	ts_err_append("one more line");
 	ck_assert_str_eq(tier_last_error(), before);
 	ck_assert(ends_with(tier_last_error(), "..."));
 }
@@ -264,8 +264,8 @@ START_TEST(err_append_nearly_full)
 		msg[len] = '\0';
 		if (len >= TIER_ERR_MAX - 1)
 			msg[TIER_ERR_MAX - 2] = '\0';
-		tier_err(-EINVAL, "%s", msg);
-		tier_err_append("one more line");
+		ts_err(-EINVAL, "%s", msg);
+		ts_err_append("one more line");
 		ck_assert_msg(ends_with(tier_last_error(), "..."), "length %zu: no '...'", len);
 		ck_assert_uint_lt(strlen(tier_last_error()), TIER_ERR_MAX);
 	}
@@ -278,9 +278,9 @@ START_TEST(err_append_many_lines)
 	const char *got;
 
 	/* Each line is "problem NNNN: xxxxxxxxxx" = 24 bytes plus a newline. */
-	tier_err(-EINVAL, "problem 0000: xxxxxxxxxx");
+	ts_err(-EINVAL, "problem 0000: xxxxxxxxxx");
 	for (int i = 1; i < 1000; i++)
-		tier_err_append("problem %04d: xxxxxxxxxx", i);
+		ts_err_append("problem %04d: xxxxxxxxxx", i);
 	got = tier_last_error();
 	ck_assert_uint_eq(strlen(got), TIER_ERR_MAX - 1);
 	ck_assert(ends_with(got, "..."));
@@ -292,8 +292,8 @@ START_TEST(err_prefix_truncation)
 {
 	const char *got;
 
-	tier_err(-EIO, "%s", run_of('a', TIER_ERR_MAX - 6));
-	tier_err_prefix("context");
+	ts_err(-EIO, "%s", run_of('a', TIER_ERR_MAX - 6));
+	ts_err_prefix("context");
 	got = tier_last_error();
 	ck_assert_uint_eq(strlen(got), TIER_ERR_MAX - 1);
 	ck_assert_int_eq(strncmp(got, "context: aaa", 12), 0);
@@ -328,7 +328,7 @@ static void *thread_main(void *v)
 		snprintf(want_unknown, sizeof(want_unknown), "Unknown error %u", 9000 + r->id);
 		/* All threads write at once, then all read back. */
 		pthread_barrier_wait(&g_barrier);
-		tier_err(-(int)(100 + r->id), "thread %u round %d", r->id, round);
+		ts_err(-(int)(100 + r->id), "thread %u round %d", r->id, round);
 		unknown = tier_strerror(-(int)(9000 + r->id));
 		pthread_barrier_wait(&g_barrier);
 		if (strcmp(tier_last_error(), want) != 0 || strcmp(unknown, want_unknown) != 0) {
@@ -345,7 +345,7 @@ START_TEST(err_thread_local)
 	pthread_t th[NTHREADS];
 	struct thread_result res[NTHREADS];
 
-	tier_err(-EIO, "main thread's message");
+	ts_err(-EIO, "main thread's message");
 	ck_assert_int_eq(pthread_barrier_init(&g_barrier, NULL, NTHREADS), 0);
 	for (unsigned i = 0; i < NTHREADS; i++) {
 		memset(&res[i], 0, sizeof(res[i]));

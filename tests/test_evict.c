@@ -124,7 +124,7 @@ static void access(struct run *r, int i, bool write, uint32_t *stamp)
 {
 	void *p;
 	uint32_t v;
-	int rc = tier_acquire(r->s, r->objs[i], TIER_DRAM, write ? TIER_READ | TIER_WRITE : TIER_READ,
+	int rc = tier_obj_acquire(r->s, r->objs[i], TIER_DRAM, write ? TIER_ACQUIRE_READ | TIER_ACQUIRE_WRITE : TIER_ACQUIRE_READ,
 			      &p);
 
 	ck_assert_msg(rc == 0, "acquire o%d: %s", i, tier_last_error());
@@ -134,7 +134,7 @@ static void access(struct run *r, int i, bool write, uint32_t *stamp)
 		stamp[i]++;
 		memcpy(p, &stamp[i], sizeof(stamp[i]));
 	}
-	ck_assert_int_eq(tier_release(r->s, r->objs[i], TIER_DRAM, write), 0);
+	ck_assert_int_eq(tier_obj_release(r->s, r->objs[i], TIER_DRAM, write), 0);
 }
 
 /* ------------------------------------------------------------ simulators */
@@ -441,7 +441,7 @@ START_TEST(test_prefetch_respects_schedule)
 	access(&r, 2, false, stamp); /* resident 0 1 2, cursor 2 */
 	/* 5 is needed after 3 and 4 but before 0, 1, 2 (next cycle): 2 is the
 	 * farthest (used last), so the prefetch evicts it. */
-	ck_assert_int_eq(tier_prefetch(r.s, r.objs[5], TIER_DRAM), 0);
+	ck_assert_int_eq(tier_obj_prefetch(r.s, r.objs[5], TIER_DRAM), 0);
 	store_quiesce(r.s);
 	tier_store_get_stats(r.s, &st);
 	ck_assert_uint_eq(st.level[TIER_DRAM].prefetch_skipped, 0);
@@ -453,7 +453,7 @@ START_TEST(test_prefetch_respects_schedule)
 
 		set_schedule(&r, sched2, 3);
 	}
-	ck_assert_int_eq(tier_prefetch(r.s, r.objs[3], TIER_DRAM), 0);
+	ck_assert_int_eq(tier_obj_prefetch(r.s, r.objs[3], TIER_DRAM), 0);
 	store_quiesce(r.s);
 	tier_store_get_stats(r.s, &st);
 	ck_assert_uint_eq(st.level[TIER_DRAM].prefetch_skipped, 1);

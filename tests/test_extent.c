@@ -38,12 +38,12 @@
 
 static void setup(void)
 {
-	tier_fault_reset_all();
+	ts_fault_reset_all();
 }
 
 static void teardown(void)
 {
-	tier_fault_reset_all();
+	ts_fault_reset_all();
 }
 
 static uint64_t rnd(uint64_t *s)
@@ -526,7 +526,7 @@ START_TEST(test_grow_fails)
 	uint64_t b = 4096, off[40];
 	int rc;
 
-	if (!tier_fault_available()) {
+	if (!ts_fault_available()) {
 		fprintf(stderr, "test_grow_fails: no fault sites in this build; skipped\n");
 		return;
 	}
@@ -537,18 +537,18 @@ START_TEST(test_grow_fails)
 		ck_assert_int_eq(extents_free(&e, off[i], b), 0);
 	ck_assert_uint_eq(e.n, 16);
 	ck_assert_uint_eq(e.n, e.cap);
-	tier_fault_arm(TIER_FAULT_ALLOC, 1, 1, -ENOMEM);
+	ts_fault_arm(TIER_FAULT_ALLOC, 1, 1, -ENOMEM);
 	rc = extents_free(&e, off[34], b);  /* a 17th separate extent */
-	ck_assert_uint_eq(tier_fault_fired(TIER_FAULT_ALLOC), 1);
+	ck_assert_uint_eq(ts_fault_fired(TIER_FAULT_ALLOC), 1);
 	ck_assert_int_eq(rc, -ENOMEM);
 	ASSERT_VALID(&e);
 	ck_assert_uint_eq(e.n, 16);
 	ck_assert_uint_eq(e.avail, 16 * b);
 	/* Merging needs no memory: it works while allocation fails. */
-	tier_fault_arm(TIER_FAULT_ALLOC, 1, TIER_FAULT_PERSISTENT, -ENOMEM);
+	ts_fault_arm(TIER_FAULT_ALLOC, 1, TIER_FAULT_PERSISTENT, -ENOMEM);
 	ck_assert_int_eq(extents_free(&e, off[1], b), 0);
 	ck_assert_uint_eq(e.n, 15);
-	tier_fault_disarm(TIER_FAULT_ALLOC);
+	ts_fault_disarm(TIER_FAULT_ALLOC);
 	ck_assert_int_eq(extents_free(&e, off[34], b), 0);
 	ASSERT_VALID(&e);
 	ck_assert_uint_eq(e.n, 16);

@@ -3,15 +3,15 @@
  * call sites that pass through them.
  *
  * Covers:
- *  - tier_fault_arm(): the Nth call fails once (transient), @count times,
+ *  - ts_fault_arm(): the Nth call fails once (transient), @count times,
  *    or from then on (persistent), with the chosen errno; the calls/fired
  *    counters; disarm; reset_all; re-arming resets the counters; invalid
  *    arguments (-EINVAL, with nothing armed);
- *  - tier_fault_site_lookup() by name and number, tier_fault_site_name();
- *  - tier_fault_arm_spec(): single and comma-separated specs, default
+ *  - ts_fault_site_lookup() by name and number, ts_fault_site_name();
+ *  - ts_fault_arm_spec(): single and comma-separated specs, default
  *    count/errno, numeric errno, and bad specs (-EINVAL with a detail
- *    message naming the bad part); TIER_FAULT through tier_options_reload();
- *  - the real sites: ALLOC (tier_malloc and friends return NULL), THREAD_
+ *    message naming the bad part); TIER_FAULT through ts_options_reload();
+ *  - the real sites: ALLOC (ts_malloc and friends return NULL), THREAD_
  *    CREATE and ALLOC in tier_pool_create() (fails cleanly at every step,
  *    leaks nothing: run under ASan), MEMINFO (sys_meminfo), STATVFS
  *    (sys_fsinfo), DIRECT_PROBE (sys_direct_probe);
@@ -45,13 +45,13 @@
 
 static void setup(void)
 {
-	tier_fault_reset_all();
-	tier_err_clear();
+	ts_fault_reset_all();
+	ts_err_clear();
 }
 
 static void teardown(void)
 {
-	tier_fault_reset_all();
+	ts_fault_reset_all();
 }
 
 /*
@@ -103,9 +103,9 @@ START_TEST(arm_modes)
 	const struct arm_case *c = &arm_cases[_i];
 	const unsigned calls = 40;
 
-	ck_assert_int_eq(tier_fault_arm(QUIET_SITE, c->nth, c->count, c->err), 0);
-	ck_assert_uint_eq(tier_fault_calls(QUIET_SITE), 0);
-	ck_assert_uint_eq(tier_fault_fired(QUIET_SITE), 0);
+	ck_assert_int_eq(ts_fault_arm(QUIET_SITE, c->nth, c->count, c->err), 0);
+	ck_assert_uint_eq(ts_fault_calls(QUIET_SITE), 0);
+	ck_assert_uint_eq(ts_fault_fired(QUIET_SITE), 0);
 	for (unsigned call = 1; call <= calls; call++) {
 		int rc = tier_fault_check(QUIET_SITE);
 		int fail = call >= c->nth &&
@@ -114,8 +114,8 @@ START_TEST(arm_modes)
 		ck_assert_msg(rc == (fail ? c->err : 0), "call %u: rc %d, want %d", call, rc,
 			      fail ? c->err : 0);
 	}
-	ck_assert_uint_eq(tier_fault_calls(QUIET_SITE), calls);
-	ck_assert_uint_eq(tier_fault_fired(QUIET_SITE),
+	ck_assert_uint_eq(ts_fault_calls(QUIET_SITE), calls);
+	ck_assert_uint_eq(ts_fault_fired(QUIET_SITE),
 			  c->count < 0 ? calls - c->nth + 1 : (uint64_t)c->count);
 }
 END_TEST
@@ -125,7 +125,7 @@ START_TEST(arm_one_site_only)
 {
 	unsigned first;
 
-	ck_assert_int_eq(tier_fault_arm(TIER_FAULT_GPU_PROBE, 1, TIER_FAULT_PERSISTENT, -EIO), 0);
+	ck_assert_int_eq(ts_fault_arm(TIER_FAULT_GPU_PROBE, 1, TIER_FAULT_PERSISTENT, -EIO), 0);
 	for (int s = 1; s < TIER_FAULT__COUNT; s++) {
 		if (s == TIER_FAULT_GPU_PROBE)
 			continue;
@@ -140,8 +140,8 @@ START_TEST(unarmed_counts_calls)
 	unsigned first;
 
 	ck_assert_uint_eq(check_n(QUIET_SITE, 7, 0, &first), 0);
-	ck_assert_uint_eq(tier_fault_calls(QUIET_SITE), 7);
-	ck_assert_uint_eq(tier_fault_fired(QUIET_SITE), 0);
+	ck_assert_uint_eq(ts_fault_calls(QUIET_SITE), 7);
+	ck_assert_uint_eq(ts_fault_fired(QUIET_SITE), 0);
 }
 END_TEST
 
@@ -149,14 +149,14 @@ START_TEST(disarm)
 {
 	unsigned first;
 
-	ck_assert_int_eq(tier_fault_arm(QUIET_SITE, 1, TIER_FAULT_PERSISTENT, -EIO), 0);
+	ck_assert_int_eq(ts_fault_arm(QUIET_SITE, 1, TIER_FAULT_PERSISTENT, -EIO), 0);
 	ck_assert_int_eq(tier_fault_check(QUIET_SITE), -EIO);
-	tier_fault_disarm(QUIET_SITE);
+	ts_fault_disarm(QUIET_SITE);
 	ck_assert_uint_eq(check_n(QUIET_SITE, 10, 0, &first), 0);
-	ck_assert_uint_eq(tier_fault_fired(QUIET_SITE), 1);
+	ck_assert_uint_eq(ts_fault_fired(QUIET_SITE), 1);
 	/* Out-of-range sites are ignored. */
-	tier_fault_disarm(TIER_FAULT_NONE);
-	tier_fault_disarm(TIER_FAULT__COUNT);
+	ts_fault_disarm(TIER_FAULT_NONE);
+	ts_fault_disarm(TIER_FAULT__COUNT);
 }
 END_TEST
 
@@ -164,14 +164,14 @@ START_TEST(reset_all)
 {
 	unsigned first;
 
-	ck_assert_int_eq(tier_fault_arm(TIER_FAULT_GPU_PROBE, 1, TIER_FAULT_PERSISTENT, -EIO), 0);
-	ck_assert_int_eq(tier_fault_arm(QUIET_SITE, 2, 1, -ENOMEM), 0);
+	ck_assert_int_eq(ts_fault_arm(TIER_FAULT_GPU_PROBE, 1, TIER_FAULT_PERSISTENT, -EIO), 0);
+	ck_assert_int_eq(ts_fault_arm(QUIET_SITE, 2, 1, -ENOMEM), 0);
 	ck_assert_int_eq(tier_fault_check(TIER_FAULT_GPU_PROBE), -EIO);
 	ck_assert_int_eq(tier_fault_check(QUIET_SITE), 0);
-	tier_fault_reset_all();
+	ts_fault_reset_all();
 	for (int s = 1; s < TIER_FAULT__COUNT; s++) {
-		ck_assert_uint_eq(tier_fault_calls((enum tier_fault_site)s), 0);
-		ck_assert_uint_eq(tier_fault_fired((enum tier_fault_site)s), 0);
+		ck_assert_uint_eq(ts_fault_calls((enum tier_fault_site)s), 0);
+		ck_assert_uint_eq(ts_fault_fired((enum tier_fault_site)s), 0);
 	}
 	ck_assert_uint_eq(check_n(TIER_FAULT_GPU_PROBE, 5, 0, &first), 0);
 	ck_assert_uint_eq(check_n(QUIET_SITE, 5, 0, &first), 0);
@@ -183,11 +183,11 @@ START_TEST(rearm_resets_counters)
 {
 	unsigned first;
 
-	ck_assert_int_eq(tier_fault_arm(QUIET_SITE, 3, 1, -EIO), 0);
+	ck_assert_int_eq(ts_fault_arm(QUIET_SITE, 3, 1, -EIO), 0);
 	ck_assert_uint_eq(check_n(QUIET_SITE, 5, -EIO, &first), 1);
-	ck_assert_int_eq(tier_fault_arm(QUIET_SITE, 2, 1, -ENOSPC), 0);
-	ck_assert_uint_eq(tier_fault_calls(QUIET_SITE), 0);
-	ck_assert_uint_eq(tier_fault_fired(QUIET_SITE), 0);
+	ck_assert_int_eq(ts_fault_arm(QUIET_SITE, 2, 1, -ENOSPC), 0);
+	ck_assert_uint_eq(ts_fault_calls(QUIET_SITE), 0);
+	ck_assert_uint_eq(ts_fault_fired(QUIET_SITE), 0);
 	ck_assert_uint_eq(check_n(QUIET_SITE, 5, -ENOSPC, &first), 1);
 	ck_assert_uint_eq(first, 2);
 }
@@ -217,7 +217,7 @@ START_TEST(arm_invalid)
 	const struct bad_arm *c = &bad_arm_cases[_i];
 	unsigned first;
 
-	ck_assert_int_eq(tier_fault_arm((enum tier_fault_site)c->site, c->nth, c->count, c->err),
+	ck_assert_int_eq(ts_fault_arm((enum tier_fault_site)c->site, c->nth, c->count, c->err),
 			 -EINVAL);
 	ck_assert_str_ne(tier_last_error(), "");
 	/* Nothing was armed. */
@@ -231,8 +231,8 @@ START_TEST(check_out_of_range)
 {
 	ck_assert_int_eq(tier_fault_check(TIER_FAULT_NONE), 0);
 	ck_assert_int_eq(tier_fault_check(TIER_FAULT__COUNT), 0);
-	ck_assert_uint_eq(tier_fault_calls(TIER_FAULT_NONE), 0);
-	ck_assert_uint_eq(tier_fault_fired(TIER_FAULT__COUNT), 0);
+	ck_assert_uint_eq(ts_fault_calls(TIER_FAULT_NONE), 0);
+	ck_assert_uint_eq(ts_fault_fired(TIER_FAULT__COUNT), 0);
 }
 END_TEST
 
@@ -274,8 +274,8 @@ START_TEST(site_lookup)
 {
 	const struct lookup_case *c = &lookup_cases[_i];
 
-	ck_assert_msg(tier_fault_site_lookup(c->in) == c->want, "lookup('%s') = %d, want %d",
-		      c->in, (int)tier_fault_site_lookup(c->in), (int)c->want);
+	ck_assert_msg(ts_fault_site_lookup(c->in) == c->want, "lookup('%s') = %d, want %d",
+		      c->in, (int)ts_fault_site_lookup(c->in), (int)c->want);
 }
 END_TEST
 
@@ -286,13 +286,13 @@ START_TEST(site_names_roundtrip)
 		char num[16];
 
 		snprintf(num, sizeof(num), "%d", s);
-		ck_assert_int_eq(tier_fault_site_lookup(tier_fault_site_name((enum tier_fault_site)s)), s);
-		ck_assert_int_eq(tier_fault_site_lookup(num), s);
+		ck_assert_int_eq(ts_fault_site_lookup(ts_fault_site_name((enum tier_fault_site)s)), s);
+		ck_assert_int_eq(ts_fault_site_lookup(num), s);
 	}
-	ck_assert_str_eq(tier_fault_site_name(TIER_FAULT_NONE), "none");
-	ck_assert_str_eq(tier_fault_site_name(TIER_FAULT_ALLOC), "alloc");
-	ck_assert_str_eq(tier_fault_site_name(TIER_FAULT__COUNT), "?");
-	ck_assert_str_eq(tier_fault_site_name((enum tier_fault_site)-1), "?");
+	ck_assert_str_eq(ts_fault_site_name(TIER_FAULT_NONE), "none");
+	ck_assert_str_eq(ts_fault_site_name(TIER_FAULT_ALLOC), "alloc");
+	ck_assert_str_eq(ts_fault_site_name(TIER_FAULT__COUNT), "?");
+	ck_assert_str_eq(ts_fault_site_name((enum tier_fault_site)-1), "?");
 }
 END_TEST
 
@@ -331,7 +331,7 @@ START_TEST(arm_spec_valid)
 {
 	const struct spec_case *c = &spec_cases[_i];
 
-	ck_assert_msg(tier_fault_arm_spec(c->spec) == 0, "'%s': %s", c->spec, tier_last_error());
+	ck_assert_msg(ts_fault_arm_spec(c->spec) == 0, "'%s': %s", c->spec, tier_last_error());
 	for (int w = 0; w < c->nwant; w++) {
 		const struct spec_expect *e = &c->want[w];
 
@@ -341,7 +341,7 @@ START_TEST(arm_spec_valid)
 
 			ck_assert_msg(tier_fault_check(e->site) == (fail ? e->err : 0),
 				      "'%s': site %s call %u", c->spec,
-				      tier_fault_site_name(e->site), call);
+				      ts_fault_site_name(e->site), call);
 		}
 	}
 }
@@ -378,8 +378,8 @@ START_TEST(arm_spec_invalid)
 {
 	const struct bad_spec *c = &bad_spec_cases[_i];
 
-	tier_err_clear();
-	ck_assert_int_eq(tier_fault_arm_spec(c->spec), -EINVAL);
+	ts_err_clear();
+	ck_assert_int_eq(ts_fault_arm_spec(c->spec), -EINVAL);
 	ck_assert_msg(strstr(tier_last_error(), c->part) != NULL,
 		      "'%s': message '%s' lacks '%s'", c->spec, tier_last_error(), c->part);
 }
@@ -388,12 +388,12 @@ END_TEST
 /* A spec with a bad item arms none of its items, not even the good ones before it. */
 START_TEST(arm_spec_all_or_nothing)
 {
-	tier_fault_reset_all();
-	ck_assert_int_eq(tier_fault_arm_spec("mkdir:1,bogus:1"), -EINVAL);
+	ts_fault_reset_all();
+	ck_assert_int_eq(ts_fault_arm_spec("mkdir:1,bogus:1"), -EINVAL);
 	ck_assert_int_eq(tier_fault_check(TIER_FAULT_MKDIR), 0);
-	ck_assert_int_eq(tier_fault_arm_spec("mkdir:1,alloc:1:1:EIO:x"), -EINVAL);
+	ck_assert_int_eq(ts_fault_arm_spec("mkdir:1,alloc:1:1:EIO:x"), -EINVAL);
 	ck_assert_int_eq(tier_fault_check(TIER_FAULT_MKDIR), 0);
-	ck_assert_uint_eq(tier_fault_fired(TIER_FAULT_MKDIR), 0);
+	ck_assert_uint_eq(ts_fault_fired(TIER_FAULT_MKDIR), 0);
 }
 END_TEST
 
@@ -403,7 +403,7 @@ START_TEST(arm_spec_too_long)
 
 	memset(spec, 'a', sizeof(spec) - 1);
 	spec[sizeof(spec) - 1] = '\0';
-	ck_assert_int_eq(tier_fault_arm_spec(spec), -EINVAL);
+	ck_assert_int_eq(ts_fault_arm_spec(spec), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(tier_last_error(), "too long"));
 }
 END_TEST
@@ -430,20 +430,20 @@ START_TEST(env_arms_sites)
 	void *p;
 
 	ck_assert_int_eq(setenv("TIER_FAULT", "alloc:2:1:ENOMEM,statvfs:1:-1:EACCES", 1), 0);
-	tier_options_reload();
+	ts_options_reload();
 	unsetenv("TIER_FAULT");
-	ck_assert_str_eq(tier_opt_str(TIER_OPT_FAULT), "alloc:2:1:ENOMEM,statvfs:1:-1:EACCES");
+	ck_assert_str_eq(ts_opt_str(TIER_OPT_FAULT), "alloc:2:1:ENOMEM,statvfs:1:-1:EACCES");
 
-	p = tier_malloc(16);
+	p = ts_malloc(16);
 	ck_assert_ptr_nonnull(p);
 	free(p);
-	ck_assert_ptr_null(tier_malloc(16));
-	p = tier_malloc(16);
+	ck_assert_ptr_null(ts_malloc(16));
+	p = ts_malloc(16);
 	ck_assert_ptr_nonnull(p);
 	free(p);
 	ck_assert_int_eq(tier_fault_check(TIER_FAULT_STATVFS), -EACCES);
 	ck_assert_int_eq(tier_fault_check(TIER_FAULT_STATVFS), -EACCES);
-	ck_assert_uint_eq(tier_fault_fired(TIER_FAULT_ALLOC), 1);
+	ck_assert_uint_eq(ts_fault_fired(TIER_FAULT_ALLOC), 1);
 }
 END_TEST
 
@@ -452,13 +452,13 @@ START_TEST(env_bad_spec_warns)
 	int warned = 0;
 
 	g_ncap = 0;
-	tier_log_set_sink(capture_sink, NULL);
+	ts_log_set_sink(capture_sink, NULL);
 	ck_assert_int_eq(setenv("TIER_FAULT", "bogus:1", 1), 0);
 	unsetenv("TIER_LOG");
 	unsetenv("TIER_LOG_SUBSYS");
-	tier_options_reload();
+	ts_options_reload();
 	unsetenv("TIER_FAULT");
-	tier_log_set_sink(NULL, NULL);
+	ts_log_set_sink(NULL, NULL);
 	ck_assert_int_ge(g_ncap, 1);
 	ck_assert_int_le(g_ncap, CAP_LINES);
 	for (int i = 0; i < g_ncap; i++)
@@ -476,19 +476,19 @@ END_TEST
 enum alloc_fn { A_MALLOC, A_CALLOC, A_REALLOC, A_STRDUP, A_STRNDUP, A_ASPRINTF, A__COUNT };
 
 static const char *const alloc_names[] = {
-	"tier_malloc", "tier_calloc", "tier_realloc", "tier_strdup", "tier_strndup",
-	"tier_asprintf",
+	"ts_malloc", "ts_calloc", "ts_realloc", "ts_strdup", "ts_strndup",
+	"ts_asprintf",
 };
 
 static void *call_alloc(enum alloc_fn fn, void *old)
 {
 	switch (fn) {
-	case A_MALLOC: return tier_malloc(32);
-	case A_CALLOC: return tier_calloc(4, 8);
-	case A_REALLOC: return tier_realloc(old, 64);
-	case A_STRDUP: return tier_strdup("tierstore");
-	case A_STRNDUP: return tier_strndup("tierstore", 4);
-	case A_ASPRINTF: return tier_asprintf("%s-%d", "tier", 7);
+	case A_MALLOC: return ts_malloc(32);
+	case A_CALLOC: return ts_calloc(4, 8);
+	case A_REALLOC: return ts_realloc(old, 64);
+	case A_STRDUP: return ts_strdup("tierstore");
+	case A_STRNDUP: return ts_strndup("tierstore", 4);
+	case A_ASPRINTF: return ts_asprintf("%s-%d", "tier", 7);
 	case A__COUNT: break;
 	}
 	return NULL;
@@ -503,10 +503,10 @@ START_TEST(alloc_site)
 	ck_assert_int_eq((int)ARRAY_SIZE(alloc_names), A__COUNT);
 	ck_assert_ptr_nonnull(old);
 	memcpy(old, "keepme!", 8);
-	ck_assert_int_eq(tier_fault_arm(TIER_FAULT_ALLOC, 1, 1, -ENOMEM), 0);
+	ck_assert_int_eq(ts_fault_arm(TIER_FAULT_ALLOC, 1, 1, -ENOMEM), 0);
 	p = call_alloc(fn, old);
 	ck_assert_msg(p == NULL, "%s ignored the armed ALLOC site", alloc_names[fn]);
-	ck_assert_uint_eq(tier_fault_fired(TIER_FAULT_ALLOC), 1);
+	ck_assert_uint_eq(ts_fault_fired(TIER_FAULT_ALLOC), 1);
 	/* A failed realloc leaves the block alone. */
 	ck_assert_str_eq(old, "keepme!");
 
@@ -520,7 +520,7 @@ START_TEST(alloc_site)
 		ck_assert_str_eq(p, "tier");
 	if (fn == A_ASPRINTF)
 		ck_assert_str_eq(p, "tier-7");
-	ck_assert_uint_eq(tier_fault_calls(TIER_FAULT_ALLOC), 2);
+	ck_assert_uint_eq(ts_fault_calls(TIER_FAULT_ALLOC), 2);
 	free(p);
 	free(old);
 }
@@ -542,9 +542,9 @@ START_TEST(pool_create_alloc_faults)
 		struct tier_pool *pool = (struct tier_pool *)(void *)&sentinel;
 		int rc;
 
-		ck_assert_int_eq(tier_fault_arm(TIER_FAULT_ALLOC, n, 1, -ENOMEM), 0);
+		ck_assert_int_eq(ts_fault_arm(TIER_FAULT_ALLOC, n, 1, -ENOMEM), 0);
 		rc = tier_pool_create(4, &pool);
-		if (tier_fault_fired(TIER_FAULT_ALLOC) == 0) {
+		if (ts_fault_fired(TIER_FAULT_ALLOC) == 0) {
 			ck_assert_int_eq(rc, 0);
 			ck_assert_ptr_nonnull(pool);
 			ck_assert_uint_eq(tier_pool_size(pool), 4);
@@ -581,14 +581,14 @@ START_TEST(pool_create_thread_fault)
 	struct tier_pool *pool = NULL;
 	char where[64];
 
-	ck_assert_int_eq(tier_fault_arm(TIER_FAULT_THREAD_CREATE, c->nth, 1, c->err), 0);
+	ck_assert_int_eq(ts_fault_arm(TIER_FAULT_THREAD_CREATE, c->nth, 1, c->err), 0);
 	ck_assert_int_eq(tier_pool_create(c->nthreads, &pool), c->err);
 	ck_assert_ptr_null(pool);
 	snprintf(where, sizeof(where), "creating worker %u of %u", c->nth, c->nthreads - 1);
 	ck_assert_msg(strstr(tier_last_error(), where) != NULL, "'%s' lacks '%s'",
 		      tier_last_error(), where);
 	ck_assert_ptr_nonnull(strstr(tier_last_error(), tier_strerror(c->err)));
-	ck_assert_uint_eq(tier_fault_calls(TIER_FAULT_THREAD_CREATE), c->nth);
+	ck_assert_uint_eq(ts_fault_calls(TIER_FAULT_THREAD_CREATE), c->nth);
 	/* Transient: the next pool starts. */
 	ck_assert_int_eq(tier_pool_create(c->nthreads, &pool), 0);
 	ck_assert_uint_eq(tier_pool_size(pool), c->nthreads);
@@ -601,10 +601,10 @@ START_TEST(pool_create_single_thread_no_site)
 {
 	struct tier_pool *pool = NULL;
 
-	ck_assert_int_eq(tier_fault_arm(TIER_FAULT_THREAD_CREATE, 1, TIER_FAULT_PERSISTENT, -EAGAIN), 0);
+	ck_assert_int_eq(ts_fault_arm(TIER_FAULT_THREAD_CREATE, 1, TIER_FAULT_PERSISTENT, -EAGAIN), 0);
 	ck_assert_int_eq(tier_pool_create(1, &pool), 0);
 	ck_assert_uint_eq(tier_pool_size(pool), 1);
-	ck_assert_uint_eq(tier_fault_calls(TIER_FAULT_THREAD_CREATE), 0);
+	ck_assert_uint_eq(ts_fault_calls(TIER_FAULT_THREAD_CREATE), 0);
 	tier_pool_destroy(pool);
 }
 END_TEST
@@ -615,11 +615,11 @@ START_TEST(meminfo_site)
 {
 	struct tier_meminfo mi;
 
-	ck_assert_int_eq(tier_fault_arm(TIER_FAULT_MEMINFO, 1, 1, -EIO), 0);
+	ck_assert_int_eq(ts_fault_arm(TIER_FAULT_MEMINFO, 1, 1, -EIO), 0);
 	ck_assert_int_eq(sys_meminfo(&mi), -EIO);
 	ck_assert_ptr_nonnull(strstr(tier_last_error(), "/proc/meminfo"));
 	ck_assert_ptr_nonnull(strstr(tier_last_error(), tier_strerror(-EIO)));
-	ck_assert_uint_eq(tier_fault_fired(TIER_FAULT_MEMINFO), 1);
+	ck_assert_uint_eq(ts_fault_fired(TIER_FAULT_MEMINFO), 1);
 	/* Transient: the next read works. */
 	memset(&mi, 0, sizeof(mi));
 	ck_assert_int_eq(sys_meminfo(&mi), 0);
@@ -632,13 +632,13 @@ START_TEST(statvfs_site)
 {
 	struct tier_fsinfo fi;
 
-	ck_assert_int_eq(tier_fault_arm(TIER_FAULT_STATVFS, 1, TIER_FAULT_PERSISTENT, -EACCES), 0);
+	ck_assert_int_eq(ts_fault_arm(TIER_FAULT_STATVFS, 1, TIER_FAULT_PERSISTENT, -EACCES), 0);
 	ck_assert_int_eq(sys_fsinfo("/", &fi), -EACCES);
 	ck_assert_ptr_nonnull(strstr(tier_last_error(), "/: statvfs"));
 	ck_assert_int_eq(sys_fsinfo(".", &fi), -EACCES);
 	ck_assert_ptr_nonnull(strstr(tier_last_error(), ".: statvfs"));
-	ck_assert_uint_eq(tier_fault_fired(TIER_FAULT_STATVFS), 2);
-	tier_fault_disarm(TIER_FAULT_STATVFS);
+	ck_assert_uint_eq(ts_fault_fired(TIER_FAULT_STATVFS), 2);
+	ts_fault_disarm(TIER_FAULT_STATVFS);
 	memset(&fi, 0, sizeof(fi));
 	ck_assert_int_eq(sys_fsinfo(".", &fi), 0);
 	ck_assert_uint_gt(fi.size, 0);
@@ -651,7 +651,7 @@ START_TEST(direct_probe_site)
 	char *dir = t_mkdtemp();
 	int rc;
 
-	ck_assert_int_eq(tier_fault_arm(TIER_FAULT_DIRECT_PROBE, 1, 1, -ENOSPC), 0);
+	ck_assert_int_eq(ts_fault_arm(TIER_FAULT_DIRECT_PROBE, 1, 1, -ENOSPC), 0);
 	ck_assert_int_eq(sys_direct_probe(dir), -ENOSPC);
 	ck_assert_ptr_nonnull(strstr(tier_last_error(), dir));
 	ck_assert_ptr_nonnull(strstr(tier_last_error(), "O_DIRECT probe"));
@@ -659,7 +659,7 @@ START_TEST(direct_probe_site)
 	 * without O_DIRECT; either way it leaves no file behind. */
 	rc = sys_direct_probe(dir);
 	ck_assert_msg(rc == 0 || rc == -EINVAL, "probe: %d (%s)", rc, tier_last_error());
-	ck_assert_uint_eq(tier_fault_calls(TIER_FAULT_DIRECT_PROBE), 2);
+	ck_assert_uint_eq(ts_fault_calls(TIER_FAULT_DIRECT_PROBE), 2);
 	ck_assert_int_eq(rmdir(dir), 0);
 	free(dir);
 }
@@ -751,18 +751,18 @@ static unsigned hammer(enum tier_fault_site site)
 
 START_TEST(concurrent_exact_count)
 {
-	ck_assert_int_eq(tier_fault_arm(QUIET_SITE, 100, 50, -EBUSY), 0);
+	ck_assert_int_eq(ts_fault_arm(QUIET_SITE, 100, 50, -EBUSY), 0);
 	ck_assert_uint_eq(hammer(QUIET_SITE), 50);
-	ck_assert_uint_eq(tier_fault_calls(QUIET_SITE), HAMMER_THREADS * HAMMER_CALLS);
-	ck_assert_uint_eq(tier_fault_fired(QUIET_SITE), 50);
+	ck_assert_uint_eq(ts_fault_calls(QUIET_SITE), HAMMER_THREADS * HAMMER_CALLS);
+	ck_assert_uint_eq(ts_fault_fired(QUIET_SITE), 50);
 }
 END_TEST
 
 START_TEST(concurrent_persistent)
 {
-	ck_assert_int_eq(tier_fault_arm(QUIET_SITE, 1000, TIER_FAULT_PERSISTENT, -EBUSY), 0);
+	ck_assert_int_eq(ts_fault_arm(QUIET_SITE, 1000, TIER_FAULT_PERSISTENT, -EBUSY), 0);
 	ck_assert_uint_eq(hammer(QUIET_SITE), HAMMER_THREADS * HAMMER_CALLS - 999);
-	ck_assert_uint_eq(tier_fault_fired(QUIET_SITE), HAMMER_THREADS * HAMMER_CALLS - 999);
+	ck_assert_uint_eq(ts_fault_fired(QUIET_SITE), HAMMER_THREADS * HAMMER_CALLS - 999);
 }
 END_TEST
 
@@ -822,7 +822,7 @@ static Suite *fault_suite(void)
 
 int main(void)
 {
-	if (!tier_fault_available())
+	if (!ts_fault_available())
 		exit(T_EXIT_SKIP);
 	return t_run_suite(fault_suite());
 }

@@ -120,13 +120,13 @@ static bool moves_data(const struct hbm_ops *ops)
 
 static void setup(void)
 {
-	tier_fault_reset_all();
-	tier_err_clear();
+	ts_fault_reset_all();
+	ts_err_clear();
 }
 
 static void teardown(void)
 {
-	tier_fault_reset_all();
+	ts_fault_reset_all();
 }
 
 /* ----------------------------------------------------------- recording */
@@ -413,7 +413,7 @@ START_TEST(test_registry_invalid)
 		t.version = 0;
 	else
 		t.version = 2;
-	tier_err_clear();
+	ts_err_clear();
 	rc = hbm_backend_register(&t);
 	ck_assert_msg(rc == -EINVAL, "%s: %d (%s)", c->what, rc, tier_strerror(rc));
 	ck_assert_msg(strstr(tier_last_error(), c->needle), "%s: the detail should name '%s': %s",
@@ -972,7 +972,7 @@ START_TEST(test_copy_fault)
 		submit(ops, d, r, &o[n++], HBM_H2D, (uint64_t)k * len, a, len);
 	rec_wait(r, n);
 	/* Counting restarts at arming: the 3rd copy from here fails, o[N + 2] either way. */
-	tier_fault_arm(TIER_FAULT_HBM_COPY, 3, 1, err);
+	ts_fault_arm(TIER_FAULT_HBM_COPY, 3, 1, err);
 	if (dir == HBM_H2D)
 		for (int k = 0; k < N; k++)
 			submit(ops, d, r, &o[n++], HBM_H2D, (uint64_t)k * len, b, len);
@@ -980,7 +980,7 @@ START_TEST(test_copy_fault)
 	for (int k = 0; k < N; k++)
 		submit(ops, d, r, &o[n++], HBM_D2H, (uint64_t)k * len, in[k], len);
 	rec_wait(r, n);
-	ck_assert_uint_eq(tier_fault_fired(TIER_FAULT_HBM_COPY), 1);
+	ck_assert_uint_eq(ts_fault_fired(TIER_FAULT_HBM_COPY), 1);
 	rec_check(r);
 	for (unsigned k = 0; k < n; k++) {
 		if (k == N + 2) {
@@ -1043,19 +1043,19 @@ START_TEST(test_open_fault)
 	struct hbm_dev *d = (struct hbm_dev *)&p;
 	int rc;
 
-	tier_fault_arm(c->site, c->nth, 1, c->err);
+	ts_fault_arm(c->site, c->nth, 1, c->err);
 	rc = ops->open(&p, &d);
-	if (tier_fault_fired(c->site) == 0) {
+	if (ts_fault_fired(c->site) == 0) {
 		/* The null backend has a single thread: there is no 2nd to fail. */
 		ck_assert_msg(rc == 0, "%s", tier_last_error());
 		ck_assert_msg(c->site == TIER_FAULT_THREAD_CREATE && c->nth > 1,
-			      "%s: site %s never reached", ops->name, tier_fault_site_name(c->site));
+			      "%s: site %s never reached", ops->name, ts_fault_site_name(c->site));
 		ops->close(d);
 		return;
 	}
-	ck_assert_uint_eq(tier_fault_fired(c->site), 1);
+	ck_assert_uint_eq(ts_fault_fired(c->site), 1);
 	ck_assert_msg(rc == c->err, "%s: %s at %u: %d (%s)", ops->name,
-		      tier_fault_site_name(c->site), c->nth, rc, tier_last_error());
+		      ts_fault_site_name(c->site), c->nth, rc, tier_last_error());
 	ck_assert_ptr_null(d);
 	ck_assert_msg(strstr(tier_last_error(), c->needle) &&
 		      strstr(tier_last_error(), tier_strerror(c->err)),

@@ -42,22 +42,22 @@ static char *g_dir;   /* scratch: the stats directory and the NVMe path */
 
 static void setup(void)
 {
-	tier_fault_reset_all();
-	tier_err_clear();
+	ts_fault_reset_all();
+	ts_err_clear();
 	g_dir = t_mkdtemp();
 	ck_assert_int_eq(setenv("TIER_STATS_DIR", g_dir, 1), 0);
 	unsetenv("TIER_STATS");
 	unsetenv("TIER_STATS_INTERVAL");
-	tier_options_reload();
+	ts_options_reload();
 }
 
 static void teardown(void)
 {
-	tier_fault_reset_all();
+	ts_fault_reset_all();
 	unsetenv("TIER_STATS_DIR");
 	unsetenv("TIER_STATS");
 	unsetenv("TIER_STATS_INTERVAL");
-	tier_options_reload();
+	ts_options_reload();
 	t_rmtree(g_dir);
 	free(g_dir);
 	g_dir = NULL;
@@ -225,7 +225,7 @@ static void do_work(struct tier_store *s, unsigned nobj, uint64_t size)
 		memset(buf, (int)(i + 1), size);
 		ck_assert(memcmp(buf, back, size) == 0);
 	}
-	ck_assert_int_eq(tier_flush(s), 0);
+	ck_assert_int_eq(tier_store_flush(s), 0);
 	free(buf);
 	free(back);
 }
@@ -302,12 +302,12 @@ START_TEST(tier_stat_matches_store)
 			snprintf(name, sizeof(name), "obj%u", i);
 			ob = tier_obj_find(w.s, name);
 			ck_assert_ptr_nonnull(ob);
-			ck_assert_int_eq(tier_acquire(w.s, ob, TIER_HBM, TIER_READ | (i == 8 ? TIER_WRITE : 0),
+			ck_assert_int_eq(tier_obj_acquire(w.s, ob, TIER_HBM, TIER_ACQUIRE_READ | (i == 8 ? TIER_ACQUIRE_WRITE : 0),
 						      &p), 0);
-			ck_assert_int_eq(tier_release(w.s, ob, TIER_HBM, i == 8), 0);
+			ck_assert_int_eq(tier_obj_release(w.s, ob, TIER_HBM, i == 8), 0);
 		}
 	}
-	ck_assert_int_eq(tier_flush(w.s), 0);
+	ck_assert_int_eq(tier_store_flush(w.s), 0);
 
 	tier_optim_params_init(&hp);
 	hp.shard_size = 64 * KiB;
@@ -436,7 +436,7 @@ START_TEST(stats_off)
 	struct world w;
 
 	ck_assert_int_eq(setenv("TIER_STATS", "off", 1), 0);
-	tier_options_reload();
+	ts_options_reload();
 	world_open(&w, "off", 1 * MiB, false);
 	ck_assert_ptr_null(tier_store_stats_path(w.s));
 	ck_assert_int_eq(tier_store_publish_stats(w.s), -ENOENT);
@@ -453,7 +453,7 @@ START_TEST(segment_create_fails)
 	char missing[4200];
 
 	NEED_FAULTS();
-	ck_assert_int_eq(tier_fault_arm(TIER_FAULT_STATS_OPEN, 1, 1, -EMFILE), 0);
+	ck_assert_int_eq(ts_fault_arm(TIER_FAULT_STATS_OPEN, 1, 1, -EMFILE), 0);
 	world_open(&w, "nofile", 1 * MiB, false);
 	ck_assert_ptr_null(tier_store_stats_path(w.s));
 	do_work(w.s, 2, 64 * KiB);
@@ -461,7 +461,7 @@ START_TEST(segment_create_fails)
 
 	snprintf(missing, sizeof(missing), "%s/no/such/dir", g_dir);
 	ck_assert_int_eq(setenv("TIER_STATS_DIR", missing, 1), 0);
-	tier_options_reload();
+	ts_options_reload();
 	world_open(&w, "nodir", 1 * MiB, false);
 	ck_assert_ptr_null(tier_store_stats_path(w.s));
 	do_work(w.s, 2, 64 * KiB);
@@ -543,20 +543,20 @@ START_TEST(path_error_counters)
 	o = tier_obj_find(w.s, "obj0");
 	ck_assert_ptr_nonnull(o);
 
-	ck_assert_int_eq(tier_fault_arm(TIER_FAULT_NVME_BITFLIP, 1, 1, -EIO), 0); /* the errno is not used */
+	ck_assert_int_eq(ts_fault_arm(TIER_FAULT_NVME_BITFLIP, 1, 1, -EIO), 0); /* the errno is not used */
 	rc = tier_obj_read(w.s, o, 0, 256 * KiB, buf);
 	ck_assert_msg(rc == -EBADMSG, "a flipped bit read back: %d", rc);
-	tier_fault_reset_all();
+	ts_fault_reset_all();
 	ck_assert_int_eq(tier_store_publish_stats(w.s), 0);
 	ck_assert_int_eq(tier_live_open(tier_store_stats_path(w.s), &l), 0);
 	ck_assert_int_eq(tier_live_read(l, a), 0);
 	ck_assert_uint_eq(a->path[0].csum_errors, 1);
 	ck_assert_uint_eq(a->path[0].errors, 0);
 
-	ck_assert_int_eq(tier_fault_arm(TIER_FAULT_NVME_IO_ERR, 1, 1, -EIO), 0);
+	ck_assert_int_eq(ts_fault_arm(TIER_FAULT_NVME_IO_ERR, 1, 1, -EIO), 0);
 	rc = tier_obj_read(w.s, o, 0, 256 * KiB, buf);
 	ck_assert_msg(rc == -EIO, "a failed device read: %d", rc);
-	tier_fault_reset_all();
+	ts_fault_reset_all();
 	ck_assert_int_eq(tier_store_publish_stats(w.s), 0);
 	ck_assert_int_eq(tier_live_read(l, a), 0);
 	ck_assert_uint_eq(a->path[0].errors, 1);
@@ -633,7 +633,7 @@ START_TEST(no_torn_snapshot)
 
 	ck_assert_ptr_nonnull(a);
 	ck_assert_int_eq(setenv("TIER_STATS_INTERVAL", "10", 1), 0);
-	tier_options_reload();
+	ts_options_reload();
 	world_open(&w, "churn", 512 * KiB, false);
 	c.s = w.s;
 	ck_assert_int_eq(tier_live_open(tier_store_stats_path(w.s), &l), 0);

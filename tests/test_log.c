@@ -2,11 +2,11 @@
  * test_log.c - logging by level and subsystem (common/log.c).
  *
  * Covers:
- *  - tier_log_level_parse() and tier_log_level_name();
- *  - tier_log_mask_parse(): lists, "all", "^list" exclusions, and the bad
- *    word reported in @bad; tier_subsys_name();
+ *  - ts_log_level_parse() and ts_log_level_name();
+ *  - ts_log_mask_parse(): lists, "all", "^list" exclusions, and the bad
+ *    word reported in @bad; ts_subsys_name();
  *  - tier_log_enabled() against the level and the subsystem mask;
- *  - the line format through tier_log_set_sink(): "tierstore[PID] LEVEL
+ *  - the line format through ts_log_set_sink(): "tierstore[PID] LEVEL
  *    SUBSYS: message", with "(file.c:LINE)" on errors and warnings only;
  *  - that a disabled level or subsystem produces nothing and does not even
  *    evaluate the arguments;
@@ -67,25 +67,25 @@ static uint32_t g_saved_mask;
 
 static void setup(void)
 {
-	g_saved_level = atomic_load(&tier_log_level_g);
-	g_saved_mask = atomic_load(&tier_log_mask_g);
-	atomic_store(&tier_log_level_g, TIER_LL_WARN);
-	atomic_store(&tier_log_mask_g, TIER_SS_ALL);
+	g_saved_level = atomic_load(&ts_log_level_g);
+	g_saved_mask = atomic_load(&ts_log_mask_g);
+	atomic_store(&ts_log_level_g, TIER_LL_WARN);
+	atomic_store(&ts_log_mask_g, TIER_SS_ALL);
 	g_cap.n = 0;
-	tier_log_set_sink(capture_sink, &g_cap);
+	ts_log_set_sink(capture_sink, &g_cap);
 }
 
 static void teardown(void)
 {
-	tier_log_set_sink(NULL, NULL);
-	atomic_store(&tier_log_level_g, g_saved_level);
-	atomic_store(&tier_log_mask_g, g_saved_mask);
+	ts_log_set_sink(NULL, NULL);
+	atomic_store(&ts_log_level_g, g_saved_level);
+	atomic_store(&ts_log_mask_g, g_saved_mask);
 }
 
 static void set_log(int level, uint32_t mask)
 {
-	atomic_store(&tier_log_level_g, level);
-	atomic_store(&tier_log_mask_g, mask);
+	atomic_store(&ts_log_level_g, level);
+	atomic_store(&ts_log_mask_g, mask);
 }
 
 /* ------------------------------------------------------ levels and masks */
@@ -115,8 +115,8 @@ START_TEST(level_parse)
 {
 	const struct level_case *c = &level_cases[_i];
 
-	ck_assert_msg(tier_log_level_parse(c->in) == c->want, "'%s': got %d, want %d",
-		      c->in, tier_log_level_parse(c->in), c->want);
+	ck_assert_msg(ts_log_level_parse(c->in) == c->want, "'%s': got %d, want %d",
+		      c->in, ts_log_level_parse(c->in), c->want);
 }
 END_TEST
 
@@ -125,11 +125,11 @@ START_TEST(level_name)
 	static const char *const names[] = { "error", "warn", "info", "debug", "trace" };
 
 	for (int i = 0; i < (int)ARRAY_SIZE(names); i++) {
-		ck_assert_str_eq(tier_log_level_name(i), names[i]);
-		ck_assert_int_eq(tier_log_level_parse(tier_log_level_name(i)), i);
+		ck_assert_str_eq(ts_log_level_name(i), names[i]);
+		ck_assert_int_eq(ts_log_level_parse(ts_log_level_name(i)), i);
 	}
-	ck_assert_str_eq(tier_log_level_name(-1), "?");
-	ck_assert_str_eq(tier_log_level_name(TIER_LL_TRACE + 1), "?");
+	ck_assert_str_eq(ts_log_level_name(-1), "?");
+	ck_assert_str_eq(ts_log_level_name(TIER_LL_TRACE + 1), "?");
 }
 END_TEST
 
@@ -168,7 +168,7 @@ START_TEST(mask_parse)
 	char bad[64] = "untouched";
 	int rc;
 
-	rc = tier_log_mask_parse(c->in, &mask, bad, sizeof(bad));
+	rc = ts_log_mask_parse(c->in, &mask, bad, sizeof(bad));
 	ck_assert_msg(rc == c->rc, "'%s': rc %d, want %d", c->in, rc, c->rc);
 	if (rc == 0) {
 		ck_assert_msg(mask == c->want, "'%s': mask %#x, want %#x", c->in,
@@ -186,9 +186,9 @@ START_TEST(mask_parse_bad_buffer)
 	uint32_t mask;
 	char bad[4];
 
-	ck_assert_int_eq(tier_log_mask_parse("nvme,prefetchx", &mask, NULL, 0), -EINVAL);
+	ck_assert_int_eq(ts_log_mask_parse("nvme,prefetchx", &mask, NULL, 0), -EINVAL);
 	memset(bad, 'x', sizeof(bad));
-	ck_assert_int_eq(tier_log_mask_parse("nvme,prefetchx", &mask, bad, sizeof(bad)), -EINVAL);
+	ck_assert_int_eq(ts_log_mask_parse("nvme,prefetchx", &mask, bad, sizeof(bad)), -EINVAL);
 	ck_assert_str_eq(bad, "pre");
 }
 END_TEST
@@ -204,13 +204,13 @@ START_TEST(subsys_names)
 	for (int i = 0; i < TIER_SSB__COUNT; i++) {
 		uint32_t mask = 0;
 
-		ck_assert_str_eq(tier_subsys_name(1u << i), names[i]);
-		ck_assert_int_eq(tier_log_mask_parse(names[i], &mask, NULL, 0), 0);
+		ck_assert_str_eq(ts_subsys_name(1u << i), names[i]);
+		ck_assert_int_eq(ts_log_mask_parse(names[i], &mask, NULL, 0), 0);
 		ck_assert_uint_eq(mask, 1u << i);
 	}
-	ck_assert_str_eq(tier_subsys_name(0), "?");
-	ck_assert_str_eq(tier_subsys_name(TIER_SS_NVME | TIER_SS_DRAM), "?");
-	ck_assert_str_eq(tier_subsys_name(1u << TIER_SSB__COUNT), "?");
+	ck_assert_str_eq(ts_subsys_name(0), "?");
+	ck_assert_str_eq(ts_subsys_name(TIER_SS_NVME | TIER_SS_DRAM), "?");
+	ck_assert_str_eq(ts_subsys_name(1u << TIER_SSB__COUNT), "?");
 }
 END_TEST
 
@@ -382,7 +382,7 @@ START_TEST(stderr_output)
 	int saved, line;
 
 	ck_assert_ptr_nonnull(f);
-	tier_log_set_sink(NULL, NULL);
+	ts_log_set_sink(NULL, NULL);
 	saved = stderr_to(f);
 	line = __LINE__ + 1;
 	TIER_ERROR(TIER_SS_HBM, "no device %d", 7);
@@ -423,7 +423,7 @@ START_TEST(stderr_lines_whole)
 	int saved, lines = 0;
 
 	ck_assert_ptr_nonnull(f);
-	tier_log_set_sink(NULL, NULL);
+	ts_log_set_sink(NULL, NULL);
 	saved = stderr_to(f);
 	for (unsigned i = 0; i < LOG_THREADS; i++)
 		ck_assert_int_eq(pthread_create(&th[i], NULL, log_thread, (void *)(uintptr_t)i), 0);

@@ -518,7 +518,7 @@ START_TEST(test_default)
 	if (asprintf(&data, "%s/data", g_dir) < 0)
 		ck_abort();
 	setenv("TIER_DATA", data, 1);
-	tier_options_reload();
+	ts_options_reload();
 	ck_assert_int_eq(tier_manifest_default_text(&text), 0);
 	ck_assert_ptr_nonnull(strstr(text, data));
 	ck_assert_msg(tier_manifest_default(&m) == 0, "%s", tier_last_error());
@@ -538,7 +538,7 @@ START_TEST(test_default)
 
 	/* A cap from the options table is honoured. */
 	setenv("TIER_NVME_MAX", "100MiB", 1);
-	tier_options_reload();
+	ts_options_reload();
 	ck_assert_int_eq(tier_manifest_default(&m), 0);
 	ck_assert_uint_eq(manifest_config(m)->paths[0].capacity, 100u << 20);
 	tier_manifest_free(m);
@@ -673,16 +673,16 @@ START_TEST(test_fault_sites)
 	struct tier_manifest *m = NULL;
 	int rc;
 
-	if (!tier_fault_available())
+	if (!ts_fault_available())
 		return;
-	tier_fault_arm(fc->site, 1, TIER_FAULT_PERSISTENT, fc->err);
+	ts_fault_arm(fc->site, 1, TIER_FAULT_PERSISTENT, fc->err);
 	rc = load_text(SMALL "nvme:\n  paths:\n    - {path: \"${T}/\", capacity: 1MiB}\n", &m);
-	ck_assert_msg(rc != 0, "site %s: parse succeeded", tier_fault_site_name(fc->site));
+	ck_assert_msg(rc != 0, "site %s: parse succeeded", ts_fault_site_name(fc->site));
 	ck_assert_ptr_null(m);
-	ck_assert_uint_ge(tier_fault_fired(fc->site), 1);
+	ck_assert_uint_ge(ts_fault_fired(fc->site), 1);
 	ck_assert_msg(strstr(tier_last_error(), fc->needle), "site %s: '%s' not in: %s",
-		      tier_fault_site_name(fc->site), fc->needle, tier_last_error());
-	tier_fault_disarm(fc->site);
+		      ts_fault_site_name(fc->site), fc->needle, tier_last_error());
+	ts_fault_disarm(fc->site);
 }
 END_TEST
 
@@ -697,15 +697,15 @@ START_TEST(test_alloc_fail_nth)
 			   "    - {path: \"${T}/b.dat\", capacity: 1MiB}\n";
 	uint64_t n;
 
-	if (!tier_fault_available())
+	if (!ts_fault_available())
 		return;
 	for (n = 1; n < 1000; n++) {
 		struct tier_manifest *m = NULL;
 		int rc;
 
-		tier_fault_arm(TIER_FAULT_ALLOC, n, 1, -ENOMEM);
+		ts_fault_arm(TIER_FAULT_ALLOC, n, 1, -ENOMEM);
 		rc = load_text(text, &m);
-		if (tier_fault_fired(TIER_FAULT_ALLOC) == 0) {
+		if (ts_fault_fired(TIER_FAULT_ALLOC) == 0) {
 			ck_assert_msg(rc == 0, "clean run failed: %s", tier_last_error());
 			tier_manifest_free(m);
 			break;
@@ -717,7 +717,7 @@ START_TEST(test_alloc_fail_nth)
 	}
 	ck_assert_uint_gt(n, 3);
 	ck_assert_uint_lt(n, 1000);
-	tier_fault_disarm(TIER_FAULT_ALLOC);
+	ts_fault_disarm(TIER_FAULT_ALLOC);
 }
 END_TEST
 

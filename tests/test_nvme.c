@@ -82,8 +82,8 @@ static void setup(void)
 {
 	char p[4096];
 
-	tier_fault_reset_all();
-	tier_err_clear();
+	ts_fault_reset_all();
+	ts_err_clear();
 	g_dir = t_mkdtemp();
 	setenv("T", g_dir, 1);
 	for (int i = 0; i < 3; i++) {
@@ -94,7 +94,7 @@ static void setup(void)
 
 static void teardown(void)
 {
-	tier_fault_reset_all();
+	ts_fault_reset_all();
 	t_rmtree(g_dir);
 	free(g_dir);
 	g_dir = NULL;
@@ -811,9 +811,9 @@ START_TEST(test_header_read_error_on_foreign_file)
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(write(fd, want, len), (ssize_t)len);
 	close(fd);
-	tier_fault_arm(TIER_FAULT_NVME_HEADER, 1, 1, -EIO);   /* the read, not the write */
+	ts_fault_arm(TIER_FAULT_NVME_HEADER, 1, 1, -EIO);   /* the read, not the write */
 	rc = tier_nvme_open(m, TIER_NVME_SCRATCH, &t);
-	ck_assert_uint_eq(tier_fault_fired(TIER_FAULT_NVME_HEADER), 1);
+	ck_assert_uint_eq(ts_fault_fired(TIER_FAULT_NVME_HEADER), 1);
 	if (rc == 0)
 		tier_nvme_close(t);
 	fd = open(file_of(m, 0), O_RDONLY | O_CLOEXEC);
@@ -1560,8 +1560,8 @@ START_TEST(test_close_drains)
 	uint64_t s = 77;
 
 	fill_rand(wb, NW * 64 * KiB, &s);
-	if (tier_fault_available())
-		tier_fault_arm(TIER_FAULT_NVME_DELAY, 2, 3, -EIO);  /* a few slow completions */
+	if (ts_fault_available())
+		ts_fault_arm(TIER_FAULT_NVME_DELAY, 2, 3, -EIO);  /* a few slow completions */
 	for (int i = 0; i < NW + NR; i++) {
 		int rc;
 
@@ -1701,7 +1701,7 @@ START_TEST(test_bitflip)
 
 	fill_rand(ref, 4 * FU, &s);
 	xwrite(t, ob, 0, 4 * FU, ref);
-	tier_fault_arm(TIER_FAULT_NVME_BITFLIP, 1, 1, -EIO);  /* the errno is not used */
+	ts_fault_arm(TIER_FAULT_NVME_BITFLIP, 1, 1, -EIO);  /* the errno is not used */
 	if (c->op == TIER_IO_READ) {
 		memset(b, 0, 4 * FU + 64);
 		rc = tier_nvme_read(t, ob, c->off, c->len, b + c->mis);
@@ -1709,8 +1709,8 @@ START_TEST(test_bitflip)
 		fill_rand(b + c->mis, c->len, &s);
 		rc = tier_nvme_write(t, ob, c->off, c->len, b + c->mis);
 	}
-	ck_assert_uint_eq(tier_fault_fired(TIER_FAULT_NVME_BITFLIP), 1);
-	tier_fault_disarm(TIER_FAULT_NVME_BITFLIP);
+	ck_assert_uint_eq(ts_fault_fired(TIER_FAULT_NVME_BITFLIP), 1);
+	ts_fault_disarm(TIER_FAULT_NVME_BITFLIP);
 	ck_assert_msg(rc == c->want, "%s: %d (%s), expected %d: %s", c->name, rc, tier_strerror(rc),
 		      c->want, tier_last_error());
 	tier_nvme_get_stats(t, &st);
@@ -1772,9 +1772,9 @@ START_TEST(test_bitflip_stays_in_request)
 	fill_rand(ref, FU, &s);
 	xwrite(t, ob, 0, FU, ref);
 	memset(b, 0xAA, FU);
-	tier_fault_arm(TIER_FAULT_NVME_BITFLIP, 1, 1, -EIO);
+	ts_fault_arm(TIER_FAULT_NVME_BITFLIP, 1, 1, -EIO);
 	xread(t, ob, 0, 4096, b);      /* one aligned block of the unit */
-	ck_assert_uint_eq(tier_fault_fired(TIER_FAULT_NVME_BITFLIP), 1);
+	ck_assert_uint_eq(ts_fault_fired(TIER_FAULT_NVME_BITFLIP), 1);
 	for (uint64_t i = 4096; i < FU; i++)
 		if (b[i] != 0xAA)
 			ck_abort_msg("REGRESSION: a read of bytes [0, 4096) changed the caller's byte %llu "
@@ -1844,7 +1844,7 @@ START_TEST(test_io_errors)
 	fill_rand(a, size, &s);
 	xwrite(t, ob, 0, size, a);
 	memcpy(img, a, size);
-	tier_fault_arm(TIER_FAULT_NVME_IO_ERR, c->nth, c->count, c->err);
+	ts_fault_arm(TIER_FAULT_NVME_IO_ERR, c->nth, c->count, c->err);
 	if (c->op == TIER_IO_WRITE) {
 		unsigned char *src = c->partial ? b + 1 : b;
 
@@ -1854,8 +1854,8 @@ START_TEST(test_io_errors)
 	} else {
 		rc = tier_nvme_read(t, ob, off, len, b + (c->partial ? 1 : 0));
 	}
-	ck_assert_uint_ge(tier_fault_fired(TIER_FAULT_NVME_IO_ERR), 1);
-	tier_fault_disarm(TIER_FAULT_NVME_IO_ERR);
+	ck_assert_uint_ge(ts_fault_fired(TIER_FAULT_NVME_IO_ERR), 1);
+	ts_fault_disarm(TIER_FAULT_NVME_IO_ERR);
 	ck_assert_msg(rc == c->want, "%s: %d (%s), expected %d: %s", c->name, rc, tier_strerror(rc),
 		      c->want, tier_last_error());
 	tier_nvme_get_stats(t, &st);
@@ -1871,7 +1871,7 @@ START_TEST(test_io_errors)
 		ck_assert_uint_eq(st.errors, 1);
 	} else {
 		ck_assert_uint_eq(st.errors, 0);
-		ck_assert_uint_eq(st.retries, tier_fault_fired(TIER_FAULT_NVME_IO_ERR));
+		ck_assert_uint_eq(st.retries, ts_fault_fired(TIER_FAULT_NVME_IO_ERR));
 		if (c->op == TIER_IO_READ)
 			assert_same(b + (c->partial ? 1 : 0), a + off, len, c->name);
 	}
@@ -1940,7 +1940,7 @@ START_TEST(test_short_transfers)
 
 	fill_rand(ref, size, &s);
 	xwrite(t, ob, 0, size, ref);
-	tier_fault_arm(TIER_FAULT_NVME_SHORT, 1, c->count, -EIO);
+	ts_fault_arm(TIER_FAULT_NVME_SHORT, 1, c->count, -EIO);
 	if (c->op == TIER_IO_WRITE) {
 		fill_rand(b + c->mis, c->len, &s);
 		memcpy(ref + c->off, b + c->mis, c->len);
@@ -1949,8 +1949,8 @@ START_TEST(test_short_transfers)
 		xread(t, ob, c->off, c->len, b + c->mis);
 		assert_same(b + c->mis, ref + c->off, c->len, c->name);
 	}
-	ck_assert_uint_eq(tier_fault_fired(TIER_FAULT_NVME_SHORT), (uint64_t)c->count);
-	tier_fault_disarm(TIER_FAULT_NVME_SHORT);
+	ck_assert_uint_eq(ts_fault_fired(TIER_FAULT_NVME_SHORT), (uint64_t)c->count);
+	ts_fault_disarm(TIER_FAULT_NVME_SHORT);
 	tier_nvme_get_stats(t, &st);
 	ck_assert_uint_eq(st.short_ios, (uint64_t)c->count);
 	ck_assert_uint_eq(st.errors, 0);
@@ -1974,11 +1974,11 @@ START_TEST(test_delay)
 	uint64_t s = 41;
 
 	fill_rand(ref, size, &s);
-	tier_fault_arm(TIER_FAULT_NVME_DELAY, 2, 6, -EIO);
+	ts_fault_arm(TIER_FAULT_NVME_DELAY, 2, 6, -EIO);
 	xwrite(t, ob, 0, size, ref);
 	check_range(t, ob, ref, 0, size);
 	check_range(t, ob, ref, 12345, 100000);
-	ck_assert_uint_eq(tier_fault_fired(TIER_FAULT_NVME_DELAY), 6);
+	ck_assert_uint_eq(ts_fault_fired(TIER_FAULT_NVME_DELAY), 6);
 	close_tier(t);
 	free(ref);
 	tier_manifest_free(m);
@@ -2023,8 +2023,8 @@ START_TEST(test_submit_fails)
 	waiter_init(&w);
 	fill_rand(ref, size, &s);
 	if (c->after_short)
-		tier_fault_arm(TIER_FAULT_NVME_SHORT, 1, 1, -EIO);
-	tier_fault_arm(TIER_FAULT_NVME_SUBMIT, c->nth, c->count, c->err);
+		ts_fault_arm(TIER_FAULT_NVME_SHORT, 1, 1, -EIO);
+	ts_fault_arm(TIER_FAULT_NVME_SUBMIT, c->nth, c->count, c->err);
 	/* Write until a request gets through; each failure is the injected errno. */
 	for (tries = 0; tries < 20; tries++) {
 		if (c->via_cb) {
@@ -2055,7 +2055,7 @@ START_TEST(test_submit_fails)
 	ck_assert_msg(rc == 0, "%s: no write got through after %d tries", c->name, tries);
 	ck_assert_int_ge(failed, 1);
 	ck_assert_uint_le((uint64_t)failed, (uint64_t)c->count);
-	ck_assert_uint_eq(tier_fault_fired(TIER_FAULT_NVME_SUBMIT), (uint64_t)c->count);
+	ck_assert_uint_eq(ts_fault_fired(TIER_FAULT_NVME_SUBMIT), (uint64_t)c->count);
 	/* Later requests work, on every path. */
 	xwrite(t, ob, 0, size, ref);
 	xread(t, ob, 0, size, b);
@@ -2103,18 +2103,18 @@ START_TEST(test_open_faults)
 	char idx[16];
 	int rc;
 
-	tier_fault_arm(c->site, c->nth, 1, c->err);
+	ts_fault_arm(c->site, c->nth, 1, c->err);
 	rc = tier_nvme_open(m, TIER_NVME_SCRATCH, &t);
-	ck_assert_uint_eq(tier_fault_fired(c->site), 1);
+	ck_assert_uint_eq(ts_fault_fired(c->site), 1);
 	ck_assert_msg(rc == c->err, "%s at call %u: %d (%s), expected %d: %s",
-		      tier_fault_site_name(c->site), c->nth, rc, tier_strerror(rc), c->err,
+		      ts_fault_site_name(c->site), c->nth, rc, tier_strerror(rc), c->err,
 		      tier_last_error());
 	ck_assert_ptr_null(t);
 	d = tier_last_error();
 	snprintf(idx, sizeof(idx), "nvme%u", c->nth - 1);
 	ck_assert_msg(strstr(d, file_of(m, c->nth - 1)) && strstr(d, idx) && strstr(d, c->needle) &&
 		      strstr(d, tier_strerror(c->err)),
-		      "%s: the detail should name %s (%s): %s", tier_fault_site_name(c->site),
+		      "%s: the detail should name %s (%s): %s", ts_fault_site_name(c->site),
 		      file_of(m, c->nth - 1), idx, d);
 	/* A failed scratch open leaves no file behind. */
 	ck_assert_int_eq(files_left(), 0);
@@ -2139,7 +2139,7 @@ START_TEST(test_mkdir_fault)
 	snprintf(dir, sizeof(dir), "%s/new/deeper", g_dir);
 	ck_assert_msg(tier_manifest_parse(text, strlen(text), "mkdir.yaml", 0, &m) == 0, "%s",
 		      tier_last_error());
-	tier_fault_arm(TIER_FAULT_MKDIR, 1, 1, -EACCES);
+	ts_fault_arm(TIER_FAULT_MKDIR, 1, 1, -EACCES);
 	rc = tier_nvme_open(m, TIER_NVME_SCRATCH, &t);
 	ck_assert_int_eq(rc, -EACCES);
 	ck_assert_ptr_null(t);
@@ -2167,13 +2167,13 @@ START_TEST(test_register_refused)
 	uint64_t s = 61;
 
 	if (at_open)
-		tier_fault_arm(TIER_FAULT_NVME_REGISTER, 1, TIER_FAULT_PERSISTENT, -ENOMEM);
+		ts_fault_arm(TIER_FAULT_NVME_REGISTER, 1, TIER_FAULT_PERSISTENT, -ENOMEM);
 	t = open_tier(m, TIER_NVME_SCRATCH);
 	if (!at_open)
-		tier_fault_arm(TIER_FAULT_NVME_REGISTER, 1, TIER_FAULT_PERSISTENT, -ENOMEM);
+		ts_fault_arm(TIER_FAULT_NVME_REGISTER, 1, TIER_FAULT_PERSISTENT, -ENOMEM);
 	ob = make_obj(t, "reg", 1 * MiB);
 	ck_assert_int_eq(tier_nvme_register_buffer(t, big, 2 * MiB), 0);
-	ck_assert_uint_ge(tier_fault_fired(TIER_FAULT_NVME_REGISTER), 1);
+	ck_assert_uint_ge(ts_fault_fired(TIER_FAULT_NVME_REGISTER), 1);
 	/* Once refused, later registrations say 0 without trying. */
 	ck_assert_int_eq(tier_nvme_register_buffer(t, ref, 1 * MiB), 0);
 	fill_rand(big, 1 * MiB, &s);
@@ -2181,7 +2181,7 @@ START_TEST(test_register_refused)
 	xread(t, ob, 0, 1 * MiB, big + 1 * MiB);
 	assert_same(big + 1 * MiB, big, 1 * MiB, "I/O after registration was refused");
 	memcpy(ref, big, 1 * MiB);
-	tier_fault_disarm(TIER_FAULT_NVME_REGISTER);
+	ts_fault_disarm(TIER_FAULT_NVME_REGISTER);
 	random_ops(t, ob, ref, 64 * KiB, &s, 20);
 	close_tier(t);
 	free(big);
@@ -2217,7 +2217,7 @@ static int alloc_run(uint64_t n)
 	int rc;
 
 	fill_rand(a, size + 1, &s);
-	tier_fault_arm(TIER_FAULT_ALLOC, n, 1, -ENOMEM);
+	ts_fault_arm(TIER_FAULT_ALLOC, n, 1, -ENOMEM);
 	rc = tier_nvme_open(g_alloc_m, TIER_NVME_SCRATCH, &t);
 	if (rc) {
 		bad = t != NULL;
@@ -2250,7 +2250,7 @@ out:
 			tier_strerror(rc), tier_last_error());
 		bad = true;
 	}
-	if (rc && tier_fault_fired(TIER_FAULT_ALLOC) == 0) {
+	if (rc && ts_fault_fired(TIER_FAULT_ALLOC) == 0) {
 		fprintf(stderr, "alloc %llu: %s failed with nothing injected: %s\n", U64(n), step,
 			tier_last_error());
 		bad = true;
@@ -2259,7 +2259,7 @@ out:
 	free(b);
 	if (bad)
 		return ALLOC_RUN_BAD;
-	return tier_fault_fired(TIER_FAULT_ALLOC) ? ALLOC_RUN_FAILED_CLEANLY : ALLOC_RUN_CLEAN;
+	return ts_fault_fired(TIER_FAULT_ALLOC) ? ALLOC_RUN_FAILED_CLEANLY : ALLOC_RUN_CLEAN;
 }
 
 START_TEST(test_alloc_fail_nth)
@@ -2339,10 +2339,10 @@ START_TEST(test_write_out_of_memory)
 		fill_rand(src, len, &s);
 		memcpy(img, a, size);
 		memcpy(img + off, src, len);
-		tier_fault_arm(TIER_FAULT_ALLOC, n, 1, -ENOMEM);
+		ts_fault_arm(TIER_FAULT_ALLOC, n, 1, -ENOMEM);
 		rc = tier_nvme_submit_ticket(t, ob, TIER_IO_WRITE, off, len, src, &tk);
-		fired = tier_fault_fired(TIER_FAULT_ALLOC);
-		tier_fault_disarm(TIER_FAULT_ALLOC);
+		fired = ts_fault_fired(TIER_FAULT_ALLOC);
+		ts_fault_disarm(TIER_FAULT_ALLOC);
 		if (rc == 0)
 			rc = tier_ticket_wait(tk);
 		else

@@ -119,13 +119,13 @@ static struct {
 
 static void setup(void)
 {
-	tier_fault_reset_all();
+	ts_fault_reset_all();
 	g_dir = t_mkdtemp();
 }
 
 static void teardown(void)
 {
-	tier_fault_reset_all();
+	ts_fault_reset_all();
 	t_rmtree(g_dir);
 	free(g_dir);
 	g_dir = NULL;
@@ -945,7 +945,7 @@ START_TEST(optim_matrix)
 	uint32_t nshards;
 	uint64_t seed = 77 + (uint64_t)_i;
 
-	if (c->delay && !tier_fault_available()) {
+	if (c->delay && !ts_fault_available()) {
 		fprintf(stderr, "%s: no fault sites in this build; skipped\n", c->name);
 		return;
 	}
@@ -955,7 +955,7 @@ START_TEST(optim_matrix)
 	ck_assert_msg(world_state_bytes(&w) > w.sc.dram, "%s: the state fits DRAM", c->name);
 	check_state(&w, "before the first step");
 	if (c->delay)
-		ck_assert_int_eq(tier_fault_arm(TIER_FAULT_NVME_DELAY, 1, TIER_FAULT_PERSISTENT,
+		ck_assert_int_eq(ts_fault_arm(TIER_FAULT_NVME_DELAY, 1, TIER_FAULT_PERSISTENT,
 						-EIO),
 				 0);
 	for (int k = 0; k < c->steps; k++) {
@@ -996,8 +996,8 @@ START_TEST(optim_matrix)
 		check_state2(&w, when, !c->delay && (k == 0 || k + 1 == c->steps));
 	}
 	if (c->delay) {
-		ck_assert_uint_gt(tier_fault_fired(TIER_FAULT_NVME_DELAY), 0);
-		tier_fault_disarm(TIER_FAULT_NVME_DELAY);
+		ck_assert_uint_gt(ts_fault_fired(TIER_FAULT_NVME_DELAY), 0);
+		ts_fault_disarm(TIER_FAULT_NVME_DELAY);
 		check_state(&w, "after the delayed steps");
 	}
 	if (!c->hbm || c->offload == 1.0)
@@ -1437,14 +1437,14 @@ START_TEST(tier_failure)
 		struct tier_obj *f;
 		void *ptr;
 
-		ck_assert_int_eq(tier_flush(w.s), 0);
+		ck_assert_int_eq(tier_store_flush(w.s), 0);
 		ck_assert_int_eq(tier_obj_create(w.s, "filler", sc.dram, &f), 0);
-		ck_assert_int_eq(tier_acquire(w.s, f, TIER_DRAM, TIER_WRITE | TIER_DISCARD, &ptr), 0);
-		ck_assert_int_eq(tier_release(w.s, f, TIER_DRAM, false), 0);
+		ck_assert_int_eq(tier_obj_acquire(w.s, f, TIER_DRAM, TIER_ACQUIRE_WRITE | TIER_ACQUIRE_DISCARD, &ptr), 0);
+		ck_assert_int_eq(tier_obj_release(w.s, f, TIER_DRAM, false), 0);
 		ck_assert_int_eq(tier_obj_destroy(w.s, f), 0);
-		ck_assert_int_eq(tier_fault_arm(site, 1, 1, -EIO), 0);
+		ck_assert_int_eq(ts_fault_arm(site, 1, 1, -EIO), 0);
 	} else {
-		ck_assert_int_eq(tier_fault_arm(site, 1, TIER_FAULT_PERSISTENT, -EIO), 0);
+		ck_assert_int_eq(ts_fault_arm(site, 1, TIER_FAULT_PERSISTENT, -EIO), 0);
 	}
 	for (size_t i = 0; i < w.np; i++) {
 		g[i] = grad_t(&w.pa[i]);
@@ -1454,8 +1454,8 @@ START_TEST(tier_failure)
 	ck_assert_msg(rc < 0, "%s: a step with a failing fill returned %d", c->name, rc);
 	d = tier_last_error();
 	ck_assert_msg(strchr(d, '#') != NULL, "%s: the detail '%s' names no shard", c->name, d);
-	ck_assert_uint_ge(tier_fault_fired(site), 1);
-	tier_fault_disarm(site);
+	ck_assert_uint_ge(ts_fault_fired(site), 1);
+	ts_fault_disarm(site);
 	if (c->one_fill && c->offload == 1.0)
 		check_state(&w, "after a step whose first fill failed");
 	rc2 = tier_optim_step(w.o, 1e-3, g, out, &r);

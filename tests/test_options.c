@@ -1,6 +1,6 @@
 /*
  * test_options.c - the run-time options table (common/options.c), driven
- * through the environment with setenv() + tier_options_reload().
+ * through the environment with setenv() + ts_options_reload().
  *
  * Covers:
  *  - a valid value for each option type (enum, subsystem list, string,
@@ -87,30 +87,30 @@ static int cap_count(int level, const char *a, const char *b, const char *c)
 static void unset_all(void)
 {
 	for (int i = 0; i < TIER_OPT__COUNT; i++)
-		unsetenv(tier_opt_env((enum tier_opt_id)i));
+		unsetenv(ts_opt_env((enum tier_opt_id)i));
 }
 
 /* Every test starts from the defaults, whatever the caller's environment. */
 static void setup(void)
 {
 	unset_all();
-	tier_log_set_sink(capture_sink, &g_cap);
-	tier_options_reload();
+	ts_log_set_sink(capture_sink, &g_cap);
+	ts_options_reload();
 	g_cap.n = 0;
 }
 
 static void teardown(void)
 {
 	unset_all();
-	tier_options_reload();
-	tier_log_set_sink(NULL, NULL);
+	ts_options_reload();
+	ts_log_set_sink(NULL, NULL);
 }
 
 static void reload_with(const char *env, const char *val)
 {
 	ck_assert_int_eq(setenv(env, val, 1), 0);
 	g_cap.n = 0;
-	tier_options_reload();
+	ts_options_reload();
 }
 
 /* Everything the accessors return for @id, to compare before and after. */
@@ -124,11 +124,11 @@ struct opt_value {
 
 static void opt_get(enum tier_opt_id id, struct opt_value *v)
 {
-	v->i = tier_opt_int(id);
-	v->d = tier_opt_percent(id);
-	v->size = tier_opt_size(id);
-	snprintf(v->s, sizeof(v->s), "%s", tier_opt_str(id));
-	v->from_env = tier_opt_from_env(id);
+	v->i = ts_opt_int(id);
+	v->d = ts_opt_percent(id);
+	v->size = ts_opt_size(id);
+	snprintf(v->s, sizeof(v->s), "%s", ts_opt_str(id));
+	v->from_env = ts_opt_from_env(id);
 }
 
 /* The whole table as tier_options_print() writes it (malloc'd). */
@@ -176,7 +176,7 @@ struct env_ok {
 	const char *env, *val;
 	enum tier_opt_id id;
 	enum kind kind;
-	long long i;          /* K_INT: tier_opt_int() (enum index, mask, int) */
+	long long i;          /* K_INT: ts_opt_int() (enum index, mask, int) */
 	double d;             /* K_PERCENT */
 	unsigned long long size;  /* K_SIZE */
 	const char *s;        /* K_STR */
@@ -214,35 +214,35 @@ START_TEST(env_valid)
 	uint32_t mask;
 	int level;
 
-	ck_assert_str_eq(tier_opt_env(c->id), c->env);
-	ck_assert(!tier_opt_from_env(c->id));
+	ck_assert_str_eq(ts_opt_env(c->id), c->env);
+	ck_assert(!ts_opt_from_env(c->id));
 	reload_with(c->env, c->val);
 
-	ck_assert_msg(tier_opt_from_env(c->id), "%s=%s: not marked as from the environment",
+	ck_assert_msg(ts_opt_from_env(c->id), "%s=%s: not marked as from the environment",
 		      c->env, c->val);
 	switch (c->kind) {
 	case K_INT:
-		ck_assert_msg(tier_opt_int(c->id) == c->i, "%s=%s: got %lld, want %lld", c->env,
-			      c->val, tier_opt_int(c->id), c->i);
+		ck_assert_msg(ts_opt_int(c->id) == c->i, "%s=%s: got %lld, want %lld", c->env,
+			      c->val, ts_opt_int(c->id), c->i);
 		break;
 	case K_PERCENT:
-		ck_assert_double_eq_tol(tier_opt_percent(c->id), c->d, 1e-9);
+		ck_assert_double_eq_tol(ts_opt_percent(c->id), c->d, 1e-9);
 		break;
 	case K_SIZE:
-		ck_assert_uint_eq(tier_opt_size(c->id), c->size);
+		ck_assert_uint_eq(ts_opt_size(c->id), c->size);
 		break;
 	case K_STR:
-		ck_assert_str_eq(tier_opt_str(c->id), c->s);
+		ck_assert_str_eq(ts_opt_str(c->id), c->s);
 		break;
 	}
 	/* Only that option came from the environment. */
 	for (int i = 0; i < TIER_OPT__COUNT; i++)
 		if (i != (int)c->id)
-			ck_assert_msg(!tier_opt_from_env((enum tier_opt_id)i), "%s: from env",
-				      tier_opt_env((enum tier_opt_id)i));
+			ck_assert_msg(!ts_opt_from_env((enum tier_opt_id)i), "%s: from env",
+				      ts_opt_env((enum tier_opt_id)i));
 	/* The log settings reach the logger. */
-	level = atomic_load(&tier_log_level_g);
-	mask = atomic_load(&tier_log_mask_g);
+	level = atomic_load(&ts_log_level_g);
+	mask = atomic_load(&ts_log_mask_g);
 	if (c->id == TIER_OPT_LOG)
 		ck_assert_int_eq(level, c->i);
 	if (c->id == TIER_OPT_LOG_SUBSYS)
@@ -322,10 +322,10 @@ START_TEST(env_several_invalid)
 	ck_assert_int_eq(g_cap.n, 2);
 	ck_assert_int_eq(cap_count(TIER_LL_WARN, "TIER_THREADS='abc'", NULL, NULL), 1);
 	ck_assert_int_eq(cap_count(TIER_LL_WARN, "TIER_NVME_MAX='12XB'", NULL, NULL), 1);
-	ck_assert_int_eq(tier_opt_int(TIER_OPT_THREADS), 0);
-	ck_assert_uint_eq(tier_opt_size(TIER_OPT_NVME_MAX), 64ull << 30);
-	ck_assert_str_eq(tier_opt_str(TIER_OPT_DATA), "/ok");
-	ck_assert(tier_opt_from_env(TIER_OPT_DATA));
+	ck_assert_int_eq(ts_opt_int(TIER_OPT_THREADS), 0);
+	ck_assert_uint_eq(ts_opt_size(TIER_OPT_NVME_MAX), 64ull << 30);
+	ck_assert_str_eq(ts_opt_str(TIER_OPT_DATA), "/ok");
+	ck_assert(ts_opt_from_env(TIER_OPT_DATA));
 	unset_all();
 }
 END_TEST
@@ -335,7 +335,7 @@ START_TEST(env_bad_level_still_warns)
 {
 	ck_assert_int_eq(setenv("TIER_THREADS", "-1", 1), 0);
 	reload_with("TIER_LOG", "loud");
-	ck_assert_int_eq(tier_opt_int(TIER_OPT_LOG), TIER_LL_WARN);
+	ck_assert_int_eq(ts_opt_int(TIER_OPT_LOG), TIER_LL_WARN);
 	ck_assert_int_eq(cap_count(TIER_LL_WARN, "TIER_LOG='loud'", NULL, NULL), 1);
 	ck_assert_int_eq(cap_count(TIER_LL_WARN, "TIER_THREADS='-1'", NULL, NULL), 1);
 	unset_all();
@@ -348,8 +348,8 @@ START_TEST(env_level_error_silences_warnings)
 	ck_assert_int_eq(setenv("TIER_THREADS", "abc", 1), 0);
 	reload_with("TIER_LOG", "error");
 	ck_assert_int_eq(g_cap.n, 0);
-	ck_assert_int_eq(tier_opt_int(TIER_OPT_THREADS), 0);
-	ck_assert(!tier_opt_from_env(TIER_OPT_THREADS));
+	ck_assert_int_eq(ts_opt_int(TIER_OPT_THREADS), 0);
+	ck_assert(!ts_opt_from_env(TIER_OPT_THREADS));
 	unset_all();
 }
 END_TEST
@@ -376,7 +376,7 @@ START_TEST(env_long_invalid_value)
 	memset(v, '9', sizeof(v) - 1);
 	v[sizeof(v) - 1] = '\0';
 	reload_with("TIER_THREADS", v);
-	ck_assert_int_eq(tier_opt_int(TIER_OPT_THREADS), 0);
+	ck_assert_int_eq(ts_opt_int(TIER_OPT_THREADS), 0);
 	ck_assert_int_eq(cap_count(TIER_LL_WARN, "invalid TIER_THREADS=", "...' (",
 				   "keeping the default '0'"), 1);
 	unsetenv("TIER_THREADS");
@@ -402,10 +402,10 @@ START_TEST(env_debug_prints_table)
 		char env[64];
 		bool found = false;
 
-		snprintf(env, sizeof(env), "debug common:   %s ", tier_opt_env((enum tier_opt_id)i));
+		snprintf(env, sizeof(env), "debug common:   %s ", ts_opt_env((enum tier_opt_id)i));
 		for (int j = idx + 1; j < g_cap.n && j < CAP_LINES; j++)
 			found |= strstr(g_cap.line[j], env) != NULL;
-		ck_assert_msg(found, "the logged table lacks %s", tier_opt_env((enum tier_opt_id)i));
+		ck_assert_msg(found, "the logged table lacks %s", ts_opt_env((enum tier_opt_id)i));
 	}
 	unsetenv("TIER_LOG");
 }
@@ -453,7 +453,7 @@ START_TEST(startup_debug_table)
 	for (int i = 0; i < TIER_OPT__COUNT; i++) {
 		char env[64];
 
-		snprintf(env, sizeof(env), " debug common:   %s ", tier_opt_env((enum tier_opt_id)i));
+		snprintf(env, sizeof(env), " debug common:   %s ", ts_opt_env((enum tier_opt_id)i));
 		ck_assert_msg(strstr(out, env) != NULL, "the table lacks %s:\n%s", env, out);
 	}
 }
@@ -464,9 +464,9 @@ START_TEST(env_value_copied)
 {
 	reload_with("TIER_DATA", "/x");
 	ck_assert_int_eq(setenv("TIER_DATA", "/y", 1), 0);
-	ck_assert_str_eq(tier_opt_str(TIER_OPT_DATA), "/x");
-	tier_options_reload();
-	ck_assert_str_eq(tier_opt_str(TIER_OPT_DATA), "/y");
+	ck_assert_str_eq(ts_opt_str(TIER_OPT_DATA), "/x");
+	ts_options_reload();
+	ck_assert_str_eq(ts_opt_str(TIER_OPT_DATA), "/y");
 	unsetenv("TIER_DATA");
 }
 END_TEST
@@ -474,11 +474,11 @@ END_TEST
 START_TEST(env_unset_restores_default)
 {
 	reload_with("TIER_THREADS", "3");
-	ck_assert_int_eq(tier_opt_int(TIER_OPT_THREADS), 3);
+	ck_assert_int_eq(ts_opt_int(TIER_OPT_THREADS), 3);
 	unsetenv("TIER_THREADS");
-	tier_options_reload();
-	ck_assert_int_eq(tier_opt_int(TIER_OPT_THREADS), 0);
-	ck_assert(!tier_opt_from_env(TIER_OPT_THREADS));
+	ts_options_reload();
+	ck_assert_int_eq(ts_opt_int(TIER_OPT_THREADS), 0);
+	ck_assert(!ts_opt_from_env(TIER_OPT_THREADS));
 }
 END_TEST
 
@@ -515,8 +515,8 @@ START_TEST(print_defaults)
 	struct row r;
 
 	ck_assert_int_eq((int)ARRAY_SIZE(default_rows), TIER_OPT__COUNT);
-	ck_assert_str_eq(tier_opt_name(c->id), c->name);
-	ck_assert_str_eq(tier_opt_env(c->id), c->env);
+	ck_assert_str_eq(ts_opt_name(c->id), c->name);
+	ck_assert_str_eq(ts_opt_env(c->id), c->env);
 	ck_assert_msg(find_row(table, c->env, &r), "no row for %s in:\n%s", c->env, table);
 	ck_assert_str_eq(r.type, c->type);
 	ck_assert_str_eq(r.value, c->value);
@@ -557,10 +557,10 @@ START_TEST(print_env_sources)
 
 	for (size_t i = 0; i < ARRAY_SIZE(set); i++)
 		ck_assert_int_eq(setenv(set[i].env, set[i].val, 1), 0);
-	tier_options_reload();
+	ts_options_reload();
 	table = print_table();
 	for (int i = 0; i < TIER_OPT__COUNT; i++) {
-		const char *env = tier_opt_env((enum tier_opt_id)i);
+		const char *env = ts_opt_env((enum tier_opt_id)i);
 		const char *shown = NULL;
 
 		for (size_t j = 0; j < ARRAY_SIZE(set); j++)
@@ -581,7 +581,7 @@ START_TEST(print_write_error)
 	FILE *f = fopen("/dev/null", "r");
 
 	ck_assert_ptr_nonnull(f);
-	tier_err_clear();
+	ts_err_clear();
 	ck_assert_int_eq(tier_options_print(f), -EIO);
 	ck_assert_ptr_nonnull(strstr(tier_last_error(), "options table"));
 	fclose(f);
@@ -592,7 +592,7 @@ END_TEST
 START_TEST(env_names_follow_option_names)
 {
 	for (int i = 0; i < TIER_OPT__COUNT; i++) {
-		const char *name = tier_opt_name((enum tier_opt_id)i);
+		const char *name = ts_opt_name((enum tier_opt_id)i);
 		char want[64];
 		size_t k;
 
@@ -600,7 +600,7 @@ START_TEST(env_names_follow_option_names)
 		for (const char *p = name; *p && k + 1 < sizeof(want); p++)
 			want[k++] = (char)toupper((unsigned char)*p);
 		want[k] = '\0';
-		ck_assert_str_eq(tier_opt_env((enum tier_opt_id)i), want);
+		ck_assert_str_eq(ts_opt_env((enum tier_opt_id)i), want);
 	}
 }
 END_TEST
@@ -641,6 +641,6 @@ int main(void)
 {
 	/* Re-run by startup_debug_table: the table is already printed. */
 	if (getenv(CHILD_ENV))
-		return tier_opt_int(TIER_OPT_LOG) == TIER_LL_DEBUG ? 0 : 1;
+		return ts_opt_int(TIER_OPT_LOG) == TIER_LL_DEBUG ? 0 : 1;
 	return t_run_suite(options_suite());
 }

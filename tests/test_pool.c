@@ -4,12 +4,12 @@
  * Covers:
  *  - tier_pool_create() with 1, 2, 4 and 8 threads, and with 0 (TIER_THREADS,
  *    else one per online CPU);
- *  - tier_pool_for() visits every index in [0, n) exactly once for n = 0,
+ *  - ts_pool_for() visits every index in [0, n) exactly once for n = 0,
  *    1, 2, 7, 1000 and 100000 on every pool size; worker ids are within
  *    [0, size), worker 0 is the calling thread, and a thread keeps one id;
- *  - a tier_pool_for() from inside a job runs inline and completes (no
+ *  - a ts_pool_for() from inside a job runs inline and completes (no
  *    deadlock), from the caller and from the workers alike;
- *  - several threads calling tier_pool_for() on one pool at once each get
+ *  - several threads calling ts_pool_for() on one pool at once each get
  *    their own loop done, exactly;
  *  - many back-to-back tiny jobs (wake-up and generation handling);
  *  - uneven work (index-dependent spinning and sleeping) still completes;
@@ -130,11 +130,11 @@ START_TEST(for_visits_each_index_once)
 
 	ck_assert_uint_eq(tier_pool_size(pool), size);
 	visit_init(&v, n, size);
-	ck_assert_int_eq(tier_pool_for(pool, n, visit_fn, &v), 0);
+	ck_assert_int_eq(ts_pool_for(pool, n, visit_fn, &v), 0);
 	visit_check(&v);
 	/* The same pool takes a second job. */
 	visit_init(&v, n, size);
-	ck_assert_int_eq(tier_pool_for(pool, n, visit_fn, &v), 0);
+	ck_assert_int_eq(ts_pool_for(pool, n, visit_fn, &v), 0);
 	visit_check(&v);
 	tier_pool_destroy(pool);
 }
@@ -150,7 +150,7 @@ START_TEST(many_small_jobs)
 		size_t n = 2 + (size_t)(job % 9);
 
 		visit_init(&v, n, 8);
-		ck_assert_int_eq(tier_pool_for(pool, n, visit_fn, &v), 0);
+		ck_assert_int_eq(ts_pool_for(pool, n, visit_fn, &v), 0);
 		visit_check(&v);
 	}
 	tier_pool_destroy(pool);
@@ -190,7 +190,7 @@ static void outer_fn(void *arg, size_t i, unsigned worker)
 	struct inner_arg ia = { nest, i };
 
 	(void)worker;
-	if (tier_pool_for(nest->pool, INNER, inner_fn, &ia) != 0)
+	if (ts_pool_for(nest->pool, INNER, inner_fn, &ia) != 0)
 		atomic_store(&nest->bad_rc, 1);
 }
 
@@ -203,7 +203,7 @@ START_TEST(nested_for_completes)
 	ck_assert_ptr_nonnull(nest);
 	nest->pool = pool_new(size);
 	nest->size = size;
-	ck_assert_int_eq(tier_pool_for(nest->pool, OUTER, outer_fn, nest), 0);
+	ck_assert_int_eq(ts_pool_for(nest->pool, OUTER, outer_fn, nest), 0);
 	for (size_t k = 0; k < OUTER * INNER; k++)
 		ck_assert_msg(atomic_load(&nest->count[k]) == 1, "inner index %zu visited %u times",
 			      k, atomic_load(&nest->count[k]));
@@ -213,7 +213,7 @@ START_TEST(nested_for_completes)
 		struct visit v;
 
 		visit_init(&v, 1000, size);
-		ck_assert_int_eq(tier_pool_for(nest->pool, 1000, visit_fn, &v), 0);
+		ck_assert_int_eq(ts_pool_for(nest->pool, 1000, visit_fn, &v), 0);
 		visit_check(&v);
 	}
 	tier_pool_destroy(nest->pool);
@@ -259,7 +259,7 @@ static void aba_middle(void *arg, size_t i, unsigned worker)
 	(void)i;
 	(void)worker;
 	atomic_fetch_add(&x->middles, 1);
-	rc = tier_pool_for(x->a, 3, aba_inner, x);
+	rc = ts_pool_for(x->a, 3, aba_inner, x);
 	if (rc == -EDEADLK)
 		atomic_fetch_add(&x->refused, 1);
 	else if (rc != 0 || t_a_id < 0)
@@ -274,7 +274,7 @@ static void aba_outer(void *arg, size_t i, unsigned worker)
 	if (worker >= x->size_a || atomic_fetch_add(&x->busy[worker], 1) != 0)
 		atomic_store(&x->bad, 1);
 	t_a_id = (int)worker;
-	tier_pool_for(x->b, 2, aba_middle, x);
+	ts_pool_for(x->b, 2, aba_middle, x);
 	t_a_id = -1;
 	atomic_fetch_sub(&x->busy[worker], 1);
 }
@@ -286,7 +286,7 @@ START_TEST(nested_through_another_pool)
 	x.size_a = pool_sizes[_i];
 	x.a = pool_new(x.size_a);
 	x.b = pool_new(2);
-	ck_assert_int_eq(tier_pool_for(x.a, 40, aba_outer, &x), 0);
+	ck_assert_int_eq(ts_pool_for(x.a, 40, aba_outer, &x), 0);
 	ck_assert_uint_eq(atomic_load(&x.middles), 40 * 2);
 	ck_assert_uint_eq(atomic_load(&x.inner_done),
 			  (40 * 2 - atomic_load(&x.refused)) * 3);
@@ -341,7 +341,7 @@ static void *submitter_main(void *arg)
 		memset(t, 0, sizeof(*t));
 		t->id = s->id;
 		t->size = tier_pool_size(s->pool);
-		if (tier_pool_for(s->pool, SUBMIT_N, tagged_fn, t) != 0)
+		if (ts_pool_for(s->pool, SUBMIT_N, tagged_fn, t) != 0)
 			wrong = 1;
 		for (size_t i = 0; i < SUBMIT_N; i++)
 			if (atomic_load(&t->count[i]) != 1)
@@ -397,7 +397,7 @@ START_TEST(uneven_work_completes)
 	struct visit v;
 
 	visit_init(&v, 3000, size);
-	ck_assert_int_eq(tier_pool_for(pool, 3000, uneven_fn, &v), 0);
+	ck_assert_int_eq(ts_pool_for(pool, 3000, uneven_fn, &v), 0);
 	visit_check(&v);
 	tier_pool_destroy(pool);
 }
@@ -415,7 +415,7 @@ START_TEST(create_destroy_loop)
 		ck_assert_uint_eq(tier_pool_size(pool), size);
 		if (round % 2) {
 			visit_init(&v, 100, size);
-			ck_assert_int_eq(tier_pool_for(pool, 100, visit_fn, &v), 0);
+			ck_assert_int_eq(ts_pool_for(pool, 100, visit_fn, &v), 0);
 			visit_check(&v);
 		}
 		/* Even rounds destroy a pool that never ran a job. */
@@ -435,16 +435,16 @@ START_TEST(default_threads_online_cpus)
 
 	ck_assert_int_gt(cpus, 0);
 	ck_assert_int_eq(setenv("TIER_THREADS", "0", 1), 0);
-	tier_options_reload();
+	ts_options_reload();
 	pool = pool_new(0);
 	ck_assert_uint_eq(tier_pool_size(pool), (unsigned)cpus);
 	visit_init(&v, 10000, (unsigned)cpus);
-	ck_assert_int_eq(tier_pool_for(pool, 10000, visit_fn, &v), 0);
+	ck_assert_int_eq(ts_pool_for(pool, 10000, visit_fn, &v), 0);
 	visit_check(&v);
 	tier_pool_destroy(pool);
 
 	unsetenv("TIER_THREADS");
-	tier_options_reload();
+	ts_options_reload();
 	pool = pool_new(0);
 	ck_assert_uint_eq(tier_pool_size(pool), (unsigned)cpus);
 	tier_pool_destroy(pool);
@@ -456,7 +456,7 @@ START_TEST(default_threads_from_env)
 	struct tier_pool *pool;
 
 	ck_assert_int_eq(setenv("TIER_THREADS", "3", 1), 0);
-	tier_options_reload();
+	ts_options_reload();
 	pool = pool_new(0);
 	ck_assert_uint_eq(tier_pool_size(pool), 3);
 	tier_pool_destroy(pool);
@@ -465,7 +465,7 @@ START_TEST(default_threads_from_env)
 	ck_assert_uint_eq(tier_pool_size(pool), 2);
 	tier_pool_destroy(pool);
 	unsetenv("TIER_THREADS");
-	tier_options_reload();
+	ts_options_reload();
 }
 END_TEST
 

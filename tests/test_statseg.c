@@ -59,18 +59,18 @@ static char *g_dir;
 
 static void setup(void)
 {
-	tier_fault_reset_all();
-	tier_err_clear();
+	ts_fault_reset_all();
+	ts_err_clear();
 	g_dir = t_mkdtemp();
 	ck_assert_int_eq(setenv("TIER_STATS_DIR", g_dir, 1), 0);
-	tier_options_reload();
+	ts_options_reload();
 }
 
 static void teardown(void)
 {
-	tier_fault_reset_all();
+	ts_fault_reset_all();
 	unsetenv("TIER_STATS_DIR");
-	tier_options_reload();
+	ts_options_reload();
 	t_rmtree(g_dir);
 	free(g_dir);
 	g_dir = NULL;
@@ -254,16 +254,16 @@ START_TEST(create_errors)
 	ck_assert_int_eq(statseg_create("x", NULL, 8, NULL), -EINVAL);
 	snprintf(missing, sizeof(missing), "%s/no/such", g_dir);
 	ck_assert_int_eq(setenv("TIER_STATS_DIR", missing, 1), 0);
-	tier_options_reload();
+	ts_options_reload();
 	ck_assert_str_eq(statseg_dir(), missing);
 	ck_assert_int_eq(statseg_create("x", NULL, 8, &s), -ENOENT);
 	ck_assert_ptr_null(s);
 	assert_detail(missing, NULL);
 	ck_assert_int_eq(setenv("TIER_STATS_DIR", "", 1), 0);
-	tier_options_reload();
+	ts_options_reload();
 	ck_assert_str_eq(statseg_dir(), "/dev/shm");
 	unsetenv("TIER_STATS_DIR");
-	tier_options_reload();
+	ts_options_reload();
 	ck_assert_str_eq(statseg_dir(), "/dev/shm");
 }
 END_TEST
@@ -715,13 +715,13 @@ START_TEST(fault_stats_open)
 	struct statseg *s;
 
 	NEED_FAULTS();
-	ck_assert_int_eq(tier_fault_arm(TIER_FAULT_STATS_OPEN, 1, 1, -EMFILE), 0);
+	ck_assert_int_eq(ts_fault_arm(TIER_FAULT_STATS_OPEN, 1, 1, -EMFILE), 0);
 	ck_assert_int_eq(statseg_create("f", NULL, 8, &s), -EMFILE);
 	ck_assert_ptr_null(s);
 	assert_detail(g_dir, NULL);
 	ck_assert_int_eq(count_files(), 0);
 	ck_assert_int_eq(statseg_create("f", NULL, 8, &s), 0);
-	ck_assert_int_eq(tier_fault_arm(TIER_FAULT_STATS_OPEN, 1, 1, -EIO), 0);
+	ck_assert_int_eq(ts_fault_arm(TIER_FAULT_STATS_OPEN, 1, 1, -EIO), 0);
 	ck_assert_int_eq(statseg_open(statseg_path(s), &v), -EIO);
 	ck_assert_ptr_null(v);
 	assert_detail(statseg_path(s), NULL);
@@ -738,7 +738,7 @@ START_TEST(fault_alloc)
 
 	NEED_FAULTS();
 	for (uint64_t n = 1; !done_create && n < 100; n++) {
-		ck_assert_int_eq(tier_fault_arm(TIER_FAULT_ALLOC, n, 1, -ENOMEM), 0);
+		ck_assert_int_eq(ts_fault_arm(TIER_FAULT_ALLOC, n, 1, -ENOMEM), 0);
 		int rc = statseg_create("a", "m", 8, &s);
 
 		if (rc == 0) {
@@ -753,7 +753,7 @@ START_TEST(fault_alloc)
 	for (uint64_t n = 1; !done_open && n < 100; n++) {
 		struct statseg_view *v;
 
-		ck_assert_int_eq(tier_fault_arm(TIER_FAULT_ALLOC, n, 1, -ENOMEM), 0);
+		ck_assert_int_eq(ts_fault_arm(TIER_FAULT_ALLOC, n, 1, -ENOMEM), 0);
 		int rc = statseg_open(statseg_path(s), &v);
 
 		if (rc == 0) {
@@ -765,7 +765,7 @@ START_TEST(fault_alloc)
 		ck_assert_ptr_null(v);
 	}
 	ck_assert(done_open);
-	tier_fault_reset_all();
+	ts_fault_reset_all();
 	statseg_close(s);
 	ck_assert_int_eq(count_files(), 0);
 }

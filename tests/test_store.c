@@ -12,14 +12,14 @@
  *    dirty objects (written back, contents survive), coherence (HBM dirty
  *    bytes come down before a DRAM access), inclusion (an HBM copy holds a
  *    DRAM slot, leaves with it), stale HBM copies dropped on a DRAM write,
- *    TIER_DISCARD (no fill), buddy slot rounding; on NVMe homes (direct
+ *    TIER_ACQUIRE_DISCARD (no fill), buddy slot rounding; on NVMe homes (direct
  *    I/O and buffered) and on a DRAM home (no NVMe paths);
  *  - pin rules: releases without the pin, write pins excluding other
  *    levels, destroy and flush of pinned objects, bad levels and modes,
  *    -ENODEV, -E2BIG, -ENOMEM at once (never a hang) with a detail;
  *  - failures in the middle of fills and write-backs through the fault
  *    sites nvme_io_err, store_io, hbm_copy and nvme_bitflip (checksums):
- *    the error reaches tier_acquire / tier_obj_flush / tier_flush with the
+ *    the error reaches tier_obj_acquire / tier_obj_flush / tier_store_flush with the
  *    object named, the level's error counter moves, nothing acknowledged
  *    is lost, and disarmed the same calls succeed with the right bytes;
  *    an eviction cancelled by a new acquire while its write-back is in
@@ -80,14 +80,14 @@ static char *g_dir;
 
 static void setup(void)
 {
-	tier_fault_reset_all();
-	tier_err_clear();
+	ts_fault_reset_all();
+	ts_err_clear();
 	g_dir = t_mkdtemp();
 }
 
 static void teardown(void)
 {
-	tier_fault_reset_all();
+	ts_fault_reset_all();
 	t_rmtree(g_dir);
 	free(g_dir);
 	g_dir = NULL;
@@ -159,7 +159,7 @@ static bool pat_check(const void *p, uint64_t n, uint32_t id, uint32_t ver, char
 /*
  * What the event hook sees: counts per event and level, and a lower bound
  * of each level's used bytes (slots whose fill started and that were not
- * dropped since; TIER_DISCARD slots are not announced, so it is a lower
+ * dropped since; TIER_ACQUIRE_DISCARD slots are not announced, so it is a lower
  * bound), which must stay within the capacity.  The hook runs with the
  * store's lock held and calls nothing in the store but tier_obj_size.
  */
@@ -460,7 +460,7 @@ static void expect_ver(struct tier_store *s, struct tier_obj *o, uint32_t id, ui
 static void *xacquire(struct tier_store *s, struct tier_obj *o, enum tier_level l, unsigned mode)
 {
 	void *p = (void *)&p;
-	int rc = tier_acquire(s, o, l, mode, &p);
+	int rc = tier_obj_acquire(s, o, l, mode, &p);
 
 	ck_assert_msg(rc == 0, "acquire '%s' on %s (mode %#x): %d: %s", tier_obj_name(o),
 		      tier_level_name(l), mode, rc, tier_last_error());
@@ -470,7 +470,7 @@ static void *xacquire(struct tier_store *s, struct tier_obj *o, enum tier_level 
 
 static void xrelease(struct tier_store *s, struct tier_obj *o, enum tier_level l, bool dirty)
 {
-	int rc = tier_release(s, o, l, dirty);
+	int rc = tier_obj_release(s, o, l, dirty);
 
 	ck_assert_msg(rc == 0, "release '%s' on %s: %d: %s", tier_obj_name(o), tier_level_name(l),
 		      rc, tier_last_error());
@@ -496,7 +496,7 @@ static void push_out(struct env *e)
 		e->nfill++;
 	}
 	for (int i = 0; i < nslots; i++) {
-		void *p = xacquire(e->s, e->fill[i], TIER_DRAM, TIER_READ);
+		void *p = xacquire(e->s, e->fill[i], TIER_DRAM, TIER_ACQUIRE_READ);
 
 		xrelease(e->s, e->fill[i], TIER_DRAM, false);
 		(void)p;
@@ -571,7 +571,7 @@ START_TEST(test_roundtrip)
 	VALID(e.s);
 
 	/* A DRAM read pin: the bytes at the pointer. */
-	p = xacquire(e.s, o, TIER_DRAM, TIER_READ);
+	p = xacquire(e.s, o, TIER_DRAM, TIER_ACQUIRE_READ);
 	ASSERT_PAT(p, OBJ, id, 1);
 	st = stats(e.s);
 	ck_assert_uint_eq(st.level[TIER_DRAM].pinned, OBJ);
@@ -586,7 +586,7 @@ START_TEST(test_roundtrip)
 	if (c->nvme)
 		ck_assert_uint_ge(n1.bytes_written - n0.bytes_written, OBJ);
 	ck_assert_uint_eq(stats(e.s).level[TIER_DRAM].dirty, 0);
-	p = xacquire(e.s, o, TIER_DRAM, TIER_READ | TIER_WRITE);
+	p = xacquire(e.s, o, TIER_DRAM, TIER_ACQUIRE_READ | TIER_ACQUIRE_WRITE);
 	ASSERT_PAT(p, OBJ, id, 1);
 	pat_fill(p, OBJ, id, 2);
 	VALID(e.s);
@@ -610,14 +610,14 @@ START_TEST(test_roundtrip)
 		ck_assert_uint_eq(st.level[TIER_DRAM].bytes_out, st0.level[TIER_DRAM].bytes_out + OBJ);
 	}
 	ck_assert_int_eq(tier_obj_flush(e.s, o), 0); /* nothing to do */
-	ck_assert_int_eq(tier_flush(e.s), 0);
+	ck_assert_int_eq(tier_store_flush(e.s), 0);
 	ck_assert_uint_eq(nstats(e.s).bytes_written, n1.bytes_written);
 	expect_ver(e.s, o, id, 2);
 	VALID(e.s);
 
 	if (hbm) {
 		/* HBM write through the (host-readable) device pointer. */
-		p = xacquire(e.s, o, TIER_HBM, TIER_READ | TIER_WRITE);
+		p = xacquire(e.s, o, TIER_HBM, TIER_ACQUIRE_READ | TIER_ACQUIRE_WRITE);
 		ck_assert_ptr_nonnull(p);
 		ASSERT_PAT(p, OBJ, id, 2);
 		st = stats(e.s);
@@ -632,7 +632,7 @@ START_TEST(test_roundtrip)
 		ck_assert_uint_eq(st.level[TIER_DRAM].dirty, 0);
 		VALID(e.s);
 		/* A DRAM acquire sees the HBM bytes: they come down first. */
-		p = xacquire(e.s, o, TIER_DRAM, TIER_READ);
+		p = xacquire(e.s, o, TIER_DRAM, TIER_ACQUIRE_READ);
 		ASSERT_PAT(p, OBJ, id, 3);
 		st = stats(e.s);
 		ck_assert_uint_eq(st.level[TIER_HBM].dirty, 0);
@@ -641,17 +641,17 @@ START_TEST(test_roundtrip)
 		VALID(e.s);
 		xrelease(e.s, o, TIER_DRAM, false);
 		/* The clean HBM copy still serves reads. */
-		p = xacquire(e.s, o, TIER_HBM, TIER_READ);
+		p = xacquire(e.s, o, TIER_HBM, TIER_ACQUIRE_READ);
 		ASSERT_PAT(p, OBJ, id, 3);
 		xrelease(e.s, o, TIER_HBM, false);
 		/* Dirty on HBM and read-pinned there: a DRAM read still gets
 		 * the HBM bytes (written back under the read pin). */
-		p = xacquire(e.s, o, TIER_HBM, TIER_READ | TIER_WRITE);
+		p = xacquire(e.s, o, TIER_HBM, TIER_ACQUIRE_READ | TIER_ACQUIRE_WRITE);
 		pat_fill(p, OBJ, id, 4);
 		xrelease(e.s, o, TIER_HBM, true);
-		p = xacquire(e.s, o, TIER_HBM, TIER_READ);
+		p = xacquire(e.s, o, TIER_HBM, TIER_ACQUIRE_READ);
 		{
-			void *q = xacquire(e.s, o, TIER_DRAM, TIER_READ);
+			void *q = xacquire(e.s, o, TIER_DRAM, TIER_ACQUIRE_READ);
 
 			ASSERT_PAT(q, OBJ, id, 4);
 			ck_assert_uint_eq(stats(e.s).level[TIER_HBM].dirty, 0);
@@ -661,7 +661,7 @@ START_TEST(test_roundtrip)
 		ASSERT_PAT(p, OBJ, id, 4);
 		xrelease(e.s, o, TIER_HBM, false);
 		n0 = nstats(e.s);
-		ck_assert_int_eq(tier_flush(e.s), 0);
+		ck_assert_int_eq(tier_store_flush(e.s), 0);
 		if (c->nvme)
 			ck_assert_uint_ge(nstats(e.s).bytes_written - n0.bytes_written, OBJ);
 		st = stats(e.s);
@@ -786,7 +786,7 @@ START_TEST(test_eviction_writeback)
 		}
 	}
 	ck_assert_uint_gt(nstats(e.s).bytes_read, 0);
-	ck_assert_int_eq(tier_flush(e.s), 0);
+	ck_assert_int_eq(tier_store_flush(e.s), 0);
 	st = stats(e.s);
 	ck_assert_uint_eq(st.level[TIER_DRAM].dirty, 0);
 	for (int i = 0; i < N; i++)
@@ -822,7 +822,7 @@ START_TEST(test_hbm_eviction)
 
 		snprintf(name, sizeof(name), "h.%d", i);
 		o[i] = mkobj(&e, name, OBJ);
-		p = xacquire(e.s, o[i], TIER_HBM, TIER_WRITE | TIER_DISCARD);
+		p = xacquire(e.s, o[i], TIER_HBM, TIER_ACQUIRE_WRITE | TIER_ACQUIRE_DISCARD);
 		pat_fill(p, OBJ, (uint32_t)i, 1);
 		xrelease(e.s, o[i], TIER_HBM, true);
 		VALID(e.s);
@@ -833,7 +833,7 @@ START_TEST(test_hbm_eviction)
 	ck_assert_uint_le(st.level[TIER_HBM].objects, HBM_OBJS);
 	ck_assert_uint_ge(st.level[TIER_DRAM].objects, st.level[TIER_HBM].objects);
 	for (int i = 0; i < N; i++) {
-		void *p = xacquire(e.s, o[i], TIER_HBM, TIER_READ);
+		void *p = xacquire(e.s, o[i], TIER_HBM, TIER_ACQUIRE_READ);
 
 		ASSERT_PAT(p, OBJ, (uint32_t)i, 1);
 		xrelease(e.s, o[i], TIER_HBM, false);
@@ -843,7 +843,7 @@ START_TEST(test_hbm_eviction)
 		expect_ver(e.s, o[i], (uint32_t)i, 1);
 		VALID(e.s);
 	}
-	ck_assert_int_eq(tier_flush(e.s), 0);
+	ck_assert_int_eq(tier_store_flush(e.s), 0);
 	st = stats(e.s);
 	ck_assert_uint_eq(st.level[TIER_HBM].dirty, 0);
 	ck_assert_uint_eq(st.level[TIER_DRAM].dirty, 0);
@@ -874,7 +874,7 @@ START_TEST(test_hbm_inclusion)
 	if (!strcmp(c->hbm, "null"))
 		ck_assert_uint_eq(stats(e.s).level[TIER_HBM].capacity, 3 * OBJ);
 	write_ver(e.s, o, 1, 1);
-	p = xacquire(e.s, o, TIER_HBM, TIER_READ);
+	p = xacquire(e.s, o, TIER_HBM, TIER_ACQUIRE_READ);
 	if (!strcmp(c->hbm, "null"))
 		ck_assert_ptr_null(p);
 	else
@@ -895,7 +895,7 @@ START_TEST(test_hbm_inclusion)
 				e.fill[i] = mkobj(&e, name, OBJ);
 				e.nfill++;
 			}
-			p = xacquire(e.s, e.fill[i], TIER_DRAM, TIER_READ);
+			p = xacquire(e.s, e.fill[i], TIER_DRAM, TIER_ACQUIRE_READ);
 			xrelease(e.s, e.fill[i], TIER_DRAM, false);
 			VALID(e.s);
 		}
@@ -926,30 +926,30 @@ START_TEST(test_hbm_stale_copy_dropped)
 	env_open(&e, &c);
 	o = mkobj(&e, "stale", OBJ);
 	write_ver(e.s, o, 3, 1);
-	p = xacquire(e.s, o, TIER_HBM, TIER_READ);
+	p = xacquire(e.s, o, TIER_HBM, TIER_ACQUIRE_READ);
 	ASSERT_PAT(p, OBJ, 3, 1);
 	xrelease(e.s, o, TIER_HBM, false);
 	ck_assert_uint_eq(stats(e.s).level[TIER_HBM].objects, 1);
-	write_ver(e.s, o, 3, 2);              /* full: TIER_DISCARD on DRAM */
+	write_ver(e.s, o, 3, 2);              /* full: TIER_ACQUIRE_DISCARD on DRAM */
 	ck_assert_uint_eq(stats(e.s).level[TIER_HBM].objects, 0);
 	VALID(e.s);
-	p = xacquire(e.s, o, TIER_HBM, TIER_READ);
+	p = xacquire(e.s, o, TIER_HBM, TIER_ACQUIRE_READ);
 	ASSERT_PAT(p, OBJ, 3, 2);
 	xrelease(e.s, o, TIER_HBM, false);
 	/* And through a DRAM write pin (not discard). */
-	p = xacquire(e.s, o, TIER_DRAM, TIER_READ | TIER_WRITE);
+	p = xacquire(e.s, o, TIER_DRAM, TIER_ACQUIRE_READ | TIER_ACQUIRE_WRITE);
 	ck_assert_uint_eq(stats(e.s).level[TIER_HBM].objects, 0);
 	VALID(e.s);
 	pat_fill(p, OBJ, 3, 3);
 	xrelease(e.s, o, TIER_DRAM, true);
-	p = xacquire(e.s, o, TIER_HBM, TIER_READ);
+	p = xacquire(e.s, o, TIER_HBM, TIER_ACQUIRE_READ);
 	ASSERT_PAT(p, OBJ, 3, 3);
 	xrelease(e.s, o, TIER_HBM, false);
 	env_close(&e);
 }
 END_TEST
 
-/* TIER_DISCARD: the slot is not filled (no NVMe read, no host-to-device
+/* TIER_ACQUIRE_DISCARD: the slot is not filled (no NVMe read, no host-to-device
  * copy); without it, it is. */
 START_TEST(test_discard_no_fill)
 {
@@ -969,7 +969,7 @@ START_TEST(test_discard_no_fill)
 
 	/* DRAM, absent: no NVMe read. */
 	n0 = nstats(e.s);
-	p = xacquire(e.s, o, TIER_DRAM, TIER_WRITE | TIER_DISCARD);
+	p = xacquire(e.s, o, TIER_DRAM, TIER_ACQUIRE_WRITE | TIER_ACQUIRE_DISCARD);
 	ck_assert_uint_eq(nstats(e.s).bytes_read, n0.bytes_read);
 	ck_assert_uint_eq(stats(e.s).level[TIER_DRAM].dirty, OBJ);
 	VALID(e.s);
@@ -982,14 +982,14 @@ START_TEST(test_discard_no_fill)
 	ck_assert_int_eq(tier_obj_flush(e.s, o), 0);
 	push_out(&e);
 	n0 = nstats(e.s);
-	p = xacquire(e.s, o, TIER_DRAM, TIER_READ | TIER_WRITE);
+	p = xacquire(e.s, o, TIER_DRAM, TIER_ACQUIRE_READ | TIER_ACQUIRE_WRITE);
 	ck_assert_uint_ge(nstats(e.s).bytes_read - n0.bytes_read, OBJ);
 	ASSERT_PAT(p, OBJ, 4, 2);
 	xrelease(e.s, o, TIER_DRAM, false);
 
 	/* HBM, DRAM resident: no host-to-device copy. */
 	st0 = stats(e.s);
-	p = xacquire(e.s, o, TIER_HBM, TIER_WRITE | TIER_DISCARD);
+	p = xacquire(e.s, o, TIER_HBM, TIER_ACQUIRE_WRITE | TIER_ACQUIRE_DISCARD);
 	st1 = stats(e.s);
 	ck_assert_uint_eq(st1.level[TIER_HBM].bytes_in, st0.level[TIER_HBM].bytes_in);
 	ck_assert_uint_eq(st1.level[TIER_HBM].dirty, OBJ);
@@ -1020,7 +1020,7 @@ START_TEST(test_slot_rounding)
 
 		snprintf(name, sizeof(name), "odd.%zu", i);
 		o = mkobj(&e, name, sz[i].size);
-		p = xacquire(e.s, o, TIER_HBM, TIER_READ | TIER_WRITE);
+		p = xacquire(e.s, o, TIER_HBM, TIER_ACQUIRE_READ | TIER_ACQUIRE_WRITE);
 		memset(p, (int)i + 1, sz[i].size);
 		xrelease(e.s, o, TIER_HBM, true);
 		st = stats(e.s);
@@ -1060,9 +1060,9 @@ struct pin_case {
 	int want;
 };
 
-#define R TIER_READ
-#define W TIER_WRITE
-#define D TIER_DISCARD
+#define R TIER_ACQUIRE_READ
+#define W TIER_ACQUIRE_WRITE
+#define D TIER_ACQUIRE_DISCARD
 
 static const struct pin_case pin_cases[] = {
 	{ "release without a pin on dram", -1, 0, OP_RELEASE, TIER_DRAM, 0, false, -EINVAL },
@@ -1128,18 +1128,18 @@ START_TEST(test_pin_rules)
 			ASSERT_PAT(p0, OBJ, 5, 1);
 		VALID(e.s);
 	}
-	tier_err_clear();
+	ts_err_clear();
 	switch (k->op) {
 	case OP_ACQUIRE: {
 		double t0 = now_s();
 
 		p1 = NULL;
-		rc = tier_acquire(e.s, o, (enum tier_level)k->level, k->mode, &p1);
+		rc = tier_obj_acquire(e.s, o, (enum tier_level)k->level, k->mode, &p1);
 		ck_assert_msg(now_s() - t0 < 5, "%s: took %.1f s", k->name, now_s() - t0);
 		break;
 	}
 	case OP_RELEASE:
-		rc = tier_release(e.s, o, (enum tier_level)k->level, k->dirty);
+		rc = tier_obj_release(e.s, o, (enum tier_level)k->level, k->dirty);
 		break;
 	case OP_DESTROY:
 		rc = tier_obj_destroy(e.s, o);
@@ -1148,7 +1148,7 @@ START_TEST(test_pin_rules)
 		rc = tier_obj_flush(e.s, o);
 		break;
 	case OP_PREFETCH:
-		rc = tier_prefetch(e.s, o, (enum tier_level)k->level);
+		rc = tier_obj_prefetch(e.s, o, (enum tier_level)k->level);
 		store_quiesce(e.s);
 		break;
 	}
@@ -1199,13 +1199,13 @@ START_TEST(test_no_hbm)
 	o = mkobj(&e, "nohbm", OBJ);
 	ck_assert(!tier_store_has_level(e.s, TIER_HBM));
 	ck_assert(!stats(e.s).level[TIER_HBM].present);
-	ck_assert_int_eq(tier_acquire(e.s, o, TIER_HBM, TIER_READ, &ptr), -ENODEV);
+	ck_assert_int_eq(tier_obj_acquire(e.s, o, TIER_HBM, TIER_ACQUIRE_READ, &ptr), -ENODEV);
 	ck_assert_msg(strstr(tier_last_error(), "hbm"), "%s", tier_last_error());
-	ck_assert_int_eq(tier_acquire_async(e.s, o, TIER_HBM, TIER_READ, &ptr, &tk), -ENODEV);
+	ck_assert_int_eq(tier_obj_acquire_async(e.s, o, TIER_HBM, TIER_ACQUIRE_READ, &ptr, &tk), -ENODEV);
 	ck_assert_ptr_null(tk);
-	ck_assert_int_eq(tier_prefetch(e.s, o, TIER_HBM), -ENODEV);
+	ck_assert_int_eq(tier_obj_prefetch(e.s, o, TIER_HBM), -ENODEV);
 	{
-		int rc = tier_release(e.s, o, TIER_HBM, false);
+		int rc = tier_obj_release(e.s, o, TIER_HBM, false);
 
 		ck_assert_msg(rc == -ENODEV || rc == -EINVAL, "release on hbm: %d", rc);
 	}
@@ -1250,18 +1250,18 @@ START_TEST(test_e2big)
 	mid = mkobj(&e, "mid", 2 * HBM_BYTES);                /* > HBM, fits DRAM */
 	small = mkobj(&e, "small", OBJ);
 	write_ver(e.s, small, 9, 1);
-	rc = tier_acquire(e.s, big, TIER_DRAM, TIER_READ, &p);
+	rc = tier_obj_acquire(e.s, big, TIER_DRAM, TIER_ACQUIRE_READ, &p);
 	ck_assert_int_eq(rc, -E2BIG);
 	ck_assert_msg(strstr(tier_last_error(), "'big'") && strstr(tier_last_error(), "dram"), "%s",
 		      tier_last_error());
-	ck_assert_int_eq(tier_acquire(e.s, big, TIER_DRAM, TIER_WRITE | TIER_DISCARD, &p), -E2BIG);
-	ck_assert_int_eq(tier_acquire(e.s, big, TIER_HBM, TIER_READ, &p), -E2BIG);
+	ck_assert_int_eq(tier_obj_acquire(e.s, big, TIER_DRAM, TIER_ACQUIRE_WRITE | TIER_ACQUIRE_DISCARD, &p), -E2BIG);
+	ck_assert_int_eq(tier_obj_acquire(e.s, big, TIER_HBM, TIER_ACQUIRE_READ, &p), -E2BIG);
 	ck_assert_int_eq(tier_obj_read(e.s, big, 0, sizeof(b), b), -E2BIG);
 	ck_assert_int_eq(tier_obj_write(e.s, big, 0, sizeof(b), b), -E2BIG);
-	ck_assert_int_eq(tier_prefetch(e.s, big, TIER_DRAM), -E2BIG);
-	ck_assert_int_eq(tier_prefetch(e.s, mid, TIER_HBM), -E2BIG);
+	ck_assert_int_eq(tier_obj_prefetch(e.s, big, TIER_DRAM), -E2BIG);
+	ck_assert_int_eq(tier_obj_prefetch(e.s, mid, TIER_HBM), -E2BIG);
 	VALID(e.s);
-	rc = tier_acquire(e.s, mid, TIER_HBM, TIER_READ, &p);
+	rc = tier_obj_acquire(e.s, mid, TIER_HBM, TIER_ACQUIRE_READ, &p);
 	ck_assert_int_eq(rc, -E2BIG);
 	ck_assert_msg(strstr(tier_last_error(), "'mid'") && strstr(tier_last_error(), "hbm"), "%s",
 		      tier_last_error());
@@ -1270,7 +1270,7 @@ START_TEST(test_e2big)
 	/* Nothing was lost making (no) room. */
 	expect_ver(e.s, small, 9, 1);
 	/* mid fits DRAM. */
-	p = xacquire(e.s, mid, TIER_DRAM, TIER_READ);
+	p = xacquire(e.s, mid, TIER_DRAM, TIER_ACQUIRE_READ);
 	ASSERT_PAT(p, 2 * HBM_BYTES, 0, 0);
 	xrelease(e.s, mid, TIER_DRAM, false);
 	expect_ver(e.s, small, 9, 1);
@@ -1303,12 +1303,12 @@ START_TEST(test_enomem_all_pinned)
 		write_ver(e.s, o[i], (uint32_t)i, 1);
 	}
 	for (int i = 0; i < n; i++)
-		xacquire(e.s, o[i], l, TIER_READ);
+		xacquire(e.s, o[i], l, TIER_ACQUIRE_READ);
 	st = stats(e.s);
 	ck_assert_uint_eq(st.level[l].pinned, (uint64_t)n * OBJ);
 	VALID(e.s);
 	t0 = now_s();
-	rc = tier_acquire(e.s, o[n], l, TIER_READ, &p);
+	rc = tier_obj_acquire(e.s, o[n], l, TIER_ACQUIRE_READ, &p);
 	ck_assert_msg(rc == -ENOMEM, "acquire with every %s slot pinned: %d: %s", tier_level_name(l),
 		      rc, tier_last_error());
 	ck_assert_msg(now_s() - t0 < 5, "-ENOMEM took %.1f s", now_s() - t0);
@@ -1317,17 +1317,17 @@ START_TEST(test_enomem_all_pinned)
 		      strstr(tier_last_error(), "'p.") && strstr(tier_last_error(), want),
 		      "detail: %s", tier_last_error());
 	/* The same through a ticket, and for a write. */
-	ck_assert_int_eq(tier_acquire_async(e.s, o[n], l, TIER_READ | TIER_WRITE, &p, &tk), 0);
+	ck_assert_int_eq(tier_obj_acquire_async(e.s, o[n], l, TIER_ACQUIRE_READ | TIER_ACQUIRE_WRITE, &p, &tk), 0);
 	ck_assert_int_eq(tier_ticket_wait(tk), -ENOMEM);
 	/* A prefetch is skipped quietly. */
-	ck_assert_int_eq(tier_prefetch(e.s, o[n], l), 0);
+	ck_assert_int_eq(tier_obj_prefetch(e.s, o[n], l), 0);
 	store_quiesce(e.s);
 	st = stats(e.s);
 	ck_assert_uint_ge(st.level[l].prefetch_skipped, 1);
 	ck_assert_uint_eq(st.level[l].pinned, (uint64_t)n * OBJ);
 	VALID(e.s);
 	xrelease(e.s, o[0], l, false);
-	p = xacquire(e.s, o[n], l, TIER_READ);
+	p = xacquire(e.s, o[n], l, TIER_ACQUIRE_READ);
 	ASSERT_PAT(p, OBJ, (uint32_t)n, 1);
 	xrelease(e.s, o[n], l, false);
 	for (int i = 1; i < n; i++)
@@ -1362,7 +1362,7 @@ START_TEST(test_enomem_not_for_dirty_hbm)
 
 		snprintf(name, sizeof(name), "hbm-dirty.%d", i);
 		h[i] = mkobj(&e, name, OBJ);
-		p = xacquire(e.s, h[i], TIER_HBM, TIER_WRITE | TIER_DISCARD);
+		p = xacquire(e.s, h[i], TIER_HBM, TIER_ACQUIRE_WRITE | TIER_ACQUIRE_DISCARD);
 		pat_fill(p, OBJ, (uint32_t)i, 1);
 		xrelease(e.s, h[i], TIER_HBM, true);
 	}
@@ -1371,11 +1371,11 @@ START_TEST(test_enomem_not_for_dirty_hbm)
 
 		snprintf(name, sizeof(name), "dram-pinned.%d", i);
 		d[i] = mkobj(&e, name, OBJ);
-		xacquire(e.s, d[i], TIER_DRAM, TIER_READ);
+		xacquire(e.s, d[i], TIER_DRAM, TIER_ACQUIRE_READ);
 	}
 	x = mkobj(&e, "ninth", OBJ);
 	VALID(e.s);
-	rc = tier_acquire(e.s, x, TIER_DRAM, TIER_READ, &p);
+	rc = tier_obj_acquire(e.s, x, TIER_DRAM, TIER_ACQUIRE_READ, &p);
 	ck_assert_msg(rc == 0,
 		      "acquire with 4 of 8 dram slots unpinned (their hbm copies dirty): %d: %s", rc,
 		      tier_last_error());
@@ -1390,11 +1390,11 @@ START_TEST(test_enomem_not_for_dirty_hbm)
 END_TEST
 
 /*
- * REGRESSION (store.c tier_flush/obj_dirty): "Objects pinned for write are
- * skipped and reported (-EBUSY)".  tier_flush only queues objects whose
+ * REGRESSION (store.c tier_store_flush/obj_dirty): "Objects pinned for write are
+ * skipped and reported (-EBUSY)".  tier_store_flush only queues objects whose
  * state is dirty, so an object pinned for write whose bytes are not yet
  * released dirty (the writer is mid-update) is neither flushed nor
- * reported: tier_flush returns 0 while tier_obj_flush on the same object
+ * reported: tier_store_flush returns 0 while tier_obj_flush on the same object
  * returns -EBUSY.
  */
 START_TEST(test_flush_all_reports_write_pin)
@@ -1413,10 +1413,10 @@ START_TEST(test_flush_all_reports_write_pin)
 		void *p;
 
 		write_ver(e.s, q, 2, 2 + (uint32_t)l);
-		p = xacquire(e.s, o, (enum tier_level)l, TIER_READ | TIER_WRITE); /* clean, write-pinned */
+		p = xacquire(e.s, o, (enum tier_level)l, TIER_ACQUIRE_READ | TIER_ACQUIRE_WRITE); /* clean, write-pinned */
 		ck_assert_int_eq(tier_obj_flush(e.s, o), -EBUSY);
-		rc = tier_flush(e.s);
-		ck_assert_msg(rc == -EBUSY, "tier_flush with '%s' pinned for write on %s: %d: %s",
+		rc = tier_store_flush(e.s);
+		ck_assert_msg(rc == -EBUSY, "tier_store_flush with '%s' pinned for write on %s: %d: %s",
 			      tier_obj_name(o), tier_level_name((enum tier_level)l), rc,
 			      tier_last_error());
 		ck_assert_msg(strstr(tier_last_error(), "'writing'"), "%s", tier_last_error());
@@ -1424,7 +1424,7 @@ START_TEST(test_flush_all_reports_write_pin)
 		ck_assert_uint_eq(stats(e.s).level[TIER_DRAM].dirty, 0);
 		pat_fill(p, OBJ, 1, 1);
 		xrelease(e.s, o, (enum tier_level)l, true);
-		ck_assert_int_eq(tier_flush(e.s), 0);
+		ck_assert_int_eq(tier_store_flush(e.s), 0);
 		VALID(e.s);
 	}
 	env_close(&e);
@@ -1484,11 +1484,11 @@ START_TEST(test_fill_error)
 		expect_ver(e.s, o, 6, 1);     /* resident on DRAM, absent on HBM */
 	st0 = stats(e.s);
 	hook_watch(&e.hk, o);
-	ck_assert_int_eq(tier_fault_arm(k->site, 1, TIER_FAULT_PERSISTENT, -EIO), 0);
-	tier_err_clear();
-	rc = tier_acquire(e.s, o, acq, TIER_READ, &p);
-	tier_fault_disarm(k->site);
-	ck_assert_uint_ge(tier_fault_fired(k->site), 1);
+	ck_assert_int_eq(ts_fault_arm(k->site, 1, TIER_FAULT_PERSISTENT, -EIO), 0);
+	ts_err_clear();
+	rc = tier_obj_acquire(e.s, o, acq, TIER_ACQUIRE_READ, &p);
+	ts_fault_disarm(k->site);
+	ck_assert_uint_ge(ts_fault_fired(k->site), 1);
 	ck_assert_msg(rc == k->want, "%s: %d (%s), expected %d: %s", k->name, rc, tier_strerror(rc),
 		      k->want, tier_last_error());
 	ck_assert_msg(strstr(tier_last_error(), "'fragile'") && strstr(tier_last_error(), "fill") &&
@@ -1508,7 +1508,7 @@ START_TEST(test_fill_error)
 	ck_assert_uint_eq(st1.level[TIER_HBM].objects, k->level == TIER_HBM ? 0 : st0.level[TIER_HBM].objects);
 	VALID(e.s);
 	/* Disarmed: the same acquire works and brings the right bytes. */
-	p = xacquire(e.s, o, acq, TIER_READ);
+	p = xacquire(e.s, o, acq, TIER_ACQUIRE_READ);
 	ASSERT_PAT(p, OBJ, 6, 1);
 	xrelease(e.s, o, acq, false);
 	VALID(e.s);
@@ -1524,14 +1524,14 @@ START_TEST(test_fill_error)
 		int rc2;
 
 		/* Two acquires wait on one failing fill: both get the error. */
-		ck_assert_int_eq(tier_fault_arm(k->site, 1, TIER_FAULT_PERSISTENT, -EIO), 0);
-		rc = tier_acquire_async(e.s, o, acq, TIER_READ, &p, &tk);
+		ck_assert_int_eq(ts_fault_arm(k->site, 1, TIER_FAULT_PERSISTENT, -EIO), 0);
+		rc = tier_obj_acquire_async(e.s, o, acq, TIER_ACQUIRE_READ, &p, &tk);
 		ck_assert_int_eq(rc, 0);
-		rc = tier_acquire_async(e.s, o, acq, TIER_READ, &p2, &tk2);
+		rc = tier_obj_acquire_async(e.s, o, acq, TIER_ACQUIRE_READ, &p2, &tk2);
 		ck_assert_int_eq(rc, 0);
 		rc2 = tier_ticket_wait(tk2);
 		rc = tier_ticket_wait(tk);
-		tier_fault_disarm(k->site);
+		ts_fault_disarm(k->site);
 		ck_assert_msg(rc == k->want, "%s (async): %d: %s", k->name, rc, tier_last_error());
 		ck_assert_msg(strstr(tier_last_error(), "'fragile'"), "%s", tier_last_error());
 		ck_assert_msg(rc2 == k->want, "%s (second async): %d", k->name, rc2);
@@ -1546,14 +1546,14 @@ END_TEST
 struct flush_fault {
 	const char *name;
 	enum tier_fault_site site;
-	bool all;               /* tier_flush, else tier_obj_flush */
+	bool all;               /* tier_store_flush, else tier_obj_flush */
 };
 
 static const struct flush_fault flush_faults[] = {
 	{ "nvme_io_err, tier_obj_flush", TIER_FAULT_NVME_IO_ERR, false },
-	{ "nvme_io_err, tier_flush", TIER_FAULT_NVME_IO_ERR, true },
+	{ "nvme_io_err, tier_store_flush", TIER_FAULT_NVME_IO_ERR, true },
 	{ "store_io, tier_obj_flush", TIER_FAULT_STORE_IO, false },
-	{ "store_io, tier_flush", TIER_FAULT_STORE_IO, true },
+	{ "store_io, tier_store_flush", TIER_FAULT_STORE_IO, true },
 };
 
 /*
@@ -1579,9 +1579,9 @@ START_TEST(test_flush_error)
 	ck_assert_int_eq(tier_obj_flush(e.s, o), 0);
 	write_ver(e.s, o, 8, 2);                         /* dirty: version 2 */
 	st0 = stats(e.s);
-	ck_assert_int_eq(tier_fault_arm(k->site, 1, TIER_FAULT_PERSISTENT, -EIO), 0);
-	rc = k->all ? tier_flush(e.s) : tier_obj_flush(e.s, o);
-	tier_fault_disarm(k->site);
+	ck_assert_int_eq(ts_fault_arm(k->site, 1, TIER_FAULT_PERSISTENT, -EIO), 0);
+	rc = k->all ? tier_store_flush(e.s) : tier_obj_flush(e.s, o);
+	ts_fault_disarm(k->site);
 	ck_assert_msg(rc == -EIO, "%s: %d: %s", k->name, rc, tier_last_error());
 	ck_assert_msg(strstr(tier_last_error(), "'precious'") &&
 		      strstr(tier_last_error(), "write-back"), "%s: detail: %s", k->name,
@@ -1592,7 +1592,7 @@ START_TEST(test_flush_error)
 	VALID(e.s);
 	expect_ver(e.s, o, 8, 2);                         /* not lost */
 	n0 = nstats(e.s);
-	rc = k->all ? tier_flush(e.s) : tier_obj_flush(e.s, o);
+	rc = k->all ? tier_store_flush(e.s) : tier_obj_flush(e.s, o);
 	ck_assert_msg(rc == 0, "%s: disarmed: %d: %s", k->name, rc, tier_last_error());
 	ck_assert_uint_ge(nstats(e.s).bytes_written - n0.bytes_written, OBJ);
 	ck_assert_uint_eq(stats(e.s).level[TIER_DRAM].dirty, 0);
@@ -1622,16 +1622,16 @@ START_TEST(test_hbm_writeback_error)
 
 	env_open(&e, &c);
 	o = mkobj(&e, "gpu-state", OBJ);
-	p = xacquire(e.s, o, TIER_HBM, TIER_WRITE | TIER_DISCARD);
+	p = xacquire(e.s, o, TIER_HBM, TIER_ACQUIRE_WRITE | TIER_ACQUIRE_DISCARD);
 	pat_fill(p, OBJ, 10, 1);
 	xrelease(e.s, o, TIER_HBM, true);
 	VALID(e.s);
 
 	/* 1. A DRAM acquire needs the HBM bytes first. */
 	st0 = stats(e.s);
-	ck_assert_int_eq(tier_fault_arm(site, 1, TIER_FAULT_PERSISTENT, -EIO), 0);
-	rc = tier_acquire(e.s, o, TIER_DRAM, TIER_READ, &p);
-	tier_fault_disarm(site);
+	ck_assert_int_eq(ts_fault_arm(site, 1, TIER_FAULT_PERSISTENT, -EIO), 0);
+	rc = tier_obj_acquire(e.s, o, TIER_DRAM, TIER_ACQUIRE_READ, &p);
+	ts_fault_disarm(site);
 	ck_assert_msg(rc == -EIO, "dram acquire over dirty hbm: %d: %s", rc, tier_last_error());
 	ck_assert_msg(strstr(tier_last_error(), "'gpu-state'"), "%s", tier_last_error());
 	st1 = stats(e.s);
@@ -1641,9 +1641,9 @@ START_TEST(test_hbm_writeback_error)
 	VALID(e.s);
 
 	/* 2. A flush. */
-	ck_assert_int_eq(tier_fault_arm(site, 1, TIER_FAULT_PERSISTENT, -EIO), 0);
+	ck_assert_int_eq(ts_fault_arm(site, 1, TIER_FAULT_PERSISTENT, -EIO), 0);
 	rc = tier_obj_flush(e.s, o);
-	tier_fault_disarm(site);
+	ts_fault_disarm(site);
 	ck_assert_msg(rc == -EIO, "flush: %d: %s", rc, tier_last_error());
 	ck_assert_msg(strstr(tier_last_error(), "'gpu-state'"), "%s", tier_last_error());
 	ck_assert_uint_eq(stats(e.s).level[TIER_HBM].dirty, OBJ);
@@ -1657,7 +1657,7 @@ START_TEST(test_hbm_writeback_error)
 		more[i] = mkobj(&e, name, OBJ);
 	}
 	for (int i = 0; i < HBM_OBJS - 1; i++) {
-		p = xacquire(e.s, more[i], TIER_HBM, TIER_READ);
+		p = xacquire(e.s, more[i], TIER_HBM, TIER_ACQUIRE_READ);
 		xrelease(e.s, more[i], TIER_HBM, false);
 	}
 	/* HBM is full; "gpu-state" is the least recently used; the new
@@ -1665,9 +1665,9 @@ START_TEST(test_hbm_writeback_error)
 	expect_ver(e.s, more[HBM_OBJS - 1], 0, 0);
 	ck_assert_uint_eq(stats(e.s).level[TIER_HBM].objects, HBM_OBJS);
 	st0 = stats(e.s);
-	ck_assert_int_eq(tier_fault_arm(site, 1, TIER_FAULT_PERSISTENT, -EIO), 0);
-	rc = tier_acquire(e.s, more[HBM_OBJS - 1], TIER_HBM, TIER_READ, &p);
-	tier_fault_disarm(site);
+	ck_assert_int_eq(ts_fault_arm(site, 1, TIER_FAULT_PERSISTENT, -EIO), 0);
+	rc = tier_obj_acquire(e.s, more[HBM_OBJS - 1], TIER_HBM, TIER_ACQUIRE_READ, &p);
+	ts_fault_disarm(site);
 	ck_assert_msg(rc == -EIO, "hbm acquire needing an eviction: %d: %s", rc, tier_last_error());
 	ck_assert_msg(strstr(tier_last_error(), "'gpu-state'") &&
 		      strstr(tier_last_error(), "write-back"), "%s", tier_last_error());
@@ -1679,7 +1679,7 @@ START_TEST(test_hbm_writeback_error)
 	/* Disarmed: the bytes come down intact. */
 	expect_ver(e.s, o, 10, 1);
 	ck_assert_uint_eq(stats(e.s).level[TIER_HBM].dirty, 0);
-	ck_assert_int_eq(tier_flush(e.s), 0);
+	ck_assert_int_eq(tier_store_flush(e.s), 0);
 	push_out(&e);
 	expect_ver(e.s, o, 10, 1);
 	env_close(&e);
@@ -1715,9 +1715,9 @@ START_TEST(test_eviction_writeback_error)
 		write_ver(e.s, o[i], (uint32_t)i, 1);   /* DRAM full of dirty objects */
 	st0 = stats(e.s);
 	ck_assert_uint_eq(st0.level[TIER_DRAM].dirty, DRAM_OBJS * OBJ);
-	ck_assert_int_eq(tier_fault_arm(site, 1, TIER_FAULT_PERSISTENT, -EIO), 0);
-	rc = tier_acquire(e.s, o[DRAM_OBJS], TIER_DRAM, TIER_READ, &p);
-	tier_fault_disarm(site);
+	ck_assert_int_eq(ts_fault_arm(site, 1, TIER_FAULT_PERSISTENT, -EIO), 0);
+	rc = tier_obj_acquire(e.s, o[DRAM_OBJS], TIER_DRAM, TIER_ACQUIRE_READ, &p);
+	ts_fault_disarm(site);
 	ck_assert_msg(rc == -EIO, "acquire needing an eviction: %d: %s", rc, tier_last_error());
 	ck_assert_msg(strstr(tier_last_error(), "'d.0'") && strstr(tier_last_error(), "write-back"),
 		      "detail: %s", tier_last_error());
@@ -1729,13 +1729,13 @@ START_TEST(test_eviction_writeback_error)
 	/* Nothing lost; disarmed, the acquire goes through. */
 	for (int i = 0; i < DRAM_OBJS; i++)
 		expect_ver(e.s, o[i], (uint32_t)i, 1);
-	p = xacquire(e.s, o[DRAM_OBJS], TIER_DRAM, TIER_READ);
+	p = xacquire(e.s, o[DRAM_OBJS], TIER_DRAM, TIER_ACQUIRE_READ);
 	ASSERT_PAT(p, OBJ, DRAM_OBJS, 0);
 	xrelease(e.s, o[DRAM_OBJS], TIER_DRAM, false);
 	VALID(e.s);
 	for (int i = 0; i < DRAM_OBJS; i++)
 		expect_ver(e.s, o[i], (uint32_t)i, 1);
-	ck_assert_int_eq(tier_flush(e.s), 0);
+	ck_assert_int_eq(tier_store_flush(e.s), 0);
 	env_close(&e);
 }
 END_TEST
@@ -1752,7 +1752,7 @@ START_TEST(test_eviction_cancelled)
 {
 	NEED_FAULTS();
 	static const struct cfg c = { .nvme = true, .hbm = "none", .policy = TIER_POLICY_LRU };
-	unsigned mode = _i ? TIER_READ | TIER_WRITE : TIER_READ;
+	unsigned mode = _i ? TIER_ACQUIRE_READ | TIER_ACQUIRE_WRITE : TIER_ACQUIRE_READ;
 	struct tier_obj *o[DRAM_OBJS + 1];
 	struct tier_ticket *tk;
 	struct tier_store_stats st;
@@ -1770,21 +1770,21 @@ START_TEST(test_eviction_cancelled)
 	for (int i = 0; i < DRAM_OBJS; i++)
 		write_ver(e.s, o[i], (uint32_t)i, 1);
 	hook_watch(&e.hk, o[0]);
-	ck_assert_int_eq(tier_fault_arm(TIER_FAULT_NVME_DELAY, 1, TIER_FAULT_PERSISTENT, -EIO), 0);
-	ck_assert_int_eq(tier_acquire_async(e.s, o[DRAM_OBJS], TIER_DRAM, TIER_READ, &p, &tk), 0);
+	ck_assert_int_eq(ts_fault_arm(TIER_FAULT_NVME_DELAY, 1, TIER_FAULT_PERSISTENT, -EIO), 0);
+	ck_assert_int_eq(tier_obj_acquire_async(e.s, o[DRAM_OBJS], TIER_DRAM, TIER_ACQUIRE_READ, &p, &tk), 0);
 	ck_assert_uint_eq(hook_watch_count(&e.hk, STORE_EV_EVICT, TIER_DRAM), 1);
 	ck_assert_uint_eq(hook_watch_count(&e.hk, STORE_EV_FLUSH_START, TIER_DRAM), 1);
 	/* e.0 is being written back to be evicted: acquire it again. */
 	q = xacquire(e.s, o[0], TIER_DRAM, mode);
 	ASSERT_PAT(q, OBJ, 0, 1);
 	VALID(e.s);
-	if (mode & TIER_WRITE) {
+	if (mode & TIER_ACQUIRE_WRITE) {
 		/* Granted only after the write-back: nothing writes flushing bytes. */
 		ck_assert_uint_eq(hook_watch_count(&e.hk, STORE_EV_FLUSH_DONE, TIER_DRAM), 1);
 		pat_fill(q, OBJ, 0, 2);
 	}
 	rc = tier_ticket_wait(tk);
-	tier_fault_disarm(TIER_FAULT_NVME_DELAY);
+	ts_fault_disarm(TIER_FAULT_NVME_DELAY);
 	ck_assert_msg(rc == 0, "the acquire that needed room: %d: %s", rc, tier_last_error());
 	ASSERT_PAT(p, OBJ, DRAM_OBJS, 0);
 	store_quiesce(e.s);
@@ -1792,13 +1792,13 @@ START_TEST(test_eviction_cancelled)
 	st = stats(e.s);
 	ck_assert_uint_eq(st.level[TIER_DRAM].pinned, 2 * OBJ);
 	VALID(e.s);
-	xrelease(e.s, o[0], TIER_DRAM, (mode & TIER_WRITE) != 0);
+	xrelease(e.s, o[0], TIER_DRAM, (mode & TIER_ACQUIRE_WRITE) != 0);
 	xrelease(e.s, o[DRAM_OBJS], TIER_DRAM, false);
 	for (int i = 0; i < DRAM_OBJS; i++)
-		expect_ver(e.s, o[i], (uint32_t)i, i == 0 && (mode & TIER_WRITE) ? 2 : 1);
-	ck_assert_int_eq(tier_flush(e.s), 0);
+		expect_ver(e.s, o[i], (uint32_t)i, i == 0 && (mode & TIER_ACQUIRE_WRITE) ? 2 : 1);
+	ck_assert_int_eq(tier_store_flush(e.s), 0);
 	push_out(&e);
-	expect_ver(e.s, o[0], 0, (mode & TIER_WRITE) ? 2 : 1);
+	expect_ver(e.s, o[0], 0, (mode & TIER_ACQUIRE_WRITE) ? 2 : 1);
 	env_close(&e);
 }
 END_TEST
@@ -1824,11 +1824,11 @@ START_TEST(test_prefetch_fill_error_counted_once)
 	ck_assert_int_eq(tier_obj_flush(e.s, o), 0);
 	push_out(&e);
 	st0 = stats(e.s);
-	ck_assert_int_eq(tier_fault_arm(TIER_FAULT_NVME_IO_ERR, 1, TIER_FAULT_PERSISTENT, -EIO), 0);
-	ck_assert_int_eq(tier_prefetch(e.s, o, TIER_DRAM), 0);
+	ck_assert_int_eq(ts_fault_arm(TIER_FAULT_NVME_IO_ERR, 1, TIER_FAULT_PERSISTENT, -EIO), 0);
+	ck_assert_int_eq(tier_obj_prefetch(e.s, o, TIER_DRAM), 0);
 	store_quiesce(e.s);
-	tier_fault_disarm(TIER_FAULT_NVME_IO_ERR);
-	ck_assert_uint_ge(tier_fault_fired(TIER_FAULT_NVME_IO_ERR), 1);
+	ts_fault_disarm(TIER_FAULT_NVME_IO_ERR);
+	ck_assert_uint_ge(ts_fault_fired(TIER_FAULT_NVME_IO_ERR), 1);
 	st1 = stats(e.s);
 	ck_assert_uint_eq(st1.level[TIER_DRAM].prefetches, st0.level[TIER_DRAM].prefetches + 1);
 	ck_assert_msg(st1.level[TIER_DRAM].errors == st0.level[TIER_DRAM].errors + 1,
@@ -1870,7 +1870,7 @@ START_TEST(test_prefetch_hit)
 	env_open(&e, &c);
 	o = mkobj(&e, "soon", OBJ);
 	write_ver(e.s, o, 12, 1);
-	ck_assert_int_eq(tier_flush(e.s), 0);
+	ck_assert_int_eq(tier_store_flush(e.s), 0);
 	push_out(&e);
 	if (k->policy == TIER_POLICY_BELADY) {
 		/* o is used right after the fillers: needed before any of them. */
@@ -1883,7 +1883,7 @@ START_TEST(test_prefetch_hit)
 		push_out(&e); /* the cursor now sits on the last filler */
 	}
 	st0 = stats(e.s);
-	ck_assert_int_eq(tier_prefetch(e.s, o, k->level), 0);
+	ck_assert_int_eq(tier_obj_prefetch(e.s, o, k->level), 0);
 	store_quiesce(e.s);
 	st1 = stats(e.s);
 	n1 = nstats(e.s);
@@ -1892,7 +1892,7 @@ START_TEST(test_prefetch_hit)
 	ck_assert_uint_eq(st1.level[k->level].pinned, 0);
 	ck_assert_uint_ge(st1.level[k->level].bytes_in - st0.level[k->level].bytes_in, OBJ);
 	VALID(e.s);
-	p = xacquire(e.s, o, k->level, TIER_READ);
+	p = xacquire(e.s, o, k->level, TIER_ACQUIRE_READ);
 	st2 = stats(e.s);
 	ck_assert_msg(st2.level[k->level].hits == st1.level[k->level].hits + 1 &&
 		      st2.level[k->level].misses == st1.level[k->level].misses,
@@ -1903,7 +1903,7 @@ START_TEST(test_prefetch_hit)
 	ASSERT_PAT(p, OBJ, 12, 1);
 	xrelease(e.s, o, k->level, false);
 	/* Prefetching what is resident does nothing. */
-	ck_assert_int_eq(tier_prefetch(e.s, o, k->level), 0);
+	ck_assert_int_eq(tier_obj_prefetch(e.s, o, k->level), 0);
 	store_quiesce(e.s);
 	ck_assert_uint_eq(stats(e.s).level[k->level].prefetches, st1.level[k->level].prefetches);
 	VALID(e.s);
@@ -1962,23 +1962,23 @@ START_TEST(test_prefetch_livelock)
 	write_ver(e.s, w, 1, 1);
 	write_ver(e.s, x, 2, 1);
 	write_ver(e.s, z, 3, 1);
-	ck_assert_int_eq(tier_flush(e.s), 0);
+	ck_assert_int_eq(tier_store_flush(e.s), 0);
 	pin = mkobj(&e, "pin", 1 * MiB);
 	f = mkobj(&e, "f", 1 * MiB);
 	y = mkobj(&e, "y", 2 * MiB);
-	xacquire(e.s, pin, TIER_DRAM, TIER_READ);
-	p = xacquire(e.s, f, TIER_DRAM, TIER_READ);     /* pushes w, x, z out */
+	xacquire(e.s, pin, TIER_DRAM, TIER_ACQUIRE_READ);
+	p = xacquire(e.s, f, TIER_DRAM, TIER_ACQUIRE_READ);     /* pushes w, x, z out */
 	xrelease(e.s, f, TIER_DRAM, false);
 	ck_assert_int_eq(tier_obj_destroy(e.s, f), 0);  /* DRAM: pin, 1 MiB free */
 	ck_assert_uint_eq(stats(e.s).level[TIER_DRAM].used, 1 * MiB);
 	VALID(e.s);
 
 	hook_watch(&e.hk, x);
-	ck_assert_int_eq(tier_fault_arm(TIER_FAULT_NVME_DELAY, 1, 1, -EIO), 0);
-	ck_assert_int_eq(tier_prefetch(e.s, w, TIER_DRAM), 0);          /* slow fill */
-	ck_assert_int_eq(tier_acquire_async(e.s, y, TIER_DRAM, TIER_READ, &p, &wt.tk), 0);
-	ck_assert_int_eq(tier_prefetch(e.s, x, TIER_DRAM), 0);
-	ck_assert_int_eq(tier_prefetch(e.s, z, TIER_DRAM), 0);
+	ck_assert_int_eq(ts_fault_arm(TIER_FAULT_NVME_DELAY, 1, 1, -EIO), 0);
+	ck_assert_int_eq(tier_obj_prefetch(e.s, w, TIER_DRAM), 0);          /* slow fill */
+	ck_assert_int_eq(tier_obj_acquire_async(e.s, y, TIER_DRAM, TIER_ACQUIRE_READ, &p, &wt.tk), 0);
+	ck_assert_int_eq(tier_obj_prefetch(e.s, x, TIER_DRAM), 0);
+	ck_assert_int_eq(tier_obj_prefetch(e.s, z, TIER_DRAM), 0);
 	ck_assert_int_eq(pthread_create(&th, NULL, waiter_main, &wt), 0);
 	t0 = now_s();
 	while (!atomic_load(&wt.done) && now_s() - t0 < 10) {
@@ -2029,12 +2029,12 @@ START_TEST(test_async_many)
 		o[i] = mkobj(&e, name, OBJ);
 		write_ver(e.s, o[i], (uint32_t)i, 1);
 	}
-	ck_assert_int_eq(tier_flush(e.s), 0);
+	ck_assert_int_eq(tier_store_flush(e.s), 0);
 	push_out(&e);
 	/* DRAM_OBJS reads in flight, filled from NVMe. */
 	for (int i = 0; i < DRAM_OBJS; i++) {
 		p[i] = NULL;
-		ck_assert_int_eq(tier_acquire_async(e.s, o[i], TIER_DRAM, TIER_READ, &p[i], &tk[i]), 0);
+		ck_assert_int_eq(tier_obj_acquire_async(e.s, o[i], TIER_DRAM, TIER_ACQUIRE_READ, &p[i], &tk[i]), 0);
 		ck_assert_ptr_nonnull(tk[i]);
 	}
 	for (int i = DRAM_OBJS - 1; i >= 0; i--) {
@@ -2051,7 +2051,7 @@ START_TEST(test_async_many)
 	push_out(&e);
 	for (int i = 0; i < N; i++) {
 		p[i] = NULL;
-		ck_assert_int_eq(tier_acquire_async(e.s, o[i], TIER_DRAM, TIER_READ, &p[i], &tk[i]), 0);
+		ck_assert_int_eq(tier_obj_acquire_async(e.s, o[i], TIER_DRAM, TIER_ACQUIRE_READ, &p[i], &tk[i]), 0);
 	}
 	for (int i = 0; i < N; i++) {
 		rc[i] = tier_ticket_wait(tk[i]);
@@ -2071,7 +2071,7 @@ START_TEST(test_async_many)
 			xrelease(e.s, o[i], TIER_DRAM, false);
 	/* The same object many times, on HBM, for read. */
 	for (int i = 0; i < 8; i++)
-		ck_assert_int_eq(tier_acquire_async(e.s, o[0], TIER_HBM, TIER_READ, &p[i], &tk[i]), 0);
+		ck_assert_int_eq(tier_obj_acquire_async(e.s, o[0], TIER_HBM, TIER_ACQUIRE_READ, &p[i], &tk[i]), 0);
 	for (int i = 0; i < 8; i++) {
 		ck_assert_int_eq(tier_ticket_wait(tk[i]), 0);
 		ck_assert_ptr_eq(p[i], p[0]);
@@ -2080,7 +2080,7 @@ START_TEST(test_async_many)
 	ck_assert_uint_eq(stats(e.s).level[TIER_HBM].pinned, OBJ);
 	for (int i = 0; i < 8; i++)
 		xrelease(e.s, o[0], TIER_HBM, false);
-	ck_assert_int_eq(tier_release(e.s, o[0], TIER_HBM, false), -EINVAL);
+	ck_assert_int_eq(tier_obj_release(e.s, o[0], TIER_HBM, false), -EINVAL);
 	VALID(e.s);
 	for (int i = 0; i < N; i++)
 		expect_ver(e.s, o[i], (uint32_t)i, 1);
@@ -2103,8 +2103,8 @@ START_TEST(test_destroy)
 	env_open(&e, c);
 	o = mkobj(&e, "doomed", OBJ);
 	write_ver(e.s, o, 13, 1);
-	ck_assert_int_eq(tier_flush(e.s), 0);
-	p = xacquire(e.s, o, TIER_HBM, TIER_READ | TIER_WRITE);
+	ck_assert_int_eq(tier_store_flush(e.s), 0);
+	p = xacquire(e.s, o, TIER_HBM, TIER_ACQUIRE_READ | TIER_ACQUIRE_WRITE);
 	pat_fill(p, OBJ, 13, 2);
 	xrelease(e.s, o, TIER_HBM, true);        /* dirty on HBM */
 	st = stats(e.s);
@@ -2124,7 +2124,7 @@ START_TEST(test_destroy)
 	VALID(e.s);
 	o2 = mkobj(&e, "doomed", OBJ);
 	expect_ver(e.s, o2, 13, 0);
-	p = xacquire(e.s, o2, TIER_HBM, TIER_READ);
+	p = xacquire(e.s, o2, TIER_HBM, TIER_ACQUIRE_READ);
 	ASSERT_PAT(p, OBJ, 13, 0);
 	xrelease(e.s, o2, TIER_HBM, false);
 	ck_assert_int_eq(tier_obj_destroy(e.s, o2), 0);
@@ -2182,10 +2182,10 @@ START_TEST(test_destroy_in_flight)
 	write_ver(e.s, o, 1, 1);
 	ck_assert_int_eq(tier_obj_flush(e.s, o), 0);
 	push_out(&e);
-	ck_assert_int_eq(tier_fault_arm(TIER_FAULT_NVME_DELAY, 1, TIER_FAULT_PERSISTENT, -EIO), 0);
-	ck_assert_int_eq(tier_prefetch(e.s, o, TIER_DRAM), 0);
+	ck_assert_int_eq(ts_fault_arm(TIER_FAULT_NVME_DELAY, 1, TIER_FAULT_PERSISTENT, -EIO), 0);
+	ck_assert_int_eq(tier_obj_prefetch(e.s, o, TIER_DRAM), 0);
 	ck_assert_int_eq(tier_obj_destroy(e.s, o), 0);
-	tier_fault_disarm(TIER_FAULT_NVME_DELAY);
+	ts_fault_disarm(TIER_FAULT_NVME_DELAY);
 	st = stats(e.s);
 	ck_assert_uint_eq(st.level[TIER_DRAM].used, st.level[TIER_DRAM].objects * OBJ);
 	ck_assert_uint_le(st.level[TIER_DRAM].objects, DRAM_OBJS - 1); /* a filler made room */
@@ -2196,7 +2196,7 @@ START_TEST(test_destroy_in_flight)
 	/* 2. An HBM fill in flight (paced). */
 	o = mkobj(&e, "moving", OBJ);
 	expect_ver(e.s, o, 1, 0);
-	ck_assert_int_eq(tier_prefetch(e.s, o, TIER_HBM), 0);
+	ck_assert_int_eq(tier_obj_prefetch(e.s, o, TIER_HBM), 0);
 	ck_assert_int_eq(tier_obj_destroy(e.s, o), 0);
 	st = stats(e.s);
 	ck_assert_uint_eq(st.level[TIER_HBM].used, 0);
@@ -2206,7 +2206,7 @@ START_TEST(test_destroy_in_flight)
 	/* 3. An HBM write-back in flight (paced), started by a DRAM read. */
 	o = mkobj(&e, "moving", OBJ);
 	{
-		void *p = xacquire(e.s, o, TIER_HBM, TIER_WRITE | TIER_DISCARD);
+		void *p = xacquire(e.s, o, TIER_HBM, TIER_ACQUIRE_WRITE | TIER_ACQUIRE_DISCARD);
 
 		pat_fill(p, OBJ, 1, 2);
 		xrelease(e.s, o, TIER_HBM, true);
@@ -2225,13 +2225,13 @@ START_TEST(test_destroy_in_flight)
 	/* 4. A DRAM write-back in flight (slowed), started by another thread. */
 	o = mkobj(&e, "moving", OBJ);
 	write_ver(e.s, o, 1, 3);
-	ck_assert_int_eq(tier_fault_arm(TIER_FAULT_NVME_DELAY, 1, TIER_FAULT_PERSISTENT, -EIO), 0);
+	ck_assert_int_eq(ts_fault_arm(TIER_FAULT_NVME_DELAY, 1, TIER_FAULT_PERSISTENT, -EIO), 0);
 	fl = (struct flusher){ .s = e.s, .o = o };
 	ck_assert_int_eq(pthread_create(&th, NULL, flusher_main, &fl), 0);
 	usleep(5000);
 	ck_assert_int_eq(tier_obj_destroy(e.s, o), 0);
 	pthread_join(th, NULL);
-	tier_fault_disarm(TIER_FAULT_NVME_DELAY);
+	ts_fault_disarm(TIER_FAULT_NVME_DELAY);
 	ck_assert_msg(fl.rc == 0 || fl.rc == -ECANCELED, "flush racing a destroy: %d", fl.rc);
 	VALID(e.s);
 	o = mkobj(&e, "moving", OBJ);
@@ -2246,12 +2246,12 @@ START_TEST(test_destroy_in_flight)
 		void *p = NULL;
 		int rc;
 
-		ck_assert_int_eq(tier_fault_arm(TIER_FAULT_NVME_DELAY, 1, TIER_FAULT_PERSISTENT, -EIO),
+		ck_assert_int_eq(ts_fault_arm(TIER_FAULT_NVME_DELAY, 1, TIER_FAULT_PERSISTENT, -EIO),
 				 0);
-		ck_assert_int_eq(tier_acquire_async(e.s, o, TIER_DRAM, TIER_READ, &p, &tk), 0);
+		ck_assert_int_eq(tier_obj_acquire_async(e.s, o, TIER_DRAM, TIER_ACQUIRE_READ, &p, &tk), 0);
 		ck_assert_int_eq(tier_obj_destroy(e.s, o), 0);
 		rc = tier_ticket_wait(tk);
-		tier_fault_disarm(TIER_FAULT_NVME_DELAY);
+		ts_fault_disarm(TIER_FAULT_NVME_DELAY);
 		ck_assert_msg(rc == -ECANCELED, "acquire of an object destroyed under it: %d: %s", rc,
 			      tier_last_error());
 	}
@@ -2283,16 +2283,16 @@ START_TEST(test_close_in_flight)
 		o[i] = mkobj(&e, name, OBJ);
 		write_ver(e.s, o[i], (uint32_t)i, 1);
 	}
-	ck_assert_int_eq(tier_flush(e.s), 0);
+	ck_assert_int_eq(tier_store_flush(e.s), 0);
 	push_out(&e);
 	expect_ver(e.s, o[5], 5, 1);
-	ck_assert_int_eq(tier_fault_arm(TIER_FAULT_NVME_DELAY, 1, TIER_FAULT_PERSISTENT, -EIO), 0);
+	ck_assert_int_eq(ts_fault_arm(TIER_FAULT_NVME_DELAY, 1, TIER_FAULT_PERSISTENT, -EIO), 0);
 	for (int i = 0; i < 5; i++)
-		ck_assert_int_eq(tier_prefetch(e.s, o[i], i < 3 ? TIER_DRAM : TIER_HBM), 0);
-	ck_assert_int_eq(tier_prefetch(e.s, o[5], TIER_HBM), 0);
+		ck_assert_int_eq(tier_obj_prefetch(e.s, o[i], i < 3 ? TIER_DRAM : TIER_HBM), 0);
+	ck_assert_int_eq(tier_obj_prefetch(e.s, o[5], TIER_HBM), 0);
 	t0 = now_s();
 	rc = tier_store_close(e.s);
-	tier_fault_disarm(TIER_FAULT_NVME_DELAY);
+	ts_fault_disarm(TIER_FAULT_NVME_DELAY);
 	ck_assert_msg(rc == 0, "close with prefetches in flight: %d: %s", rc, tier_last_error());
 	ck_assert_msg(now_s() - t0 < 20, "close took %.1f s", now_s() - t0);
 	hook_assert_ok(&e.hk);
@@ -2313,7 +2313,7 @@ START_TEST(test_close_flushes)
 	a = mkobj(&e, "dirty-dram", OBJ);
 	b = mkobj(&e, "dirty-hbm", OBJ);
 	write_ver(e.s, a, 1, 1);
-	p = xacquire(e.s, b, TIER_HBM, TIER_WRITE | TIER_DISCARD);
+	p = xacquire(e.s, b, TIER_HBM, TIER_ACQUIRE_WRITE | TIER_ACQUIRE_DISCARD);
 	pat_fill(p, OBJ, 2, 1);
 	xrelease(e.s, b, TIER_HBM, true);
 	VALID(e.s);
@@ -2332,7 +2332,7 @@ END_TEST
 START_TEST(test_close_pinned)
 {
 	static const struct { enum tier_level l; unsigned mode; } pins[] = {
-		{ TIER_DRAM, TIER_READ }, { TIER_HBM, TIER_READ },
+		{ TIER_DRAM, TIER_ACQUIRE_READ }, { TIER_HBM, TIER_ACQUIRE_READ },
 	};
 	static const struct cfg c = { .nvme = true, .hbm = "host", .policy = TIER_POLICY_LRU };
 	struct tier_obj *a, *b;
@@ -2350,7 +2350,7 @@ START_TEST(test_close_pinned)
 	p = xacquire(e.s, a, pins[_i].l, pins[_i].mode);
 	(void)p;
 	/* An async acquire on the same level. */
-	ck_assert_int_eq(tier_acquire_async(e.s, b, pins[_i].l, TIER_READ, &q, &tk), 0);
+	ck_assert_int_eq(tier_obj_acquire_async(e.s, b, pins[_i].l, TIER_ACQUIRE_READ, &q, &tk), 0);
 	ck_assert_int_eq(tier_ticket_wait(tk), 0);
 	xrelease(e.s, b, pins[_i].l, false);
 	hook_watch(&e.hk, b);
@@ -2367,9 +2367,9 @@ START_TEST(test_close_pinned)
 END_TEST
 
 /*
- * REGRESSION (store.c tier_store_close via tier_flush/step_flush): "An object
+ * REGRESSION (store.c tier_store_close via tier_store_flush/step_flush): "An object
  * still pinned is a caller bug: it is reported (-EBUSY) and its data
- * flushed as it stands."  For a write pin, tier_flush skips the object
+ * flushed as it stands."  For a write pin, tier_store_flush skips the object
  * (-EBUSY) and close frees the store: the bytes a previous write pin
  * released dirty - acknowledged writes - are never written down.  Here
  * version 1 was written and released dirty, then the object was pinned
@@ -2387,10 +2387,10 @@ START_TEST(test_close_write_pinned_flushes)
 
 	env_open(&e, &c);
 	a = mkobj(&e, "acked", OBJ);
-	p = xacquire(e.s, a, l, TIER_WRITE | TIER_DISCARD);
+	p = xacquire(e.s, a, l, TIER_ACQUIRE_WRITE | TIER_ACQUIRE_DISCARD);
 	pat_fill(p, OBJ, 1, 1);
 	xrelease(e.s, a, l, true);                 /* acknowledged: dirty on l */
-	p = xacquire(e.s, a, l, TIER_READ | TIER_WRITE);
+	p = xacquire(e.s, a, l, TIER_ACQUIRE_READ | TIER_ACQUIRE_WRITE);
 	ASSERT_PAT(p, OBJ, 1, 1);
 	hook_watch(&e.hk, a);
 	rc = tier_store_close(e.s);
@@ -2490,11 +2490,11 @@ static void *st_main(void *arg)
 			/* Acquire on DRAM or HBM, for read or write. */
 			bool write = kind >= 30;
 			bool discard = write && ((r >> 40) & 3) == 0;
-			unsigned mode = write ? (TIER_WRITE | (discard ? TIER_DISCARD : TIER_READ))
-					      : TIER_READ;
+			unsigned mode = write ? (TIER_ACQUIRE_WRITE | (discard ? TIER_ACQUIRE_DISCARD : TIER_ACQUIRE_READ))
+					      : TIER_ACQUIRE_READ;
 
 			pthread_mutex_lock(&b->mu);
-			rc = tier_acquire(s, b->o, l, mode, &p);
+			rc = tier_obj_acquire(s, b->o, l, mode, &p);
 			if (rc == 0) {
 				atomic_fetch_add(&x->ok, 1);
 				if (l == TIER_HBM)
@@ -2505,12 +2505,12 @@ static void *st_main(void *arg)
 						write ? "write" : "read", tier_level_name(l), why);
 				if (write) {
 					pat_fill(p, b->size, (uint32_t)i, b->version + 1);
-					rc = tier_release(s, b->o, l, true);
+					rc = tier_obj_release(s, b->o, l, true);
 					if (rc == 0)
 						b->version++;
 					atomic_fetch_add(&x->writes, 1);
 				} else {
-					rc = tier_release(s, b->o, l, false);
+					rc = tier_obj_release(s, b->o, l, false);
 					atomic_fetch_add(&x->reads, 1);
 				}
 				if (rc)
@@ -2551,7 +2551,7 @@ static void *st_main(void *arg)
 					tier_last_error());
 			pthread_mutex_unlock(&b->mu);
 		} else if (kind < 85) {
-			rc = tier_prefetch(s, b->o, l);
+			rc = tier_obj_prefetch(s, b->o, l);
 			atomic_fetch_add(&x->prefetches, 1);
 			if (rc)
 				st_fail(x, "thread %d: prefetch '%s' to %s: %d: %s", t->id,
@@ -2563,10 +2563,10 @@ static void *st_main(void *arg)
 				st_fail(x, "thread %d: flush '%s': %d: %s", t->id, tier_obj_name(b->o),
 					rc, tier_last_error());
 		} else {
-			rc = tier_flush(s);
+			rc = tier_store_flush(s);
 			atomic_fetch_add(&x->flushes, 1);
 			if (rc && rc != -EBUSY)
-				st_fail(x, "thread %d: tier_flush: %d: %s", t->id, rc, tier_last_error());
+				st_fail(x, "thread %d: tier_store_flush: %d: %s", t->id, rc, tier_last_error());
 		}
 		atomic_fetch_add(&x->progress, 1);
 		if (x->resched && t->id == 0 && op % 256 == 255) {
@@ -2688,7 +2688,7 @@ START_TEST(test_stress)
 	}
 	ck_assert_msg(!atomic_load(&x->failed), "stress: %d failures, the first: %s",
 		      atomic_load(&x->failed), x->fail_msg);
-	rc = tier_flush(e.s);
+	rc = tier_store_flush(e.s);
 	ck_assert_msg(rc == 0, "final flush: %d: %s", rc, tier_last_error());
 	st = stats(e.s);
 	ck_assert_uint_eq(st.level[TIER_DRAM].dirty, 0);

@@ -717,14 +717,14 @@ static char *g_dir;
 
 static void setup(void)
 {
-	tier_fault_reset_all();
-	tier_err_clear();
+	ts_fault_reset_all();
+	ts_err_clear();
 	g_dir = t_mkdtemp();
 }
 
 static void teardown(void)
 {
-	tier_fault_reset_all();
+	ts_fault_reset_all();
 	t_rmtree(g_dir);
 	free(g_dir);
 	g_dir = NULL;
@@ -1188,7 +1188,7 @@ START_TEST(created_at_open)
 	ck_assert_int_eq(stat(path, &st), 0);
 	ck_assert_int_eq(st.st_size, 0);
 	trace_span(t, TRACE_STEP, 0, 0, BASE, BASE + 1, 0);
-	tier_err(-EIO, "an earlier failure");
+	ts_err(-EIO, "an earlier failure");
 	tclose(t);
 	ck_assert_str_eq(tier_last_error(), "an earlier failure");
 	ck_assert_int_eq(stat(path, &st), 0);
@@ -1217,7 +1217,7 @@ END_TEST
 
 START_TEST(null_trace)
 {
-	tier_err_clear();
+	ts_err_clear();
 	trace_span(NULL, TRACE_STEP, 0, 0, 1, 2, 0);
 	trace_span(NULL, TRACE_H2D, 3, 1, 1, 2, 4096);
 	trace_name_shard(NULL, 0, "x");
@@ -1238,7 +1238,7 @@ START_TEST(fault_open)
 
 	NEED_FAULTS();
 	for (uint64_t nth = 1; rc == -ENOMEM; nth++) {
-		ck_assert_int_eq(tier_fault_arm(TIER_FAULT_ALLOC, nth, 1, -ENOMEM), 0);
+		ck_assert_int_eq(ts_fault_arm(TIER_FAULT_ALLOC, nth, 1, -ENOMEM), 0);
 		rc = trace_open(path, 0, &t);
 		if (rc == -ENOMEM) {
 			ck_assert_ptr_null(t);
@@ -1247,7 +1247,7 @@ START_TEST(fault_open)
 		ck_assert_uint_lt(nth, 10);
 	}
 	ck_assert_int_eq(rc, 0);
-	tier_fault_reset_all();
+	ts_fault_reset_all();
 	tclose(t);
 	free(path);
 }
@@ -1262,11 +1262,11 @@ START_TEST(fault_span_growth)
 
 	NEED_FAULTS();
 	/* The first allocation (1024 spans) succeeds, every later one fails. */
-	ck_assert_int_eq(tier_fault_arm(TIER_FAULT_ALLOC, 2, TIER_FAULT_PERSISTENT, -ENOMEM), 0);
+	ck_assert_int_eq(ts_fault_arm(TIER_FAULT_ALLOC, 2, TIER_FAULT_PERSISTENT, -ENOMEM), 0);
 	for (unsigned i = 0; i < 3000; i++)
 		trace_span(t, TRACE_D2H, i % 2, 0, BASE + i * 10, BASE + i * 10 + 5, 1);
 	trace_name_shard(t, 0, "lost");       /* its copy fails: the default stays */
-	tier_fault_reset_all();
+	ts_fault_reset_all();
 	tclose(t);
 	read_trace(path, &r);
 	ck_assert_uint_eq(r.nx, 1024);
@@ -1291,9 +1291,9 @@ START_TEST(fault_close)
 		trace_name_shard(t, 0, "zero");
 		for (unsigned i = 0; i < 100; i++)
 			trace_span(t, TRACE_NVME_WRITE, 0, 0, BASE, BASE + 100 + i, 1);
-		ck_assert_int_eq(tier_fault_arm(TIER_FAULT_ALLOC, nth, 1, -ENOMEM), 0);
+		ck_assert_int_eq(ts_fault_arm(TIER_FAULT_ALLOC, nth, 1, -ENOMEM), 0);
 		rc = trace_close(t);
-		tier_fault_reset_all();
+		ts_fault_reset_all();
 		if (rc)
 			ck_assert_msg(strstr(tier_last_error(), path), "detail: %s",
 				      tier_last_error());

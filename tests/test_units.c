@@ -3,14 +3,14 @@
  * table (common/units.c).
  *
  * Covers:
- *  - tier_size_parse(): every accepted spelling (binary, decimal and bare
+ *  - ts_size_parse(): every accepted spelling (binary, decimal and bare
  *    units, fractions, spaces, case, percentages) with its exact byte value,
  *    and every refusal (negative, zero, bad unit, not a number, fractional
  *    bytes, a percentage where none is allowed, over 100%, overflow) with
  *    its errno and a reason that names both the problem and the input;
- *  - tier_int_parse(): strict whole-string base-10 parsing and range limits;
- *  - tier_size_fmt(): the human-readable form, and that it parses back;
- *  - tier_edit_distance(): Levenshtein distance, case-insensitive, capped.
+ *  - ts_int_parse(): strict whole-string base-10 parsing and range limits;
+ *  - ts_size_fmt(): the human-readable form, and that it parses back;
+ *  - ts_edit_distance(): Levenshtein distance, case-insensitive, capped.
  */
 #include "config.h"
 
@@ -33,7 +33,7 @@
 #define TiB (1ull << 40)
 #define PiB (1ull << 50)
 
-/* ------------------------------------------------------ tier_size_parse */
+/* ------------------------------------------------------ ts_size_parse */
 
 struct size_ok {
 	const char *in;
@@ -93,7 +93,7 @@ START_TEST(size_parse_ok)
 	int rc;
 
 	memset(&sz, 0xa5, sizeof(sz));
-	rc = tier_size_parse(c->in, c->allow_percent, &sz, why, sizeof(why));
+	rc = ts_size_parse(c->in, c->allow_percent, &sz, why, sizeof(why));
 	ck_assert_msg(rc == 0, "'%s': rc %d (%s)", c->in, rc, why);
 	ck_assert_msg(sz.is_percent == c->is_percent, "'%s': is_percent %d", c->in,
 		      (int)sz.is_percent);
@@ -161,7 +161,7 @@ START_TEST(size_parse_bad)
 	char why[256] = "";
 	int rc;
 
-	rc = tier_size_parse(c->in, c->allow_percent, &sz, why, sizeof(why));
+	rc = ts_size_parse(c->in, c->allow_percent, &sz, why, sizeof(why));
 	ck_assert_msg(rc == c->err, "'%s': rc %d, want %d (%s)", c->in, rc, c->err, why);
 	ck_assert_msg(strstr(why, c->reason) != NULL, "'%s': reason '%s' lacks '%s'",
 		      c->in, why, c->reason);
@@ -177,11 +177,11 @@ START_TEST(size_parse_bad_unit_lists_units)
 	struct tier_size sz;
 	char why[256];
 
-	ck_assert_int_eq(tier_size_parse("3 parsecs", false, &sz, why, sizeof(why)), -EINVAL);
+	ck_assert_int_eq(ts_size_parse("3 parsecs", false, &sz, why, sizeof(why)), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(why, "GiB"));
 	ck_assert_ptr_nonnull(strstr(why, "TB"));
 	ck_assert_ptr_null(strstr(why, "or %"));
-	ck_assert_int_eq(tier_size_parse("3 parsecs", true, &sz, why, sizeof(why)), -EINVAL);
+	ck_assert_int_eq(ts_size_parse("3 parsecs", true, &sz, why, sizeof(why)), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(why, "or %"));
 }
 END_TEST
@@ -192,18 +192,18 @@ START_TEST(size_parse_why_optional)
 	struct tier_size sz;
 	char why[8];
 
-	ck_assert_int_eq(tier_size_parse("12XB", false, &sz, NULL, 0), -EINVAL);
-	ck_assert_int_eq(tier_size_parse("12XB", false, &sz, NULL, 64), -EINVAL);
-	ck_assert_int_eq(tier_size_parse("99999999PiB", false, &sz, NULL, 0), -ERANGE);
+	ck_assert_int_eq(ts_size_parse("12XB", false, &sz, NULL, 0), -EINVAL);
+	ck_assert_int_eq(ts_size_parse("12XB", false, &sz, NULL, 64), -EINVAL);
+	ck_assert_int_eq(ts_size_parse("99999999PiB", false, &sz, NULL, 0), -ERANGE);
 	memset(why, 'x', sizeof(why));
-	ck_assert_int_eq(tier_size_parse("12XB", false, &sz, why, sizeof(why)), -EINVAL);
+	ck_assert_int_eq(ts_size_parse("12XB", false, &sz, why, sizeof(why)), -EINVAL);
 	ck_assert_uint_eq(strlen(why), sizeof(why) - 1);
-	ck_assert_int_eq(tier_size_parse("1GiB", false, &sz, NULL, 0), 0);
+	ck_assert_int_eq(ts_size_parse("1GiB", false, &sz, NULL, 0), 0);
 	ck_assert_uint_eq(sz.bytes, GiB);
 }
 END_TEST
 
-/* ------------------------------------------------------- tier_int_parse */
+/* ------------------------------------------------------- ts_int_parse */
 
 struct int_case {
 	const char *in;
@@ -245,9 +245,9 @@ START_TEST(size_parse_locale_independent)
 
 	/* The locale may be missing on this machine; the check still holds in "C". */
 	setlocale(LC_NUMERIC, "de_DE.UTF-8");
-	ck_assert_int_eq(tier_size_parse("1.5GiB", false, &sz, why, sizeof(why)), 0);
+	ck_assert_int_eq(ts_size_parse("1.5GiB", false, &sz, why, sizeof(why)), 0);
 	ck_assert_uint_eq(sz.bytes, 3ull << 29);
-	ck_assert_int_eq(tier_size_parse("12.5%", true, &sz, why, sizeof(why)), 0);
+	ck_assert_int_eq(ts_size_parse("12.5%", true, &sz, why, sizeof(why)), 0);
 	ck_assert(sz.percent == 12.5);
 	setlocale(LC_NUMERIC, "C");
 }
@@ -259,7 +259,7 @@ START_TEST(int_parse)
 	long long v = 4242;
 	int rc;
 
-	rc = tier_int_parse(c->in, c->min, c->max, &v);
+	rc = ts_int_parse(c->in, c->min, c->max, &v);
 	ck_assert_msg(rc == c->rc, "'%s' in [%lld, %lld]: rc %d, want %d", c->in,
 		      c->min, c->max, rc, c->rc);
 	if (rc == 0)
@@ -269,7 +269,7 @@ START_TEST(int_parse)
 }
 END_TEST
 
-/* ------------------------------------------------------- tier_size_fmt */
+/* ------------------------------------------------------- ts_size_fmt */
 
 struct fmt_case {
 	uint64_t bytes;
@@ -301,12 +301,12 @@ START_TEST(size_fmt)
 	char buf[32];
 
 	memset(buf, 'x', sizeof(buf));
-	ck_assert_ptr_eq(tier_size_fmt(c->bytes, buf, sizeof(buf)), buf);
+	ck_assert_ptr_eq(ts_size_fmt(c->bytes, buf, sizeof(buf)), buf);
 	ck_assert_str_eq(buf, c->want);
 }
 END_TEST
 
-/* What tier_size_fmt() prints for an exact size parses back to that size. */
+/* What ts_size_fmt() prints for an exact size parses back to that size. */
 static const uint64_t roundtrip_sizes[] = {
 	1, 512, 1023, KiB, 3 * KiB / 2, 512 * MiB, 3 * GiB / 2, 64 * GiB, TiB, PiB,
 };
@@ -317,8 +317,8 @@ START_TEST(size_fmt_roundtrip)
 	struct tier_size sz;
 	char buf[32], why[128];
 
-	tier_size_fmt(bytes, buf, sizeof(buf));
-	ck_assert_msg(tier_size_parse(buf, false, &sz, why, sizeof(why)) == 0,
+	ts_size_fmt(bytes, buf, sizeof(buf));
+	ck_assert_msg(ts_size_parse(buf, false, &sz, why, sizeof(why)) == 0,
 		      "'%s': %s", buf, why);
 	ck_assert_uint_eq(sz.bytes, bytes);
 }
@@ -329,16 +329,16 @@ START_TEST(size_fmt_short_buffer)
 	char buf[5];
 
 	memset(buf, 'x', sizeof(buf));
-	tier_size_fmt(64 * GiB, buf, sizeof(buf));
+	ts_size_fmt(64 * GiB, buf, sizeof(buf));
 	ck_assert_str_eq(buf, "64.0");
 	memset(buf, 'x', sizeof(buf));
-	tier_size_fmt(123456, buf, 1);
+	ts_size_fmt(123456, buf, 1);
 	ck_assert_int_eq(buf[0], '\0');
 	ck_assert_int_eq(buf[1], 'x');
 }
 END_TEST
 
-/* -------------------------------------------------- tier_edit_distance */
+/* -------------------------------------------------- ts_edit_distance */
 
 struct dist_case {
 	const char *a, *b;
@@ -371,10 +371,10 @@ START_TEST(edit_distance)
 	const struct dist_case *c = &dist_cases[_i];
 
 	ck_assert_uint_eq(strlen(S64), 64);
-	ck_assert_msg(tier_edit_distance(c->a, c->b) == c->want, "d('%s', '%s') = %u, want %u",
-		      c->a, c->b, tier_edit_distance(c->a, c->b), c->want);
+	ck_assert_msg(ts_edit_distance(c->a, c->b) == c->want, "d('%s', '%s') = %u, want %u",
+		      c->a, c->b, ts_edit_distance(c->a, c->b), c->want);
 	/* Symmetric. */
-	ck_assert_uint_eq(tier_edit_distance(c->b, c->a), c->want);
+	ck_assert_uint_eq(ts_edit_distance(c->b, c->a), c->want);
 }
 END_TEST
 

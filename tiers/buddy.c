@@ -173,24 +173,24 @@ int buddy_init(struct buddy *b, uint64_t size, uint64_t min_block)
 
 	memset(b, 0, sizeof(*b));
 	if (min_block < 64 || (min_block & (min_block - 1)))
-		return tier_err(-EINVAL, "buddy allocator: minimum block %llu is not a power of two >= 64",
+		return ts_err(-EINVAL, "buddy allocator: minimum block %llu is not a power of two >= 64",
 				(unsigned long long)min_block);
 	nblocks = size / min_block;
 	if (nblocks == 0)
-		return tier_err(-EINVAL, "buddy allocator: space of %llu bytes holds no block of %llu",
+		return ts_err(-EINVAL, "buddy allocator: space of %llu bytes holds no block of %llu",
 				(unsigned long long)size, (unsigned long long)min_block);
 	if (nblocks > NIL)
-		return tier_err(-EINVAL, "buddy allocator: %llu blocks of %llu bytes are too many; use a larger minimum block",
+		return ts_err(-EINVAL, "buddy allocator: %llu blocks of %llu bytes are too many; use a larger minimum block",
 				(unsigned long long)nblocks, (unsigned long long)min_block);
 	words = (nblocks + 63) / 64;
-	bi = tier_calloc(1, sizeof(*bi));
+	bi = ts_calloc(1, sizeof(*bi));
 	if (!bi)
 		goto nomem;
 	bi->nblocks = nblocks;
-	bi->alloc = tier_calloc(words, sizeof(*bi->alloc));
-	bi->start = bi->alloc ? tier_calloc(words, sizeof(*bi->start)) : NULL;
-	bi->head = bi->start ? tier_calloc(nblocks, sizeof(*bi->head)) : NULL;
-	bi->link = bi->head ? tier_calloc(nblocks, sizeof(*bi->link)) : NULL;
+	bi->alloc = ts_calloc(words, sizeof(*bi->alloc));
+	bi->start = bi->alloc ? ts_calloc(words, sizeof(*bi->start)) : NULL;
+	bi->head = bi->start ? ts_calloc(nblocks, sizeof(*bi->head)) : NULL;
+	bi->link = bi->head ? ts_calloc(nblocks, sizeof(*bi->link)) : NULL;
 	if (!bi->link)
 		goto nomem;
 	for (unsigned k = 0; k < BUDDY_MAX_ORDERS; k++)
@@ -206,7 +206,7 @@ int buddy_init(struct buddy *b, uint64_t size, uint64_t min_block)
 
 nomem:
 	impl_free(bi);
-	return tier_err(-ENOMEM, "buddy allocator: out of memory for %llu blocks",
+	return ts_err(-ENOMEM, "buddy allocator: out of memory for %llu blocks",
 			(unsigned long long)nblocks);
 }
 

@@ -35,7 +35,7 @@ static inline int tier_cuda_errno(cudaError_t e)
 		cudaError_t tier_cu_e_ = (call);                                \
 		if (tier_cu_e_ != cudaSuccess) {                                \
 			(void)cudaGetLastError();                               \
-			(rc) = tier_err(tier_cuda_errno(tier_cu_e_),            \
+			(rc) = ts_err(tier_cuda_errno(tier_cu_e_),            \
 					"%s: %s (%s:%d)", #call,                \
 					cudaGetErrorString(tier_cu_e_),         \
 					__FILE__, __LINE__);                    \

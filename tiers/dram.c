@@ -140,11 +140,11 @@ static int arena_map(struct dram_arena *a, const struct dram_params *p)
 	if (p->huge != TIER_HUGE_OFF && hi.page_size) {
 		uint64_t need = p->capacity / hi.page_size + (p->capacity % hi.page_size != 0);
 
-		tier_size_fmt(hi.page_size, hsz, sizeof(hsz));
+		ts_size_fmt(hi.page_size, hsz, sizeof(hsz));
 		if (hi.free_pages >= need) {
 			try_huge = true;
 		} else if (p->huge == TIER_HUGE_ON) {
-			return tier_err(-ENOMEM, "dram: huge_pages: on needs %" PRIu64 " huge pages of %s, "
+			return ts_err(-ENOMEM, "dram: huge_pages: on needs %" PRIu64 " huge pages of %s, "
 					"%" PRIu64 " free (reserve them with vm.nr_hugepages, or set "
 					"huge_pages: auto)", need, hsz, hi.free_pages);
 		} else {
@@ -153,14 +153,14 @@ static int arena_map(struct dram_arena *a, const struct dram_params *p)
 				       hi.free_pages);
 		}
 	} else if (p->huge == TIER_HUGE_ON) {
-		return tier_err(-ENOMEM, "dram: huge_pages: on, but this kernel has no huge pages "
+		return ts_err(-ENOMEM, "dram: huge_pages: on, but this kernel has no huge pages "
 				"(0 free; set huge_pages: auto)");
 	}
 
 	rc = tier_fault_check(TIER_FAULT_DRAM_MAP);
 	if (rc)
-		return tier_err(rc, "dram: mapping %s: %s",
-				tier_size_fmt(p->capacity, sz, sizeof(sz)), tier_strerror(rc));
+		return ts_err(rc, "dram: mapping %s: %s",
+				ts_size_fmt(p->capacity, sz, sizeof(sz)), tier_strerror(rc));
 
 	if (try_huge) {
 		uint64_t size = round_up(p->capacity, hi.page_size);
@@ -177,25 +177,25 @@ static int arena_map(struct dram_arena *a, const struct dram_params *p)
 		}
 		rc = -errno;
 		if (p->huge == TIER_HUGE_ON)
-			return tier_err(-ENOMEM, "dram: huge_pages: on: mapping %" PRIu64 " huge pages "
+			return ts_err(-ENOMEM, "dram: huge_pages: on: mapping %" PRIu64 " huge pages "
 					"of %s: %s (reserve them with vm.nr_hugepages, or set "
 					"huge_pages: auto)", size / hi.page_size, hsz,
 					tier_strerror(rc));
 		/* Taken between our look and the mmap: fall back to THP. */
 		TIER_DEBUG_LOG(TIER_SS_DRAM, "hugetlb mapping of %s refused (%s): using "
-			       "transparent huge pages", tier_size_fmt(size, sz, sizeof(sz)),
+			       "transparent huge pages", ts_size_fmt(size, sz, sizeof(sz)),
 			       tier_strerror(rc));
 	}
 
 	in->size = round_up(p->capacity, small);
 	if (in->size < p->capacity)
-		return tier_err(-ENOMEM, "dram: capacity %" PRIu64 " bytes is too large to map",
+		return ts_err(-ENOMEM, "dram: capacity %" PRIu64 " bytes is too large to map",
 				p->capacity);
 	base = map_plain(in->size, p->huge == TIER_HUGE_AUTO);
 	if (base == MAP_FAILED) {
 		rc = -errno;
-		return tier_err(-ENOMEM, "dram: mapping %s: %s",
-				tier_size_fmt(in->size, sz, sizeof(sz)), tier_strerror(rc));
+		return ts_err(-ENOMEM, "dram: mapping %s: %s",
+				ts_size_fmt(in->size, sz, sizeof(sz)), tier_strerror(rc));
 	}
 	in->base = base;
 	in->page_size = small;
@@ -329,9 +329,9 @@ static void arena_lock(struct dram_arena *a)
 	}
 	if (!first_warning(&g_warned_lock))
 		return;
-	tier_size_fmt(in->size, sz, sizeof(sz));
+	ts_size_fmt(in->size, sz, sizeof(sz));
 	if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
-		tier_size_fmt(rl.rlim_cur, lim, sizeof(lim));
+		ts_size_fmt(rl.rlim_cur, lim, sizeof(lim));
 	if (rc == -EPERM || rc == -ENOMEM)
 		TIER_WARN(TIER_SS_DRAM, "cannot lock %s in memory (RLIMIT_MEMLOCK is %s; "
 			  "mlock: %s): pages may be swapped; raise ulimit -l", sz, lim,
@@ -356,7 +356,7 @@ static void arena_register(struct dram_arena *a, int gpu)
 			return;
 		}
 	} else {
-		tier_err(rc, "cudaHostRegister: %s", tier_strerror(rc));
+		ts_err(rc, "cudaHostRegister: %s", tier_strerror(rc));
 	}
 	if (first_warning(&g_warned_cuda))
 		TIER_WARN(TIER_SS_DRAM, "cannot register the arena with GPU %d: %s; copies to "
@@ -374,10 +374,10 @@ int dram_arena_open(const struct dram_params *p, struct dram_arena **out)
 
 	*out = NULL;
 	if (p->capacity == 0)
-		return tier_err(-EINVAL, "dram: capacity is zero");
-	a = tier_calloc(1, sizeof(*a));
+		return ts_err(-EINVAL, "dram: capacity is zero");
+	a = ts_calloc(1, sizeof(*a));
 	if (!a)
-		return tier_err(-ENOMEM, "dram: out of memory");
+		return ts_err(-ENOMEM, "dram: out of memory");
 	in = &a->info;
 	in->numa_node = p->numa_node;
 	rc = arena_map(a, p);
@@ -393,9 +393,9 @@ int dram_arena_open(const struct dram_params *p, struct dram_arena **out)
 	if (p->gpu >= 0)
 		arena_register(a, p->gpu);
 
-	tier_size_fmt(in->size, sz, sizeof(sz));
+	ts_size_fmt(in->size, sz, sizeof(sz));
 	if (in->hugetlb)
-		snprintf(pg, sizeof(pg), "hugetlb %s", tier_size_fmt(in->page_size, hp, sizeof(hp)));
+		snprintf(pg, sizeof(pg), "hugetlb %s", ts_size_fmt(in->page_size, hp, sizeof(hp)));
 	else
 		snprintf(pg, sizeof(pg), "%s", in->thp ? "transparent huge" : "4 KiB");
 	if (in->numa_bound)
@@ -405,7 +405,7 @@ int dram_arena_open(const struct dram_params *p, struct dram_arena **out)
 	TIER_INFO(TIER_SS_DRAM, "arena of %s at %p: %s pages, %s, %s, %s", sz, in->base, pg,
 		  node, in->locked ? "locked" : "not locked",
 		  in->cuda_registered ? "registered with CUDA" : "not registered with CUDA");
-	tier_err_clear();
+	ts_err_clear();
 	*out = a;
 	return 0;
 }

@@ -20,14 +20,14 @@ int extents_init(struct tier_extents *e, uint64_t total, uint64_t align)
 {
 	memset(e, 0, sizeof(*e));
 	if (align == 0 || (align & (align - 1)))
-		return tier_err(-EINVAL, "extent allocator: alignment %llu is not a power of two",
+		return ts_err(-EINVAL, "extent allocator: alignment %llu is not a power of two",
 				(unsigned long long)align);
 	e->align = align;
 	e->total = total / align * align;
 	e->cap = 16;
-	e->free = tier_calloc(e->cap, sizeof(*e->free));
+	e->free = ts_calloc(e->cap, sizeof(*e->free));
 	if (!e->free)
-		return tier_err(-ENOMEM, "extent allocator: out of memory");
+		return ts_err(-ENOMEM, "extent allocator: out of memory");
 	if (e->total) {
 		e->free[0] = (struct tier_extent){ 0, e->total };
 		e->n = 1;
@@ -100,7 +100,7 @@ int extents_free(struct tier_extents *e, uint64_t off, uint64_t len)
 		e->free[i].len += len;
 	} else {
 		if (e->n == e->cap) {
-			struct tier_extent *nf = tier_realloc(e->free, e->cap * 2 * sizeof(*nf));
+			struct tier_extent *nf = ts_realloc(e->free, e->cap * 2 * sizeof(*nf));
 
 			if (!nf)
 				return -ENOMEM;

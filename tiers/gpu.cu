@@ -24,7 +24,7 @@ extern "C" int gpu_count(int *count, char *why, int whylen)
 	*count = 0;
 	rc = tier_fault_check(TIER_FAULT_GPU_PROBE);
 	if (rc)
-		return tier_err(rc, "cudaGetDeviceCount: %s", tier_strerror(rc));
+		return ts_err(rc, "cudaGetDeviceCount: %s", tier_strerror(rc));
 	e = cudaGetDeviceCount(&n);
 	if (e != cudaSuccess) {
 		(void)cudaGetLastError();
@@ -47,7 +47,7 @@ extern "C" int gpu_info(int index, struct tier_gpu_info *out)
 	if (rc)
 		return rc;
 	if (index < 0 || index >= n)
-		return tier_err(-ENODEV, "GPU %d: no such device (%d present)", index, n);
+		return ts_err(-ENODEV, "GPU %d: no such device (%d present)", index, n);
 	TIER_CUDA_CHECK_GOTO(cudaGetDeviceProperties(&prop, index), rc, out);
 	memset(out, 0, sizeof(*out));
 	out->index = index;
@@ -89,7 +89,7 @@ extern "C" int gpu_selftest(int index)
 	TIER_CUDA_CHECK_GOTO(cudaStreamSynchronize(stream), rc, out);
 	for (size_t i = 0; i < n; i++) {
 		if (host[i] != ((unsigned)i * 2654435761u ^ seed)) {
-			rc = tier_err(-EIO, "GPU %d self-test: word %zu is %#x, expected %#x",
+			rc = ts_err(-EIO, "GPU %d self-test: word %zu is %#x, expected %#x",
 				      index, i, host[i], (unsigned)i * 2654435761u ^ seed);
 			break;
 		}
@@ -112,11 +112,11 @@ extern "C" int gpu_host_register(void *base, uint64_t len, int gpu)
 
 	if (e != cudaSuccess) {
 		(void)cudaGetLastError();
-		return tier_err(-ENODEV, "GPU %d: cannot register host memory: cudaGetDeviceCount: %s",
+		return ts_err(-ENODEV, "GPU %d: cannot register host memory: cudaGetDeviceCount: %s",
 				gpu, cudaGetErrorString(e));
 	}
 	if (gpu < 0 || gpu >= n)
-		return tier_err(-ENODEV, "GPU %d: no such device (%d present)", gpu, n);
+		return ts_err(-ENODEV, "GPU %d: no such device (%d present)", gpu, n);
 	TIER_CUDA_CHECK_GOTO(cudaSetDevice(gpu), rc, out);
 	TIER_CUDA_CHECK_GOTO(cudaHostRegister(base, (size_t)len, cudaHostRegisterPortable), rc, out);
 out:

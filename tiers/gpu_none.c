@@ -18,7 +18,7 @@ int gpu_count(int *count, char *why, int whylen)
 
 	*count = 0;
 	if (rc)
-		return tier_err(rc, "GPU probe: %s", tier_strerror(rc));
+		return ts_err(rc, "GPU probe: %s", tier_strerror(rc));
 	if (why && whylen > 0)
 		snprintf(why, (size_t)whylen, "this build has no CUDA support (meson -Dcuda=enabled)");
 	return 0;
@@ -27,19 +27,19 @@ int gpu_count(int *count, char *why, int whylen)
 int gpu_info(int index, struct tier_gpu_info *out)
 {
 	(void)out;
-	return tier_err(-ENODEV, "GPU %d: this build has no CUDA support", index);
+	return ts_err(-ENODEV, "GPU %d: this build has no CUDA support", index);
 }
 
 int gpu_selftest(int index)
 {
-	return tier_err(-ENODEV, "GPU %d: this build has no CUDA support", index);
+	return ts_err(-ENODEV, "GPU %d: this build has no CUDA support", index);
 }
 
 int gpu_host_register(void *base, uint64_t len, int gpu)
 {
 	(void)base;
 	(void)len;
-	return tier_err(-ENODEV, "GPU %d: cannot register host memory: built without CUDA", gpu);
+	return ts_err(-ENODEV, "GPU %d: cannot register host memory: built without CUDA", gpu);
 }
 
 void gpu_host_unregister(void *base)

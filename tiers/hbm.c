@@ -56,17 +56,17 @@ static int validate(const struct hbm_ops *ops)
 	size_t len;
 
 	if (!ops)
-		return tier_err(-EINVAL, "hbm backend: no operation table");
+		return ts_err(-EINVAL, "hbm backend: no operation table");
 	if (!ops->name || !ops->name[0])
-		return tier_err(-EINVAL, "hbm backend: the table has no name");
+		return ts_err(-EINVAL, "hbm backend: the table has no name");
 	len = strnlen(ops->name, HBM_NAME_MAX + 1);
 	if (len > HBM_NAME_MAX)
-		return tier_err(-EINVAL, "hbm backend '%.*s...': name longer than %d bytes",
+		return ts_err(-EINVAL, "hbm backend '%.*s...': name longer than %d bytes",
 				HBM_NAME_MAX, ops->name, HBM_NAME_MAX);
 	if (strchr(ops->name, ','))
-		return tier_err(-EINVAL, "hbm backend '%s': name contains a comma", ops->name);
+		return ts_err(-EINVAL, "hbm backend '%s': name contains a comma", ops->name);
 	if (ops->version != HBM_OPS_VERSION)
-		return tier_err(-EINVAL, "hbm backend '%s': version %u, expected %u (HBM_OPS_VERSION)",
+		return ts_err(-EINVAL, "hbm backend '%s': version %u, expected %u (HBM_OPS_VERSION)",
 				ops->name, ops->version, (unsigned)HBM_OPS_VERSION);
 #define NEED(field)                                                            \
 	do {                                                                    \
@@ -83,7 +83,7 @@ static int validate(const struct hbm_ops *ops)
 	NEED(copy);
 #undef NEED
 	if (missing[0])
-		return tier_err(-EINVAL, "hbm backend '%s': missing mandatory operation(s): %s",
+		return ts_err(-EINVAL, "hbm backend '%s': missing mandatory operation(s): %s",
 				ops->name, missing);
 	return 0;
 }
@@ -101,13 +101,13 @@ static int do_register(const struct hbm_ops *ops)
 	for (unsigned i = 0; i < n; i++) {
 		if (strcmp(g_table[i]->name, ops->name) == 0) {
 			pthread_mutex_unlock(&g_lock);
-			return tier_err(-EEXIST, "hbm backend '%s' is already registered",
+			return ts_err(-EEXIST, "hbm backend '%s' is already registered",
 					ops->name);
 		}
 	}
 	if (n == HBM_MAX_BACKENDS) {
 		pthread_mutex_unlock(&g_lock);
-		return tier_err(-ENOSPC, "hbm backend '%s': the table is full (%d backends: %s)",
+		return ts_err(-ENOSPC, "hbm backend '%s': the table is full (%d backends: %s)",
 				ops->name, HBM_MAX_BACKENDS, g_names[n]);
 	}
 	g_table[n] = ops;
@@ -170,14 +170,14 @@ int hbm_copy_check(const char *name, enum hbm_dir dir, uint64_t off, uint64_t le
 	unsigned long long l = len, o = off, c = cap;
 
 	if (dir != HBM_H2D && dir != HBM_D2H)
-		return tier_err(-EINVAL, "hbm %s: bad copy direction %d", name, (int)dir);
+		return ts_err(-EINVAL, "hbm %s: bad copy direction %d", name, (int)dir);
 	if (!cb)
-		return tier_err(-EINVAL, "hbm %s: %s copy without a callback", name, dir_names[dir]);
+		return ts_err(-EINVAL, "hbm %s: %s copy without a callback", name, dir_names[dir]);
 	if (need_host && !host && len)
-		return tier_err(-EINVAL, "hbm %s: %s copy of %llu bytes with no host buffer", name,
+		return ts_err(-EINVAL, "hbm %s: %s copy of %llu bytes with no host buffer", name,
 				dir_names[dir], l);
 	if (off > cap || len > cap - off)
-		return tier_err(-EINVAL, "hbm %s: %s copy of %llu bytes at offset %llu is outside "
+		return ts_err(-EINVAL, "hbm %s: %s copy of %llu bytes at offset %llu is outside "
 				"the %llu-byte arena", name, dir_names[dir], l, o, c);
 	return 0;
 }

@@ -213,19 +213,19 @@ static int cuda_open(const struct hbm_params *p, struct hbm_dev **out)
 
 	*out = NULL;
 	if (!p)
-		return tier_err(-EINVAL, "hbm cuda: no parameters");
+		return ts_err(-EINVAL, "hbm cuda: no parameters");
 	if (p->capacity == 0 || p->capacity > UINT64_MAX - CUDA_ARENA_ALIGN)
-		return tier_err(-EINVAL, "hbm cuda: capacity %llu bytes is out of range",
+		return ts_err(-EINVAL, "hbm cuda: capacity %llu bytes is out of range",
 				U64(p->capacity));
 	if (p->gpu < 0)
-		return tier_err(-ENODEV, "hbm cuda: no GPU (device %d)", p->gpu);
+		return ts_err(-ENODEV, "hbm cuda: no GPU (device %d)", p->gpu);
 	rc = tier_fault_check(TIER_FAULT_HBM_ALLOC);
 	if (rc)
-		return tier_err(rc, "hbm cuda: GPU %d: allocating the %llu-byte arena: %s", p->gpu,
+		return ts_err(rc, "hbm cuda: GPU %d: allocating the %llu-byte arena: %s", p->gpu,
 				U64(p->capacity), tier_strerror(rc));
-	d = (struct hbm_dev *)tier_calloc(1, sizeof(*d));
+	d = (struct hbm_dev *)ts_calloc(1, sizeof(*d));
 	if (!d)
-		return tier_err(-ENOMEM, "hbm cuda: out of memory");
+		return ts_err(-ENOMEM, "hbm cuda: out of memory");
 	/* With default attributes these cannot fail on Linux. */
 	pthread_mutex_init(&d->lock, NULL);
 	pthread_cond_init(&d->idle, NULL);
@@ -254,7 +254,7 @@ static int cuda_open(const struct hbm_params *p, struct hbm_dev **out)
 		if (!rc)
 			rc = -pthread_create(&q->thread, NULL, completion_main, q);
 		if (rc) {
-			tier_err(rc, "creating the %s completion thread: %s", dir_names[i],
+			ts_err(rc, "creating the %s completion thread: %s", dir_names[i],
 				 tier_strerror(rc));
 			goto fail;
 		}
@@ -264,7 +264,7 @@ static int cuda_open(const struct hbm_params *p, struct hbm_dev **out)
 	*out = d;
 	return 0;
 fail:
-	tier_err_prefix("hbm cuda: GPU %d, %llu-byte arena", p->gpu, U64(d->cap));
+	ts_err_prefix("hbm cuda: GPU %d, %llu-byte arena", p->gpu, U64(d->cap));
 	cuda_free(d);
 	device_leave(p->gpu, prev);
 	return rc;
@@ -314,9 +314,9 @@ static int cuda_copy(struct hbm_dev *d, enum hbm_dir dir, uint64_t off, void *ho
 		d->free_reqs = r->next;
 	pthread_mutex_unlock(&d->lock);
 	if (!r) {
-		r = (struct cuda_req *)tier_calloc(1, sizeof(*r));
+		r = (struct cuda_req *)ts_calloc(1, sizeof(*r));
 		if (!r)
-			return tier_err(-ENOMEM, "hbm cuda: %s copy: out of memory", dir_names[dir]);
+			return ts_err(-ENOMEM, "hbm cuda: %s copy: out of memory", dir_names[dir]);
 	}
 	r->recorded = false;
 	r->off = off;
@@ -341,7 +341,7 @@ static int cuda_copy(struct hbm_dev *d, enum hbm_dir dir, uint64_t off, void *ho
 		if (e != cudaSuccess) {
 			/* The copy is issued: let it finish before the caller's buffer is theirs again. */
 			(void)cudaGetLastError();
-			rc = tier_err(tier_cuda_errno(e), "cudaEventRecord: %s", cudaGetErrorString(e));
+			rc = ts_err(tier_cuda_errno(e), "cudaEventRecord: %s", cudaGetErrorString(e));
 			(void)cudaStreamSynchronize(q->stream);
 			(void)cudaGetLastError();
 			goto fail;
@@ -361,7 +361,7 @@ static int cuda_copy(struct hbm_dev *d, enum hbm_dir dir, uint64_t off, void *ho
 fail:
 	pthread_mutex_unlock(&q->submit);
 	device_leave(d->gpu, prev);
-	tier_err_prefix("hbm cuda: GPU %d: %s copy of %llu bytes at offset %llu", d->gpu,
+	ts_err_prefix("hbm cuda: GPU %d: %s copy of %llu bytes at offset %llu", d->gpu,
 			dir_names[dir], U64(len), U64(off));
 	pthread_mutex_lock(&d->lock);
 	r->next = d->free_reqs;

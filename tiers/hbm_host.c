@@ -201,20 +201,20 @@ static int host_open(const struct hbm_params *p, struct hbm_dev **out)
 
 	*out = NULL;
 	if (!p)
-		return tier_err(-EINVAL, "hbm host: no parameters");
+		return ts_err(-EINVAL, "hbm host: no parameters");
 	if (p->capacity == 0 || p->capacity > UINT64_MAX - HOST_ARENA_ALIGN)
-		return tier_err(-EINVAL, "hbm host: capacity %llu bytes is out of range",
+		return ts_err(-EINVAL, "hbm host: capacity %llu bytes is out of range",
 				U64(p->capacity));
 	if (!(p->bandwidth >= 0) || isinf(p->bandwidth))
-		return tier_err(-EINVAL, "hbm host: bandwidth %g bytes/s is not a finite number >= 0",
+		return ts_err(-EINVAL, "hbm host: bandwidth %g bytes/s is not a finite number >= 0",
 				p->bandwidth);
 	rc = tier_fault_check(TIER_FAULT_HBM_ALLOC);
 	if (rc)
-		return tier_err(rc, "hbm host: allocating the %llu-byte arena: %s", U64(p->capacity),
+		return ts_err(rc, "hbm host: allocating the %llu-byte arena: %s", U64(p->capacity),
 				tier_strerror(rc));
-	d = tier_calloc(1, sizeof(*d));
+	d = ts_calloc(1, sizeof(*d));
 	if (!d)
-		return tier_err(-ENOMEM, "hbm host: out of memory");
+		return ts_err(-ENOMEM, "hbm host: out of memory");
 	/* With default attributes these cannot fail on Linux. */
 	pthread_mutex_init(&d->lock, NULL);
 	pthread_cond_init(&d->idle, NULL);
@@ -231,7 +231,7 @@ static int host_open(const struct hbm_params *p, struct hbm_dev **out)
 	base = mmap(NULL, d->cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
 		    -1, 0);
 	if (base == MAP_FAILED) {
-		rc = tier_err(-ENOMEM, "hbm host: mapping the %llu-byte arena: %s", U64(d->cap),
+		rc = ts_err(-ENOMEM, "hbm host: mapping the %llu-byte arena: %s", U64(d->cap),
 			      tier_strerror(-errno));
 		goto fail;
 	}
@@ -244,7 +244,7 @@ static int host_open(const struct hbm_params *p, struct hbm_dev **out)
 		if (!rc)
 			rc = -pthread_create(&e->thread, NULL, engine_main, e);
 		if (rc) {
-			tier_err(rc, "hbm host: creating the %s copy engine thread: %s",
+			ts_err(rc, "hbm host: creating the %s copy engine thread: %s",
 				 dir_names[i], tier_strerror(rc));
 			goto fail;
 		}
@@ -297,9 +297,9 @@ static int host_copy(struct hbm_dev *d, enum hbm_dir dir, uint64_t off, void *ho
 		d->free_reqs = r->next;
 	pthread_mutex_unlock(&d->lock);
 	if (!r) {
-		r = tier_malloc(sizeof(*r));
+		r = ts_malloc(sizeof(*r));
 		if (!r)
-			return tier_err(-ENOMEM, "hbm host: %s copy: out of memory", dir_names[dir]);
+			return ts_err(-ENOMEM, "hbm host: %s copy: out of memory", dir_names[dir]);
 	}
 	*r = (struct host_req){
 		.off = off, .len = len, .host = host, .cb = cb, .arg = arg,

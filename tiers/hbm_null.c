@@ -129,16 +129,16 @@ static int null_open(const struct hbm_params *p, struct hbm_dev **out)
 
 	*out = NULL;
 	if (!p)
-		return tier_err(-EINVAL, "hbm null: no parameters");
+		return ts_err(-EINVAL, "hbm null: no parameters");
 	if (p->capacity == 0)
-		return tier_err(-EINVAL, "hbm null: capacity 0");
+		return ts_err(-EINVAL, "hbm null: capacity 0");
 	rc = tier_fault_check(TIER_FAULT_HBM_ALLOC);
 	if (rc)
-		return tier_err(rc, "hbm null: allocating the %llu-byte arena: %s", U64(p->capacity),
+		return ts_err(rc, "hbm null: allocating the %llu-byte arena: %s", U64(p->capacity),
 				tier_strerror(rc));
-	d = tier_calloc(1, sizeof(*d));
+	d = ts_calloc(1, sizeof(*d));
 	if (!d)
-		return tier_err(-ENOMEM, "hbm null: out of memory");
+		return ts_err(-ENOMEM, "hbm null: out of memory");
 	/* With default attributes these cannot fail on Linux. */
 	pthread_mutex_init(&d->lock, NULL);
 	pthread_cond_init(&d->work, NULL);
@@ -149,7 +149,7 @@ static int null_open(const struct hbm_params *p, struct hbm_dev **out)
 	if (!rc)
 		rc = -pthread_create(&d->thread, NULL, completion_main, d);
 	if (rc) {
-		tier_err(rc, "hbm null: creating the completion thread: %s", tier_strerror(rc));
+		ts_err(rc, "hbm null: creating the completion thread: %s", tier_strerror(rc));
 		null_free(d);
 		return rc;
 	}
@@ -197,9 +197,9 @@ static int null_copy(struct hbm_dev *d, enum hbm_dir dir, uint64_t off, void *ho
 		d->free_reqs = r->next;
 	pthread_mutex_unlock(&d->lock);
 	if (!r) {
-		r = tier_malloc(sizeof(*r));
+		r = ts_malloc(sizeof(*r));
 		if (!r)
-			return tier_err(-ENOMEM, "hbm null: %s copy: out of memory", dir_names[dir]);
+			return ts_err(-ENOMEM, "hbm null: %s copy: out of memory", dir_names[dir]);
 	}
 	*r = (struct null_req){
 		.dir = dir, .off = off, .len = len, .cb = cb, .arg = arg,

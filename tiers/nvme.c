@@ -419,7 +419,7 @@ static bool unit_verify(struct tier_nvme *t, struct subio *s, const char *data)
 
 	if (!t->csum || !o->crc_ok[s->unit])
 		return true;
-	crc = tier_crc32c(0, data, s->unit_len);
+	crc = ts_crc32c(0, data, s->unit_len);
 	if (crc == o->crc[s->unit])
 		return true;
 	atomic_fetch_add(&t->csum_errors, 1);
@@ -447,7 +447,7 @@ static void read_work(struct tier_nvme *t, struct subio *s)
 		/* Phase 2 of a partial write: patch the unit, write it back. */
 		memcpy(s->bounce + s->unit_off, s->user_buf, s->user_len);
 		if (t->csum) {
-			o->crc[s->unit] = tier_crc32c(0, s->bounce, s->unit_len);
+			o->crc[s->unit] = ts_crc32c(0, s->bounce, s->unit_len);
 			o->crc_ok[s->unit] = 1;
 		}
 		s->rmw = false;
@@ -632,18 +632,18 @@ static void *ring_main(void *v)
 
 void nvme_header_seal(struct tier_nvme_header *h)
 {
-	h->header_crc = tier_crc32c(0, h, offsetof(struct tier_nvme_header, header_crc));
+	h->header_crc = ts_crc32c(0, h, offsetof(struct tier_nvme_header, header_crc));
 }
 
 int nvme_header_check(const struct tier_nvme_header *h, const char *file)
 {
 	if (memcmp(h->magic, TIER_NVME_MAGIC, 8) != 0)
-		return tier_err(-ENOMSG, "%s: not a tierstore backing file (no header)", file);
+		return ts_err(-ENOMSG, "%s: not a tierstore backing file (no header)", file);
 	if (h->version != TIER_NVME_FORMAT_VERSION || h->header_size != TIER_NVME_HEADER_SIZE)
-		return tier_err(-EPROTO, "%s: tierstore backing file of format version %u (this library writes version %u)",
+		return ts_err(-EPROTO, "%s: tierstore backing file of format version %u (this library writes version %u)",
 				file, h->version, TIER_NVME_FORMAT_VERSION);
-	if (tier_crc32c(0, h, offsetof(struct tier_nvme_header, header_crc)) != h->header_crc)
-		return tier_err(-EBADMSG, "%s: the header is damaged (crc32c mismatch)", file);
+	if (ts_crc32c(0, h, offsetof(struct tier_nvme_header, header_crc)) != h->header_crc)
+		return ts_err(-EBADMSG, "%s: the header is damaged (crc32c mismatch)", file);
 	return 0;
 }
 
@@ -653,16 +653,16 @@ static int header_io(struct nvme_path *p, struct tier_nvme_header *h, bool write
 	int rc = tier_fault_check(TIER_FAULT_NVME_HEADER);
 
 	if (rc)
-		return tier_err(rc, "nvme%d (%s): header %s: %s", p->index, p->file,
+		return ts_err(rc, "nvme%d (%s): header %s: %s", p->index, p->file,
 				write ? "write" : "read", tier_strerror(rc));
 	do {
 		n = write ? pwrite(p->fd, h, sizeof(*h), 0) : pread(p->fd, h, sizeof(*h), 0);
 	} while (n < 0 && errno == EINTR);
 	if (n < 0)
-		return tier_err(-errno, "nvme%d (%s): header %s: %s", p->index, p->file,
+		return ts_err(-errno, "nvme%d (%s): header %s: %s", p->index, p->file,
 				write ? "write" : "read", tier_strerror(errno));
 	if ((size_t)n != sizeof(*h))
-		return tier_err(write ? -EIO : -ENOMSG, "nvme%d (%s): header %s: short transfer (%zd bytes)",
+		return ts_err(write ? -EIO : -ENOMSG, "nvme%d (%s): header %s: short transfer (%zd bytes)",
 				p->index, p->file, write ? "write" : "read", n);
 	return 0;
 }
@@ -707,18 +707,18 @@ static int mkdir_p(const char *dir)
 	int rc = tier_fault_check(TIER_FAULT_MKDIR);
 
 	if (rc)
-		return tier_err(rc, "%s: mkdir: %s", dir, tier_strerror(rc));
+		return ts_err(rc, "%s: mkdir: %s", dir, tier_strerror(rc));
 	snprintf(buf, sizeof(buf), "%s", dir);
 	for (char *q = buf + 1; *q; q++) {
 		if (*q != '/')
 			continue;
 		*q = '\0';
 		if (mkdir(buf, 0700) != 0 && errno != EEXIST)
-			return tier_err(-errno, "%s: mkdir: %s", buf, tier_strerror(errno));
+			return ts_err(-errno, "%s: mkdir: %s", buf, tier_strerror(errno));
 		*q = '/';
 	}
 	if (mkdir(buf, 0700) != 0 && errno != EEXIST)
-		return tier_err(-errno, "%s: mkdir: %s", buf, tier_strerror(errno));
+		return ts_err(-errno, "%s: mkdir: %s", buf, tier_strerror(errno));
 	return 0;
 }
 
@@ -736,9 +736,9 @@ static int path_open(struct tier_nvme *t, struct nvme_path *p, const struct tier
 	p->block = pc->block_size;
 	p->qd = pc->queue_depth;
 	p->fd = -1;
-	p->file = tier_strdup(pc->file);
+	p->file = ts_strdup(pc->file);
 	if (!p->file)
-		return tier_err(-ENOMEM, "nvme: out of memory");
+		return ts_err(-ENOMEM, "nvme: out of memory");
 	if (pc->create) {
 		char dir[PATH_MAX];
 		char *slash;
@@ -754,20 +754,20 @@ static int path_open(struct tier_nvme *t, struct nvme_path *p, const struct tier
 	}
 	rc = tier_fault_check(TIER_FAULT_NVME_OPEN);
 	if (rc)
-		return tier_err(rc, "nvme%d (%s): open: %s", p->index, p->file, tier_strerror(rc));
+		return ts_err(rc, "nvme%d (%s): open: %s", p->index, p->file, tier_strerror(rc));
 	existed = stat(p->file, &st) == 0;
 	p->created = !existed;
 	p->fd = open(p->file, O_RDWR | O_CREAT | O_CLOEXEC | (p->direct ? O_DIRECT : 0), 0600);
 	if (p->fd < 0) {
 		rc = -errno;
 		if (rc == -EINVAL && p->direct)
-			return tier_err(rc, "nvme%d (%s): the file system refuses O_DIRECT (set direct: false for this path)",
+			return ts_err(rc, "nvme%d (%s): the file system refuses O_DIRECT (set direct: false for this path)",
 					p->index, p->file);
-		return tier_err(rc, "nvme%d (%s): open: %s", p->index, p->file, tier_strerror(rc));
+		return ts_err(rc, "nvme%d (%s): open: %s", p->index, p->file, tier_strerror(rc));
 	}
 	lbs = path_lbs(p->fd);
 	if (p->direct && lbs > (int)p->block)
-		return tier_err(-EINVAL, "nvme%d (%s): block_size %u is below the device's logical block size %d",
+		return ts_err(-EINVAL, "nvme%d (%s): block_size %u is below the device's logical block size %d",
 				p->index, p->file, p->block, lbs);
 	if (p->block < 4096)
 		p->block = 4096; /* extents and headers are at least 4 KiB aligned */
@@ -776,7 +776,7 @@ static int path_open(struct tier_nvme *t, struct nvme_path *p, const struct tier
 	p->data_off = round_up(TIER_NVME_HEADER_SIZE, t->align);
 
 	if (posix_memalign((void **)&h, 4096, sizeof(*h)) != 0)
-		return tier_err(-ENOMEM, "nvme: out of memory");
+		return ts_err(-ENOMEM, "nvme: out of memory");
 	if (existed && st.st_size > 0) {
 		/* Never overwrite a file that is not ours. */
 		rc = header_io(p, h, false);
@@ -785,7 +785,7 @@ static int path_open(struct tier_nvme *t, struct nvme_path *p, const struct tier
 		if (rc == 0)
 			rc = nvme_header_check(h, p->file);
 		if (rc == -ENOMSG) {
-			rc = tier_err(-EEXIST, "nvme%d (%s): the file exists and is not a tierstore backing file; not overwriting it",
+			rc = ts_err(-EEXIST, "nvme%d (%s): the file exists and is not a tierstore backing file; not overwriting it",
 				      p->index, p->file);
 			goto out;
 		}
@@ -811,7 +811,7 @@ static int path_open(struct tier_nvme *t, struct nvme_path *p, const struct tier
 		rc = ftruncate(p->fd, (off_t)size) ? -errno : 0;
 	}
 	if (rc) {
-		tier_err(rc, "nvme%d (%s): preallocating %" PRIu64 " bytes: %s", p->index, p->file,
+		ts_err(rc, "nvme%d (%s): preallocating %" PRIu64 " bytes: %s", p->index, p->file,
 			 size, tier_strerror(rc));
 		goto out;
 	}
@@ -846,7 +846,7 @@ static int ring_open(struct tier_nvme *t, struct nvme_path *p, const struct tier
 		rc = io_uring_queue_init_params(pc->queue_depth, &p->ring, &params);
 	}
 	if (rc)
-		return tier_err(rc, "nvme%d (%s): io_uring_queue_init (depth %u): %s", p->index,
+		return ts_err(rc, "nvme%d (%s): io_uring_queue_init (depth %u): %s", p->index,
 				p->file, pc->queue_depth, tier_strerror(rc));
 	p->ring_ok = true;
 	rc = tier_fault_check(TIER_FAULT_NVME_REGISTER);
@@ -865,13 +865,13 @@ static int ring_open(struct tier_nvme *t, struct nvme_path *p, const struct tier
 	for (unsigned w = 0; w < 2; w++) {
 		rc = -pthread_create(&p->worker[w], NULL, worker_main, p);
 		if (rc)
-			return tier_err(rc, "nvme%d: starting its checksum worker: %s", p->index,
+			return ts_err(rc, "nvme%d: starting its checksum worker: %s", p->index,
 					tier_strerror(rc));
 		p->nworkers++;
 	}
 	rc = -pthread_create(&p->thread, NULL, ring_main, p);
 	if (rc)
-		return tier_err(rc, "nvme%d: starting its completion thread: %s", p->index,
+		return ts_err(rc, "nvme%d: starting its completion thread: %s", p->index,
 				tier_strerror(rc));
 	p->thread_ok = true;
 	return 0;
@@ -952,7 +952,7 @@ int tier_nvme_close(struct tier_nvme *t)
 					free(h);
 				}
 				if (fsync(p->fd) != 0 && rc == 0)
-					rc = tier_err(-errno, "nvme%d (%s): fsync: %s", p->index,
+					rc = ts_err(-errno, "nvme%d (%s): fsync: %s", p->index,
 						      p->file, tier_strerror(errno));
 			}
 			close(p->fd);
@@ -986,12 +986,12 @@ int tier_nvme_open(const struct tier_manifest *m, unsigned flags, struct tier_nv
 	int rc = 0;
 
 	*out = NULL;
-	tier_err_clear();
+	ts_err_clear();
 	if (c->npaths == 0)
-		return tier_err(-ENODEV, "%s: the manifest has no NVMe paths", c->source);
-	t = tier_calloc(1, sizeof(*t));
+		return ts_err(-ENODEV, "%s: the manifest has no NVMe paths", c->source);
+	t = ts_calloc(1, sizeof(*t));
 	if (!t)
-		return tier_err(-ENOMEM, "nvme: out of memory");
+		return ts_err(-ENOMEM, "nvme: out of memory");
 	t->cfg = c;
 	snprintf(t->name, sizeof(t->name), "%s", c->name);
 	t->flags = flags;
@@ -1012,9 +1012,9 @@ int tier_nvme_open(const struct tier_manifest *m, unsigned flags, struct tier_nv
 	pthread_mutex_init(&t->lock, NULL);
 	pthread_mutex_init(&t->drain_lock, NULL);
 	pthread_cond_init(&t->drained, NULL);
-	t->paths = tier_calloc(c->npaths, sizeof(*t->paths));
+	t->paths = ts_calloc(c->npaths, sizeof(*t->paths));
 	if (!t->paths) {
-		rc = tier_err(-ENOMEM, "nvme: out of memory");
+		rc = ts_err(-ENOMEM, "nvme: out of memory");
 		goto fail;
 	}
 	t->npaths = (unsigned)c->npaths;
@@ -1045,7 +1045,7 @@ fail:
 		/* Leave nothing behind: files this open created go too. */
 		t->flags |= TIER_NVME_SCRATCH;
 		tier_nvme_close(t);
-		tier_err(rc, "%s", saved);
+		ts_err(rc, "%s", saved);
 	}
 	return rc;
 }
@@ -1054,15 +1054,15 @@ int tier_nvme_register_buffer(struct tier_nvme *t, void *base, size_t len)
 {
 	int rc = 0;
 
-	tier_err_clear();
+	ts_err_clear();
 	if (len == 0 || len > (1ull << 30))
-		return tier_err(-EINVAL, "nvme: a fixed buffer is 1 byte to 1 GiB (got %zu)", len);
+		return ts_err(-EINVAL, "nvme: a fixed buffer is 1 byte to 1 GiB (got %zu)", len);
 	if (atomic_load(&t->active_reqs) > 0)
-		return tier_err(-EBUSY, "nvme: buffers are registered only while no request is in flight");
+		return ts_err(-EBUSY, "nvme: buffers are registered only while no request is in flight");
 	if (t->fixed_refused)
 		return 0;
 	if (t->nfixed == MAX_FIXED_BUFS)
-		return tier_err(-ENOSPC, "nvme: at most %d fixed buffers", MAX_FIXED_BUFS);
+		return ts_err(-ENOSPC, "nvme: at most %d fixed buffers", MAX_FIXED_BUFS);
 	t->fixed[t->nfixed++] = (struct iovec){ base, len };
 	for (unsigned i = 0; i < t->npaths && rc == 0; i++) {
 		struct nvme_path *p = &t->paths[i];
@@ -1102,35 +1102,35 @@ int tier_nvme_obj_create(struct tier_nvme *t, const char *name, uint64_t size,
 	int rc = 0;
 
 	*out = NULL;
-	tier_err_clear();
+	ts_err_clear();
 	if (!name || !*name || strlen(name) > 255 || size == 0)
-		return tier_err(-EINVAL, "nvme: an object needs a name (1-255 bytes) and a size above zero");
+		return ts_err(-EINVAL, "nvme: an object needs a name (1-255 bytes) and a size above zero");
 	{
 		uint64_t total = 0;
 
 		for (unsigned p = 0; p < t->npaths; p++)
 			total += t->paths[p].alloc.total;
 		if (size > total)
-			return tier_err(-ENOSPC, "nvme: no room for object '%s' (%" PRIu64
+			return ts_err(-ENOSPC, "nvme: no room for object '%s' (%" PRIu64
 					" bytes): the tier holds %" PRIu64 " bytes in all", name, size, total);
 	}
-	o = tier_calloc(1, sizeof(*o));
+	o = ts_calloc(1, sizeof(*o));
 	if (!o)
-		return tier_err(-ENOMEM, "nvme: out of memory");
-	o->name = tier_strdup(name);
+		return ts_err(-ENOMEM, "nvme: out of memory");
+	o->name = ts_strdup(name);
 	o->size = size;
 	o->nunits = size / t->unit + (size % t->unit != 0);
-	o->crc = tier_calloc(o->nunits, sizeof(*o->crc));
-	o->crc_ok = tier_calloc(o->nunits, 1);
+	o->crc = ts_calloc(o->nunits, sizeof(*o->crc));
+	o->crc_ok = ts_calloc(o->nunits, 1);
 	if (!o->name || !o->crc || !o->crc_ok) {
-		rc = tier_err(-ENOMEM, "nvme: out of memory for object '%s'", name);
+		rc = ts_err(-ENOMEM, "nvme: out of memory for object '%s'", name);
 		goto fail;
 	}
 	pthread_mutex_lock(&t->lock);
 	for (struct tier_nvme_obj *x = t->objs; x; x = x->next) {
 		if (strcmp(x->name, name) == 0) {
 			pthread_mutex_unlock(&t->lock);
-			rc = tier_err(-EEXIST, "nvme: an object named '%s' exists", name);
+			rc = ts_err(-EEXIST, "nvme: an object named '%s' exists", name);
 			goto fail;
 		}
 	}
@@ -1152,12 +1152,12 @@ int tier_nvme_obj_create(struct tier_nvme *t, const char *name, uint64_t size,
 		if (rc) {
 			char a[32], b[32], d[32];
 
-			rc = tier_err(rc == -ENOSPC ? -ENOSPC : rc,
+			rc = ts_err(rc == -ENOSPC ? -ENOSPC : rc,
 				      "nvme%u (%s): no room for object '%s' (%s): it needs %s on this path, the largest free extent is %s (%s free in all)",
-				      p, t->paths[p].file, name, tier_size_fmt(size, a, sizeof(a)),
-				      tier_size_fmt(bytes, b, sizeof(b)),
-				      tier_size_fmt(extents_largest(&t->paths[p].alloc), d, sizeof(d)),
-				      tier_size_fmt(t->paths[p].alloc.avail, (char[32]){ 0 }, 32));
+				      p, t->paths[p].file, name, ts_size_fmt(size, a, sizeof(a)),
+				      ts_size_fmt(bytes, b, sizeof(b)),
+				      ts_size_fmt(extents_largest(&t->paths[p].alloc), d, sizeof(d)),
+				      ts_size_fmt(t->paths[p].alloc.avail, (char[32]){ 0 }, 32));
 			break;
 		}
 	}
@@ -1186,7 +1186,7 @@ int tier_nvme_obj_destroy(struct tier_nvme *t, struct tier_nvme_obj *o)
 	struct tier_nvme_obj **pp;
 
 	if (atomic_load(&o->busy))
-		return tier_err(-EBUSY, "nvme: object '%s' has requests in flight", o->name);
+		return ts_err(-EBUSY, "nvme: object '%s' has requests in flight", o->name);
 	pthread_mutex_lock(&t->lock);
 	for (pp = &t->objs; *pp && *pp != o; pp = &(*pp)->next)
 		;
@@ -1231,7 +1231,7 @@ static int make_sub(struct tier_nvme *t, struct nvme_req *r, uint64_t u, uint32_
 	uint32_t dev_len = (uint32_t)round_up(unit_len, path->block);
 	bool whole = uoff == 0 && ulen == unit_len;
 	bool aligned = ((uintptr_t)buf % path->block) == 0;
-	struct subio *s = tier_calloc(1, sizeof(*s));
+	struct subio *s = ts_calloc(1, sizeof(*s));
 
 	if (!s)
 		return -ENOMEM;
@@ -1279,7 +1279,7 @@ static int make_sub(struct tier_nvme *t, struct nvme_req *r, uint64_t u, uint32_
 	}
 	/* A write of the whole unit has its checksum now, before it leaves. */
 	if (s->op == TIER_IO_WRITE && t->csum && s->full_unit) {
-		o->crc[u] = tier_crc32c(0, s->dev_buf, unit_len);
+		o->crc[u] = ts_crc32c(0, s->dev_buf, unit_len);
 		o->crc_ok[u] = 1;
 	}
 	*out = s;
@@ -1300,16 +1300,16 @@ int tier_nvme_submit(struct tier_nvme *t, struct tier_nvme_obj *o, enum tier_io_
 	int rc;
 
 	if (op != TIER_IO_READ && op != TIER_IO_WRITE)
-		return tier_err(-EINVAL, "nvme: bad operation %d", (int)op);
+		return ts_err(-EINVAL, "nvme: bad operation %d", (int)op);
 	if (len == 0 || off > o->size || len > o->size - off)
-		return tier_err(-EINVAL, "nvme: %s of '%s' at %" PRIu64 " for %" PRIu64
+		return ts_err(-EINVAL, "nvme: %s of '%s' at %" PRIu64 " for %" PRIu64
 				" bytes is outside the object (%" PRIu64 " bytes)",
 				op_name(op), o->name, off, len, o->size);
 	if (atomic_load(&t->closing))
-		return tier_err(-ESHUTDOWN, "nvme: the tier is closing");
-	r = tier_calloc(1, sizeof(*r));
+		return ts_err(-ESHUTDOWN, "nvme: the tier is closing");
+	r = ts_calloc(1, sizeof(*r));
 	if (!r)
-		return tier_err(-ENOMEM, "nvme: out of memory");
+		return ts_err(-ENOMEM, "nvme: out of memory");
 	r->t = t;
 	r->obj = o;
 	r->op = op;
@@ -1377,7 +1377,7 @@ int tier_nvme_submit_ticket(struct tier_nvme *t, struct tier_nvme_obj *o, enum t
 
 	*out = NULL;
 	if (!tk)
-		return tier_err(-ENOMEM, "nvme: out of memory");
+		return ts_err(-ENOMEM, "nvme: out of memory");
 	rc = tier_nvme_submit(t, o, op, off, len, buf, ticket_io_cb, tk);
 	if (rc) {
 		ticket_discard(tk);

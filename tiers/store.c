@@ -206,7 +206,7 @@ static uint64_t slot_bytes(struct tier_store *s, enum tier_level l, const struct
 
 static const char *fmt_size(uint64_t b, char *buf, size_t len)
 {
-	return tier_size_fmt(b, buf, len);
+	return ts_size_fmt(b, buf, len);
 }
 
 /* ---------------------------------------------------------- resident lists */
@@ -656,8 +656,8 @@ static int evict(struct tier_store *s, struct tier_obj *v, enum tier_level l, ui
 
 		return rc ? rc : 1;
 	}
-	if (x->st == ST_DIRTY && !(xf = tier_malloc(sizeof(*xf))))
-		return tier_err(-ENOMEM, "%s: out of memory evicting '%s'", tier_level_name(l), v->name);
+	if (x->st == ST_DIRTY && !(xf = ts_malloc(sizeof(*xf))))
+		return ts_err(-ENOMEM, "%s: out of memory evicting '%s'", tier_level_name(l), v->name);
 	s->lv[l].evictions++;
 	emit(s, STORE_EV_EVICT, l, v);
 	if (l == TIER_DRAM && s->lv[TIER_HBM].present && v->lv[TIER_HBM].st == ST_CLEAN) {
@@ -687,7 +687,7 @@ static int no_room(struct tier_store *s, enum tier_level l, struct tier_obj *o)
 			pbytes += slot_bytes(s, l, v);
 		}
 	}
-	return tier_err(-ENOMEM,
+	return ts_err(-ENOMEM,
 			"%s: no room for '%s' (%s): %" PRIu64 " of %" PRIu64
 			" resident objects (%s of %s) are pinned or about to be, and the rest cannot make room",
 			tier_level_name(l), o->name, fmt_size(o->size, a, sizeof(a)), npinned,
@@ -716,7 +716,7 @@ static int room_possible(struct tier_store *s, enum tier_level l, struct tier_ob
 	uint8_t *mark;
 	int rc = -ENOMEM;
 
-	if (nb > (1u << 20) || !(mark = tier_calloc(nb, 1)))
+	if (nb > (1u << 20) || !(mark = ts_calloc(nb, 1)))
 		return 0; /* cannot tell: wait for the next event */
 	for (struct tier_obj *v = lv->head; v; v = v->lv[l].next) {
 		uint64_t off = v->lv[l].off, end = off + slot_bytes(s, l, v);
@@ -750,7 +750,7 @@ static int make_room(struct tier_store *s, struct req *r, struct tier_obj *o, en
 	while (top <= lv->alloc.size / 2)
 		top <<= 1;
 	if (need > lv->capacity || blk > top)
-		return tier_err(-E2BIG, "%s: '%s' (%s) is larger than the largest slot of the tier (%s)",
+		return ts_err(-E2BIG, "%s: '%s' (%s) is larger than the largest slot of the tier (%s)",
 				tier_level_name(l), o->name, fmt_size(o->size, a, sizeof(a)),
 				fmt_size(top, b, sizeof(b)));
 	if (r->kind == RQ_PREFETCH && lv->room_waiters)
@@ -820,8 +820,8 @@ static int ensure(struct tier_store *s, struct req *r, struct tier_obj *o, enum 
 	rc = ensure(s, r, o, l + 1);
 	if (rc <= 0)
 		return rc;
-	if (!(xf = tier_malloc(sizeof(*xf))))
-		return tier_err(-ENOMEM, "%s: out of memory filling '%s'", tier_level_name(l), o->name);
+	if (!(xf = ts_malloc(sizeof(*xf))))
+		return ts_err(-ENOMEM, "%s: out of memory filling '%s'", tier_level_name(l), o->name);
 	rc = make_room(s, r, o, l, &off);
 	if (rc <= 0) {
 		free(xf);
@@ -858,10 +858,10 @@ static int conflicts(struct tier_store *s, struct req *r)
 		if (!s->lv[l].present || (enum tier_level)l == r->level)
 			continue;
 		if (x->wpins)
-			return tier_err(-EBUSY, "'%s' is pinned for write on %s", o->name,
+			return ts_err(-EBUSY, "'%s' is pinned for write on %s", o->name,
 					tier_level_name((enum tier_level)l));
-		if ((r->mode & TIER_WRITE) && x->rpins)
-			return tier_err(-EBUSY, "'%s' is pinned on %s, so it cannot be written on %s",
+		if ((r->mode & TIER_ACQUIRE_WRITE) && x->rpins)
+			return ts_err(-EBUSY, "'%s' is pinned on %s, so it cannot be written on %s",
 					o->name, tier_level_name((enum tier_level)l),
 					tier_level_name(r->level));
 	}
@@ -885,12 +885,12 @@ static int coherent_below(struct tier_store *s, struct req *r)
 	if (h->st == ST_DIRTY) {
 		if (o->lv[TIER_DRAM].st == ST_FLUSHING)
 			return 0;
-		if (!(xf = tier_malloc(sizeof(*xf))))
-			return tier_err(-ENOMEM, "hbm: out of memory writing back '%s'", o->name);
+		if (!(xf = ts_malloc(sizeof(*xf))))
+			return ts_err(-ENOMEM, "hbm: out of memory writing back '%s'", o->name);
 		start_flush(s, o, TIER_HBM, 0, xf);
 		return 0;
 	}
-	if ((r->mode & TIER_WRITE) && h->st == ST_FILLING)
+	if ((r->mode & TIER_ACQUIRE_WRITE) && h->st == ST_FILLING)
 		return 0; /* the copy above is about to be dropped */
 	return 1;
 }
@@ -918,7 +918,7 @@ static void step_acquire(struct tier_store *s, struct req *r)
 			s->lv[l].misses++;
 		emit(s, hit ? STORE_EV_HIT : STORE_EV_MISS, l, o);
 	}
-	if ((r->mode & TIER_DISCARD) && l != s->home && x->st == ST_ABSENT) {
+	if ((r->mode & TIER_ACQUIRE_DISCARD) && l != s->home && x->st == ST_ABSENT) {
 		uint64_t off;
 
 		/* The caller overwrites every byte: a slot, no fill. */
@@ -936,9 +936,9 @@ static void step_acquire(struct tier_store *s, struct req *r)
 			rq_fail(s, r, rc);
 		return;
 	}
-	if ((r->mode & TIER_WRITE) && x->st == ST_FLUSHING)
+	if ((r->mode & TIER_ACQUIRE_WRITE) && x->st == ST_FLUSHING)
 		return; /* no write while its bytes are being copied down */
-	if (r->mode & TIER_WRITE) {
+	if (r->mode & TIER_ACQUIRE_WRITE) {
 		/* Copies above go stale: drop them (clean and idle by now). */
 		for (int u = 0; u < (int)l; u++) {
 			struct lvl *y = &o->lv[u];
@@ -951,7 +951,7 @@ static void step_acquire(struct tier_store *s, struct req *r)
 		}
 		x->wpins++;
 		x->written = true;
-		if (r->mode & TIER_DISCARD)
+		if (r->mode & TIER_ACQUIRE_DISCARD)
 			x->st = l == s->home ? x->st : ST_DIRTY;
 	} else {
 		x->rpins++;
@@ -986,7 +986,7 @@ static void step_flush(struct tier_store *s, struct req *r)
 
 	for (int l = 0; l < TIER_LEVELS && !r->force; l++) {
 		if (s->lv[l].present && o->lv[l].wpins) {
-			rq_fail(s, r, tier_err(-EBUSY, "'%s' is pinned for write on %s", o->name,
+			rq_fail(s, r, ts_err(-EBUSY, "'%s' is pinned for write on %s", o->name,
 					       tier_level_name((enum tier_level)l)));
 			return;
 		}
@@ -1003,8 +1003,8 @@ static void step_flush(struct tier_store *s, struct req *r)
 			continue;
 		if (u + 1 != (int)s->home && o->lv[u + 1].st == ST_FLUSHING)
 			return;
-		if (!(xf = tier_malloc(sizeof(*xf)))) {
-			rq_fail(s, r, tier_err(-ENOMEM, "out of memory writing back '%s'", o->name));
+		if (!(xf = ts_malloc(sizeof(*xf)))) {
+			rq_fail(s, r, ts_err(-ENOMEM, "out of memory writing back '%s'", o->name));
 			return;
 		}
 		start_flush(s, o, (enum tier_level)u, 0, xf);
@@ -1044,10 +1044,10 @@ static void submit_locked(struct tier_store *s, struct req *r)
 
 static struct req *req_new(enum rq_kind kind, struct tier_obj *o, enum tier_level l, unsigned mode)
 {
-	struct req *r = tier_calloc(1, sizeof(*r));
+	struct req *r = ts_calloc(1, sizeof(*r));
 
 	if (!r) {
-		tier_err(-ENOMEM, "out of memory for a request on '%s'", o->name);
+		ts_err(-ENOMEM, "out of memory for a request on '%s'", o->name);
 		return NULL;
 	}
 	r->kind = kind;
@@ -1061,17 +1061,17 @@ static struct req *req_new(enum rq_kind kind, struct tier_obj *o, enum tier_leve
 static int check_level(struct tier_store *s, struct tier_obj *o, enum tier_level l)
 {
 	if ((unsigned)l >= TIER_LEVELS)
-		return tier_err(-EINVAL, "'%s': no tier level %d", o ? o->name : "?", (int)l);
+		return ts_err(-EINVAL, "'%s': no tier level %d", o ? o->name : "?", (int)l);
 	if (l == TIER_NVME)
-		return tier_err(-EINVAL, "'%s': nvme is the home, not addressable: acquire on dram or hbm",
+		return ts_err(-EINVAL, "'%s': nvme is the home, not addressable: acquire on dram or hbm",
 				o->name);
 	if (!s->lv[l].present)
-		return tier_err(-ENODEV, "'%s': this store has no %s tier", o->name,
+		return ts_err(-ENODEV, "'%s': this store has no %s tier", o->name,
 				tier_level_name(l));
 	return 0;
 }
 
-int tier_acquire_async(struct tier_store *s, struct tier_obj *o, enum tier_level level,
+int tier_obj_acquire_async(struct tier_store *s, struct tier_obj *o, enum tier_level level,
 		       unsigned mode, void **ptr, struct tier_ticket **tk)
 {
 	struct req *r;
@@ -1080,15 +1080,15 @@ int tier_acquire_async(struct tier_store *s, struct tier_obj *o, enum tier_level
 	*tk = NULL;
 	if ((rc = check_level(s, o, level)))
 		return rc;
-	if (!(mode & (TIER_READ | TIER_WRITE)) || (mode & ~(TIER_READ | TIER_WRITE | TIER_DISCARD)) ||
-	    ((mode & TIER_DISCARD) && !(mode & TIER_WRITE)))
-		return tier_err(-EINVAL, "'%s': acquire mode 0x%x (READ and/or WRITE, DISCARD only with WRITE)",
+	if (!(mode & (TIER_ACQUIRE_READ | TIER_ACQUIRE_WRITE)) || (mode & ~(TIER_ACQUIRE_READ | TIER_ACQUIRE_WRITE | TIER_ACQUIRE_DISCARD)) ||
+	    ((mode & TIER_ACQUIRE_DISCARD) && !(mode & TIER_ACQUIRE_WRITE)))
+		return ts_err(-EINVAL, "'%s': acquire mode 0x%x (READ and/or WRITE, DISCARD only with WRITE)",
 				o->name, mode);
 	if (!(r = req_new(RQ_ACQUIRE, o, level, mode)))
 		return -ENOMEM;
 	if (!(r->tk = ticket_new())) {
 		free(r);
-		return tier_err(-ENOMEM, "out of memory for a ticket on '%s'", o->name);
+		return ts_err(-ENOMEM, "out of memory for a ticket on '%s'", o->name);
 	}
 	r->ptr = ptr;
 	*tk = r->tk;
@@ -1098,23 +1098,23 @@ int tier_acquire_async(struct tier_store *s, struct tier_obj *o, enum tier_level
 		ticket_discard(r->tk);
 		free(r);
 		*tk = NULL;
-		return tier_err(-ENOENT, "'%s' is being destroyed", o->name);
+		return ts_err(-ENOENT, "'%s' is being destroyed", o->name);
 	}
 	sched_advance(s, o);
 	submit_locked(s, r);
 	return 0;
 }
 
-int tier_acquire(struct tier_store *s, struct tier_obj *o, enum tier_level level, unsigned mode,
+int tier_obj_acquire(struct tier_store *s, struct tier_obj *o, enum tier_level level, unsigned mode,
 		 void **ptr)
 {
 	struct tier_ticket *tk;
-	int rc = tier_acquire_async(s, o, level, mode, ptr, &tk);
+	int rc = tier_obj_acquire_async(s, o, level, mode, ptr, &tk);
 
 	return rc ? rc : tier_ticket_wait(tk);
 }
 
-int tier_release(struct tier_store *s, struct tier_obj *o, enum tier_level level, bool dirty)
+int tier_obj_release(struct tier_store *s, struct tier_obj *o, enum tier_level level, bool dirty)
 {
 	struct lvl *x;
 	int rc;
@@ -1125,7 +1125,7 @@ int tier_release(struct tier_store *s, struct tier_obj *o, enum tier_level level
 	x = &o->lv[level];
 	if (dirty ? !x->wpins : !x->wpins && !x->rpins) {
 		pthread_mutex_unlock(&s->lock);
-		return tier_err(-EINVAL, "'%s': release on %s without a%s pin", o->name,
+		return ts_err(-EINVAL, "'%s': release on %s without a%s pin", o->name,
 				tier_level_name(level), dirty ? " write" : "");
 	}
 	/* The pin dropped: a write pin if dirty, else a read pin if any. */
@@ -1142,7 +1142,7 @@ int tier_release(struct tier_store *s, struct tier_obj *o, enum tier_level level
 	return 0;
 }
 
-int tier_prefetch(struct tier_store *s, struct tier_obj *o, enum tier_level level)
+int tier_obj_prefetch(struct tier_store *s, struct tier_obj *o, enum tier_level level)
 {
 	struct req *r;
 	int rc;
@@ -1150,15 +1150,15 @@ int tier_prefetch(struct tier_store *s, struct tier_obj *o, enum tier_level leve
 	if ((rc = check_level(s, o, level)))
 		return rc;
 	if (slot_bytes(s, level, o) > s->lv[level].capacity)
-		return tier_err(-E2BIG, "%s: '%s' is larger than the tier", tier_level_name(level),
+		return ts_err(-E2BIG, "%s: '%s' is larger than the tier", tier_level_name(level),
 				o->name);
-	if (!(r = req_new(RQ_PREFETCH, o, level, TIER_READ)))
+	if (!(r = req_new(RQ_PREFETCH, o, level, TIER_ACQUIRE_READ)))
 		return -ENOMEM;
 	pthread_mutex_lock(&s->lock);
 	if (o->destroying) {
 		pthread_mutex_unlock(&s->lock);
 		free(r);
-		return tier_err(-ENOENT, "'%s' is being destroyed", o->name);
+		return ts_err(-ENOENT, "'%s' is being destroyed", o->name);
 	}
 	submit_locked(s, r);
 	return 0;
@@ -1175,7 +1175,7 @@ static int flush_queue(struct tier_store *s, struct tier_obj *o, bool force,
 	r->force = force;
 	if (!(r->tk = ticket_new())) {
 		free(r);
-		return tier_err(-ENOMEM, "out of memory for a ticket on '%s'", o->name);
+		return ts_err(-ENOMEM, "out of memory for a ticket on '%s'", o->name);
 	}
 	*tk = r->tk;
 	rq_enqueue(s, r);
@@ -1233,10 +1233,10 @@ static int flush_all(struct tier_store *s, bool force)
 	char why[TIER_ERR_MAX] = "";
 
 	pthread_mutex_lock(&s->lock);
-	tks = tier_calloc(s->nobjs ? s->nobjs : 1, sizeof(*tks));
+	tks = ts_calloc(s->nobjs ? s->nobjs : 1, sizeof(*tks));
 	if (!tks) {
 		pthread_mutex_unlock(&s->lock);
-		return tier_err(-ENOMEM, "flush: out of memory");
+		return ts_err(-ENOMEM, "flush: out of memory");
 	}
 	for (uint32_t i = 0; i < s->nobjs; i++) {
 		int rc;
@@ -1264,12 +1264,12 @@ static int flush_all(struct tier_store *s, bool force)
 	}
 	free(tks);
 	if (first)
-		return tier_err(first, "%s", why);
-	tier_err_clear();
+		return ts_err(first, "%s", why);
+	ts_err_clear();
 	return 0;
 }
 
-int tier_flush(struct tier_store *s)
+int tier_store_flush(struct tier_store *s)
 {
 	return flush_all(s, false);
 }
@@ -1281,16 +1281,16 @@ int tier_obj_write(struct tier_store *s, struct tier_obj *o, uint64_t off, uint6
 	int rc;
 
 	if (off > o->size || len > o->size - off)
-		return tier_err(-EINVAL, "'%s': write of [%" PRIu64 ", +%" PRIu64 ") outside its %" PRIu64
+		return ts_err(-EINVAL, "'%s': write of [%" PRIu64 ", +%" PRIu64 ") outside its %" PRIu64
 				" bytes", o->name, off, len, o->size);
 	if (!len)
 		return 0;
-	rc = tier_acquire(s, o, TIER_DRAM,
-			  TIER_WRITE | (off == 0 && len == o->size ? TIER_DISCARD : TIER_READ), &p);
+	rc = tier_obj_acquire(s, o, TIER_DRAM,
+			  TIER_ACQUIRE_WRITE | (off == 0 && len == o->size ? TIER_ACQUIRE_DISCARD : TIER_ACQUIRE_READ), &p);
 	if (rc)
 		return rc;
 	memcpy((char *)p + off, buf, len);
-	return tier_release(s, o, TIER_DRAM, true);
+	return tier_obj_release(s, o, TIER_DRAM, true);
 }
 
 int tier_obj_read(struct tier_store *s, struct tier_obj *o, uint64_t off, uint64_t len, void *buf)
@@ -1299,14 +1299,14 @@ int tier_obj_read(struct tier_store *s, struct tier_obj *o, uint64_t off, uint64
 	int rc;
 
 	if (off > o->size || len > o->size - off)
-		return tier_err(-EINVAL, "'%s': read of [%" PRIu64 ", +%" PRIu64 ") outside its %" PRIu64
+		return ts_err(-EINVAL, "'%s': read of [%" PRIu64 ", +%" PRIu64 ") outside its %" PRIu64
 				" bytes", o->name, off, len, o->size);
 	if (!len)
 		return 0;
-	if ((rc = tier_acquire(s, o, TIER_DRAM, TIER_READ, &p)))
+	if ((rc = tier_obj_acquire(s, o, TIER_DRAM, TIER_ACQUIRE_READ, &p)))
 		return rc;
 	memcpy(buf, (char *)p + off, len);
-	return tier_release(s, o, TIER_DRAM, false);
+	return tier_obj_release(s, o, TIER_DRAM, false);
 }
 
 /* ----------------------------------------------------------------- objects */
@@ -1332,7 +1332,7 @@ static struct tier_obj *find_locked(struct tier_store *s, const char *name)
 static int hash_grow(struct tier_store *s)
 {
 	uint32_t n = s->nbuckets * 2;
-	struct tier_obj **h = tier_calloc(n, sizeof(*h));
+	struct tier_obj **h = ts_calloc(n, sizeof(*h));
 
 	if (!h)
 		return -ENOMEM;
@@ -1361,32 +1361,32 @@ int tier_obj_create(struct tier_store *s, const char *name, uint64_t size, struc
 
 	*out = NULL;
 	if (!name || !*name || strlen(name) > OBJ_NAME_MAX)
-		return tier_err(-EINVAL, "object name must be 1 to %d bytes", OBJ_NAME_MAX);
+		return ts_err(-EINVAL, "object name must be 1 to %d bytes", OBJ_NAME_MAX);
 	if (!size)
-		return tier_err(-EINVAL, "'%s': size 0", name);
+		return ts_err(-EINVAL, "'%s': size 0", name);
 	pthread_mutex_lock(&s->lock);
 	if (find_locked(s, name)) {
-		rc = tier_err(-EEXIST, "object '%s' exists", name);
+		rc = ts_err(-EEXIST, "object '%s' exists", name);
 		goto out;
 	}
 	if (s->nobjs == s->objs_cap) {
 		uint32_t cap = s->objs_cap ? s->objs_cap * 2 : 64;
-		struct tier_obj **a = tier_realloc(s->objs, cap * sizeof(*a));
+		struct tier_obj **a = ts_realloc(s->objs, cap * sizeof(*a));
 
 		if (!a) {
-			rc = tier_err(-ENOMEM, "out of memory creating '%s'", name);
+			rc = ts_err(-ENOMEM, "out of memory creating '%s'", name);
 			goto out;
 		}
 		s->objs = a;
 		s->objs_cap = cap;
 	}
 	if (s->nobjs >= s->nbuckets && hash_grow(s)) {
-		rc = tier_err(-ENOMEM, "out of memory creating '%s'", name);
+		rc = ts_err(-ENOMEM, "out of memory creating '%s'", name);
 		goto out;
 	}
-	o = tier_calloc(1, sizeof(*o));
-	if (!o || !(o->name = tier_strdup(name))) {
-		rc = tier_err(-ENOMEM, "out of memory creating '%s'", name);
+	o = ts_calloc(1, sizeof(*o));
+	if (!o || !(o->name = ts_strdup(name))) {
+		rc = ts_err(-ENOMEM, "out of memory creating '%s'", name);
 		goto out;
 	}
 	o->s = s;
@@ -1402,7 +1402,7 @@ int tier_obj_create(struct tier_store *s, const char *name, uint64_t size, struc
 		if (slot_bytes(s, TIER_DRAM, o) > s->lv[TIER_DRAM].capacity ||
 		    buddy_alloc(&s->lv[TIER_DRAM].alloc, size, &o->lv[TIER_DRAM].off)) {
 			buddy_stats(&s->lv[TIER_DRAM].alloc, &st);
-			rc = tier_err(-ENOSPC,
+			rc = ts_err(-ENOSPC,
 				      "dram (the home: no nvme tier): no room for '%s' (%s); %s free, the largest slot %s",
 				      name, fmt_size(size, a, sizeof(a)), fmt_size(st.free, c, sizeof(c)),
 				      fmt_size(st.largest_free, a, sizeof(a)));
@@ -1482,7 +1482,7 @@ int tier_obj_destroy(struct tier_store *s, struct tier_obj *o)
 	for (int l = 0; l < TIER_LEVELS; l++) {
 		if (o->lv[l].rpins || o->lv[l].wpins) {
 			pthread_mutex_unlock(&s->lock);
-			return tier_err(-EBUSY, "'%s' is pinned on %s", o->name,
+			return ts_err(-EBUSY, "'%s' is pinned on %s", o->name,
 					tier_level_name((enum tier_level)l));
 		}
 	}
@@ -1520,13 +1520,13 @@ int tier_store_set_schedule(struct tier_store *s, struct tier_obj *const *objs, 
 	int rc = 0;
 
 	if (n > UINT32_MAX - 1)
-		return tier_err(-EINVAL, "schedule of %zu entries is too long", n);
-	if (n && !(sched = tier_malloc(n * sizeof(*sched))))
-		return tier_err(-ENOMEM, "out of memory for a schedule of %zu", n);
+		return ts_err(-EINVAL, "schedule of %zu entries is too long", n);
+	if (n && !(sched = ts_malloc(n * sizeof(*sched))))
+		return ts_err(-ENOMEM, "out of memory for a schedule of %zu", n);
 	pthread_mutex_lock(&s->lock);
 	for (size_t i = 0; i < n; i++) {
 		if (!objs[i] || objs[i]->s != s || objs[i]->destroying) {
-			rc = tier_err(-EINVAL, "schedule entry %zu is not an object of this store", i);
+			rc = ts_err(-EINVAL, "schedule entry %zu is not an object of this store", i);
 			goto out;
 		}
 	}
@@ -1539,10 +1539,10 @@ int tier_store_set_schedule(struct tier_store *s, struct tier_obj *const *objs, 
 		struct tier_obj *o = objs[i];
 
 		if (o->npos > o->pos_cap) {
-			uint32_t *p = tier_realloc(o->pos, o->npos * sizeof(*p));
+			uint32_t *p = ts_realloc(o->pos, o->npos * sizeof(*p));
 
 			if (!p) {
-				rc = tier_err(-ENOMEM, "out of memory for the schedule");
+				rc = ts_err(-ENOMEM, "out of memory for the schedule");
 				break;
 			}
 			o->pos = p;
@@ -1640,7 +1640,7 @@ void tier_store_get_stats(struct tier_store *s, struct tier_store_stats *out)
 	pthread_mutex_unlock(&s->lock);
 }
 
-#define BAD(...) do { rc = tier_err(-EUCLEAN, "store invariant: " __VA_ARGS__); goto out; } while (0)
+#define BAD(...) do { rc = ts_err(-EUCLEAN, "store invariant: " __VA_ARGS__); goto out; } while (0)
 
 int tier_store_validate(struct tier_store *s)
 {
@@ -1797,24 +1797,24 @@ static int open_hbm(struct tier_store *s, const struct tier_config *cfg,
 	if (!s->hops) {
 		if (!p->hbm_backend) /* a GPU in the manifest, a build without CUDA */
 			return 0;
-		return tier_err(-ENODEV, "hbm: no backend '%s' (this build has: %s, none)", name,
+		return ts_err(-ENODEV, "hbm: no backend '%s' (this build has: %s, none)", name,
 				hbm_backend_names());
 	}
 	hp.capacity = p->hbm_capacity ? p->hbm_capacity : cfg->hbm_capacity;
 	hp.gpu = cfg->gpu;
 	hp.bandwidth = p->hbm_bandwidth;
 	if (!hp.capacity)
-		return tier_err(-EINVAL, "hbm: backend '%s' needs a capacity (hbm_capacity)", name);
+		return ts_err(-EINVAL, "hbm: backend '%s' needs a capacity (hbm_capacity)", name);
 	if (p->hbm_bandwidth < 0)
-		return tier_err(-EINVAL, "hbm: bandwidth %g is negative", p->hbm_bandwidth);
+		return ts_err(-EINVAL, "hbm: bandwidth %g is negative", p->hbm_bandwidth);
 	if ((rc = s->hops->open(&hp, &s->hdev))) {
 		s->hdev = NULL;
-		tier_err_prefix("hbm (%s): ", name);
+		ts_err_prefix("hbm (%s): ", name);
 		return rc;
 	}
 	cap = s->hops->capacity(s->hdev);
 	if ((rc = buddy_init(&s->lv[TIER_HBM].alloc, cap, min_block(cap))))
-		return tier_err(rc, "hbm: out of memory for the slot allocator");
+		return ts_err(rc, "hbm: out of memory for the slot allocator");
 	s->lv[TIER_HBM].present = true;
 	s->lv[TIER_HBM].capacity = s->lv[TIER_HBM].alloc.size;
 	return 0;
@@ -1835,13 +1835,13 @@ int store_create(const struct tier_config *cfg, const struct tier_store_params *
 	if ((unsigned)p->policy > TIER_POLICY_LRU || (p->flags & ~TIER_STORE_SCRATCH)) {
 		if (nvme)
 			tier_nvme_close(nvme);
-		return tier_err(-EINVAL, "store: bad policy %d or flags 0x%x", (int)p->policy, p->flags);
+		return ts_err(-EINVAL, "store: bad policy %d or flags 0x%x", (int)p->policy, p->flags);
 	}
-	s = tier_calloc(1, sizeof(*s));
+	s = ts_calloc(1, sizeof(*s));
 	if (!s) {
 		if (nvme)
 			tier_nvme_close(nvme);
-		return tier_err(-ENOMEM, "store: out of memory");
+		return ts_err(-ENOMEM, "store: out of memory");
 	}
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_cond_init(&s->idle, NULL);
@@ -1853,8 +1853,8 @@ int store_create(const struct tier_config *cfg, const struct tier_store_params *
 	s->cfg.paths = NULL;
 	s->cfg.npaths = 0;
 	s->nbuckets = 64;
-	if (!(s->hash = tier_calloc(s->nbuckets, sizeof(*s->hash)))) {
-		rc = tier_err(-ENOMEM, "store: out of memory");
+	if (!(s->hash = ts_calloc(s->nbuckets, sizeof(*s->hash)))) {
+		rc = ts_err(-ENOMEM, "store: out of memory");
 		goto fail;
 	}
 	if ((rc = open_hbm(s, cfg, p)))
@@ -1873,7 +1873,7 @@ int store_create(const struct tier_config *cfg, const struct tier_store_params *
 	s->dram_base = s->dinfo.base;
 	cap = dp.capacity;
 	if ((rc = buddy_init(&s->lv[TIER_DRAM].alloc, cap, min_block(cap)))) {
-		rc = tier_err(rc, "dram: out of memory for the slot allocator");
+		rc = ts_err(rc, "dram: out of memory for the slot allocator");
 		goto fail;
 	}
 	s->lv[TIER_DRAM].present = true;
@@ -1970,7 +1970,7 @@ int tier_store_close(struct tier_store *s)
 			struct tier_obj *o = s->objs[i];
 
 			if (o->lv[l].rpins || o->lv[l].wpins) {
-				rc2 = tier_err(-EBUSY, "store closed with '%s' pinned on %s", o->name,
+				rc2 = ts_err(-EBUSY, "store closed with '%s' pinned on %s", o->name,
 					       tier_level_name((enum tier_level)l));
 				TIER_WARN(TIER_SS_STORE, "%s", tier_last_error());
 				break;

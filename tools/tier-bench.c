@@ -283,7 +283,7 @@ static uint64_t pattern_spot_check(const unsigned char *p, uint64_t size, uint64
 
 struct cache_opts {
 	uint64_t objects, object_size, dram, cycles;
-	uint64_t prefetch; /* objects ahead to tier_prefetch during the cycles */
+	uint64_t prefetch; /* objects ahead to tier_obj_prefetch during the cycles */
 };
 
 /* Cumulative counters at one moment. */
@@ -349,12 +349,12 @@ static struct cache_figures cache_figures(const struct cache_sample *a,
 static int cache_visit(struct tier_store *s, struct tier_obj *o, uint64_t i, uint64_t version,
 		       bool discard)
 {
-	unsigned mode = discard ? TIER_WRITE | TIER_DISCARD : TIER_READ | TIER_WRITE;
+	unsigned mode = discard ? TIER_ACQUIRE_WRITE | TIER_ACQUIRE_DISCARD : TIER_ACQUIRE_READ | TIER_ACQUIRE_WRITE;
 	uint64_t size = tier_obj_size(o), next = discard ? 0 : version + 1, d;
 	char what[160];
 	void *p;
 
-	if (tier_acquire(s, o, TIER_DRAM, mode, &p)) {
+	if (tier_obj_acquire(s, o, TIER_DRAM, mode, &p)) {
 		snprintf(what, sizeof(what), "acquire '%s'", tier_obj_name(o));
 		cache_fail(what);
 		return 1;
@@ -364,12 +364,12 @@ static int cache_visit(struct tier_store *s, struct tier_obj *o, uint64_t i, uin
 		if (d != CACHE_NO_DIFF) {
 			fprintf(stderr, "tier-bench cache: object '%s' differs from version %" PRIu64
 				" at byte %" PRIu64 " (acquired in DRAM)\n", tier_obj_name(o), version, d);
-			tier_release(s, o, TIER_DRAM, false);
+			tier_obj_release(s, o, TIER_DRAM, false);
 			return 1;
 		}
 	}
 	pattern_fill(p, size, pattern_key(i, next));
-	if (tier_release(s, o, TIER_DRAM, true)) {
+	if (tier_obj_release(s, o, TIER_DRAM, true)) {
 		snprintf(what, sizeof(what), "release '%s'", tier_obj_name(o));
 		cache_fail(what);
 		return 1;
@@ -456,7 +456,7 @@ static int cache_run(const struct tier_manifest *m, const struct cache_opts *o,
 	for (uint64_t i = 0; i < o->objects; i++)
 		if (cache_visit(s, objs[i], i, 0, true))
 			goto out;
-	if (tier_flush(s)) {
+	if (tier_store_flush(s)) {
 		cache_fail("flush after populating");
 		goto out;
 	}
@@ -465,7 +465,7 @@ static int cache_run(const struct tier_manifest *m, const struct cache_opts *o,
 		for (uint64_t i = 0; i < o->objects; i++) {
 			/* Keep the next objects moving up while this one is used. */
 			for (uint64_t d = 1; d <= o->prefetch && d < o->objects; d++) {
-				if (tier_prefetch(s, objs[(i + d) % o->objects], TIER_DRAM)) {
+				if (tier_obj_prefetch(s, objs[(i + d) % o->objects], TIER_DRAM)) {
 					cache_fail("prefetch");
 					goto out;
 				}
@@ -477,7 +477,7 @@ static int cache_run(const struct tier_manifest *m, const struct cache_opts *o,
 			cache_take_sample(s, &after_first);
 	}
 	cache_take_sample(s, &end);
-	if (tier_flush(s)) {
+	if (tier_store_flush(s)) {
 		cache_fail("flush after the cycles");
 		goto out;
 	}

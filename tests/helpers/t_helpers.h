@@ -86,7 +86,7 @@ double t_rel_err(const float *x, const float *ref, size_t n, size_t *worst);
  */
 #define NEED_FAULTS()                                                                  \
 	do {                                                                           \
-		if (!tier_fault_available()) {                                         \
+		if (!ts_fault_available()) {                                         \
 			fprintf(stderr, "%s: no fault sites in this build; skipped\n", \
 				__func__);                                             \
 			return;                                                        \
