@@ -1,0 +1,167 @@
+/*
+ * nvme_impl.h - what the pieces of the NVMe tier share; private to
+ * tiers/nvme*.c.  tiers/nvme.c owns the backing files, their headers,
+ * open and close, the objects (extents) and the stats; tiers/nvme_ring.c
+ * the io_uring engine; tiers/nvme_req.c the request path.  The
+ * structures below are the tier's state; the functions are those one
+ * piece calls in another.
+ */
+#ifndef TIER_TIERS_NVME_IMPL_H
+#define TIER_TIERS_NVME_IMPL_H
+
+#include <liburing.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "common/nodecfg.h"
+#include "tiers/extent.h"
+
+#define MAX_FIXED_BUFS 64
+
+struct nvme_req;
+
+/* One device operation: a stripe unit's part of a request. */
+struct subio {
+	struct subio *next;       /* in ring->pending */
+	struct nvme_req *req;
+	struct nvme_path *path;
+	uint64_t unit;            /* stripe unit index in the object */
+	uint64_t file_off;        /* device offset of this transfer */
+	uint32_t dev_len;         /* bytes to transfer (block multiple) */
+	uint32_t done;            /* bytes transferred so far */
+	char *dev_buf;            /* what the device reads into / writes from */
+	char *bounce;             /* owned bounce buffer, or NULL */
+	/* For a bounce: the caller's part of the unit. */
+	char *user_buf;
+	uint32_t unit_off;        /* offset of the caller's part in the unit */
+	uint32_t user_len;
+	uint32_t unit_len;        /* object bytes in this unit (last may be short) */
+	int op;                   /* TIER_IO_READ / TIER_IO_WRITE for this transfer */
+	bool rmw;                 /* a write that first reads the unit */
+	bool full_unit;           /* the transfer covers the whole unit */
+	int buf_index;            /* fixed buffer index, or -1 */
+	uint64_t t_sub;           /* when its SQE was prepared (live stats) */
+};
+
+struct nvme_req {
+	struct tier_nvme *t;
+	struct tier_nvme_obj *obj;
+	int op;
+	tier_io_cb cb;
+	void *arg;
+	_Atomic int pending;      /* sub-I/Os not finished */
+	_Atomic int result;       /* first error, 0 if none */
+	atomic_flag detail_set;
+	char detail[384];
+};
+
+struct nvme_path {
+	struct tier_nvme *t;
+	int index;
+	char *file;
+	int fd;
+	bool direct;
+	uint32_t block;           /* transfer alignment */
+	uint32_t qd;
+	bool created;             /* this open created the file */
+	bool owned;               /* known to be ours: its header is ours to write */
+	uint64_t capacity;        /* data area bytes, as the header says */
+	uint64_t created_ns;      /* kept across header rewrites */
+	uint64_t data_off;        /* file offset of the data area */
+	struct tier_extents alloc;
+	struct io_uring ring;
+	bool ring_ok;
+	pthread_t thread;
+	bool thread_ok;
+	pthread_mutex_t lock;     /* SQ side */
+	struct subio *pending, *pending_tail;
+	unsigned inflight;        /* SQEs submitted, completion not yet seen */
+	bool fixed_files;
+	/* Reads that need CPU work (checksum, copy out of a bounce buffer,
+	 * patching a read-modify-write) go to a worker, so the ring thread
+	 * goes back to reaping and resubmitting at once. */
+	pthread_mutex_t work_lock;
+	pthread_cond_t work_cond;
+	struct subio *work, *work_tail;
+	bool work_stop;
+	pthread_t worker[2];
+	unsigned nworkers;
+	/* The live view's counters of this path (tier_live_path). */
+	_Atomic uint64_t c_reads, c_writes, c_bytes_read, c_bytes_written, c_errors,
+		c_csum_errors, c_lat_sum_ns;
+	_Atomic uint64_t c_lat_hist[TIER_LAT_BUCKETS];
+};
+
+struct tier_nvme_obj {
+	struct tier_nvme_obj *next;
+	char *name;
+	uint64_t size;
+	uint64_t nunits;
+	unsigned rot;
+	uint64_t ext_off[TIER_MAX_NVME_PATHS];  /* extent start per path (data-relative) */
+	uint64_t ext_len[TIER_MAX_NVME_PATHS];
+	uint32_t *crc;            /* per unit */
+	unsigned char *crc_ok;    /* per unit: 1 once written with a checksum */
+	_Atomic int busy;         /* requests in flight */
+};
+
+struct tier_nvme {
+	const struct tier_config *cfg;  /* during tier_nvme_open only */
+	char name[TIER_NAME_MAX + 1];   /* the store's name, for headers */
+	unsigned flags;
+	unsigned npaths;
+	uint32_t unit;            /* stripe unit */
+	uint32_t block;           /* the largest block size of the paths */
+	uint32_t align;           /* extent alignment: the unit, at most 1 MiB */
+	bool csum;
+	struct nvme_path *paths;
+	pthread_mutex_t lock;     /* objects, allocators */
+	struct tier_nvme_obj *objs;
+	unsigned next_rot;
+	_Atomic bool closing;
+	_Atomic long inflight_reqs;  /* until the callback has returned (drain) */
+	_Atomic long active_reqs;    /* until the I/O is done, before the callback */
+	pthread_mutex_t drain_lock;
+	pthread_cond_t drained;
+	struct iovec fixed[MAX_FIXED_BUFS];
+	unsigned nfixed;
+	bool fixed_refused;
+	uint8_t uuid[16];
+	bool opened;              /* tier_nvme_open completed */
+	/* counters */
+	_Atomic uint64_t bytes_read, bytes_written, requests, ios, errors, csum_errors,
+		short_ios, retries, bounced;
+};
+
+/* tiers/nvme.c */
+
+/* @v rounded up to a multiple of @a. */
+uint64_t nvme_round_up(uint64_t v, uint64_t a);
+
+/* tiers/nvme_ring.c */
+
+/* Sets up path @p's ring, its checksum workers and its completion thread. */
+int nvme_ring_open(struct tier_nvme *t, struct nvme_path *p, const struct tier_nvme_path_cfg *pc);
+
+/* Stops what nvme_ring_open() started (any part of it) and tears the ring down. */
+void nvme_ring_stop(struct nvme_path *p);
+
+/* Appends the sub-I/Os head..tail to path @p's pending list and pumps. */
+void nvme_hand_over(struct nvme_path *p, struct subio *head, struct subio *tail);
+
+/* tiers/nvme_req.c */
+
+/* Records the request's first failure, with its detail. */
+__attribute__((format(printf, 3, 4)))
+void nvme_req_fail(struct nvme_req *r, int err, const char *fmt, ...);
+
+/* "read" or "write". */
+const char *nvme_op_name(int op);
+
+/* Ends a request whose last sub-I/O is done: accounts and runs its callback. */
+void nvme_req_finish(struct nvme_req *r);
+
+#endif

@@ -1,0 +1,273 @@
+/*
+ * nvme_req.c - the NVMe tier's request path: a caller's request cut into
+ * one sub-I/O per stripe unit it touches (on path (unit + rot) % P, in
+ * slot unit / P of the object's extent there), direct or through a bounce
+ * buffer, the checksum of a whole unit written, the sub-I/Os handed to the
+ * rings (tiers/nvme_ring.c) in batches; a request's failure, its end and
+ * its callback; and the synchronous wrappers.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "common/fault.h"
+#include "common/ticket.h"
+#include "kernels/crc32c.h"
+#include "tiers/nvme_impl.h"
+
+/* ------------------------------------------------------------ requests */
+
+/* Records the request's first failure, with its detail. */
+__attribute__((format(printf, 3, 4)))
+void nvme_req_fail(struct nvme_req *r, int err, const char *fmt, ...)
+{
+	int expect = 0;
+
+	if (!atomic_compare_exchange_strong(&r->result, &expect, err))
+		return;
+	if (!atomic_flag_test_and_set(&r->detail_set)) {
+		va_list ap;
+
+		va_start(ap, fmt);
+		vsnprintf(r->detail, sizeof(r->detail), fmt, ap);
+		va_end(ap);
+	}
+}
+
+const char *nvme_op_name(int op)
+{
+	return op == TIER_IO_WRITE ? "write" : "read";
+}
+
+void nvme_req_finish(struct nvme_req *r)
+{
+	struct tier_nvme *t = r->t;
+	int rc = atomic_load(&r->result);
+
+	atomic_fetch_add(&t->requests, 1);
+	if (rc)
+		atomic_fetch_add(&t->errors, 1);
+	/*
+	 * The object and the buffers are free before the callback runs: a
+	 * waiter woken by it may destroy the object or register buffers.
+	 */
+	atomic_fetch_sub(&r->obj->busy, 1);
+	atomic_fetch_sub(&t->active_reqs, 1);
+	r->cb(r->arg, rc, rc ? r->detail : "");
+	free(r);
+	if (atomic_fetch_sub(&t->inflight_reqs, 1) == 1) {
+		pthread_mutex_lock(&t->drain_lock);
+		pthread_cond_broadcast(&t->drained);
+		pthread_mutex_unlock(&t->drain_lock);
+	}
+}
+
+static int fixed_index(const struct tier_nvme *t, const void *buf, size_t len)
+{
+	for (unsigned i = 0; i < t->nfixed; i++) {
+		const char *b = t->fixed[i].iov_base;
+
+		if ((const char *)buf >= b &&
+		    (const char *)buf + len <= b + t->fixed[i].iov_len)
+			return (int)i;
+	}
+	return -1;
+}
+
+/*
+ * Builds the sub-I/O for the part [uoff, uoff + ulen) of unit @u that the
+ * caller's @buf covers.  Whole units on aligned memory go to the device
+ * directly; the rest use a bounce buffer of the whole unit.
+ */
+static int make_sub(struct tier_nvme *t, struct nvme_req *r, uint64_t u, uint32_t uoff,
+		    uint32_t ulen, char *buf, struct subio **out)
+{
+	struct tier_nvme_obj *o = r->obj;
+	unsigned p = (unsigned)((u + o->rot) % t->npaths);
+	struct nvme_path *path = &t->paths[p];
+	uint64_t slot = u / t->npaths;
+	uint32_t unit_len = (uint32_t)(u == o->nunits - 1 ? o->size - u * t->unit : t->unit);
+	uint32_t dev_len = (uint32_t)nvme_round_up(unit_len, path->block);
+	bool whole = uoff == 0 && ulen == unit_len;
+	bool aligned = ((uintptr_t)buf % path->block) == 0;
+	struct subio *s = ts_calloc(1, sizeof(*s));
+
+	if (!s)
+		return -ENOMEM;
+	s->req = r;
+	s->path = path;
+	s->unit = u;
+	s->unit_len = unit_len;
+	s->unit_off = uoff;
+	s->user_len = ulen;
+	s->user_buf = buf;
+	s->op = r->op;
+	s->buf_index = -1;
+	s->file_off = path->data_off + o->ext_off[p] + slot * t->unit;
+	if (whole && aligned && dev_len == unit_len) {
+		s->dev_buf = buf;
+		s->dev_len = dev_len;
+		s->full_unit = true;
+		s->buf_index = fixed_index(t, buf, dev_len);
+	} else if (!t->csum && aligned && uoff % path->block == 0 && ulen % path->block == 0) {
+		/* Without checksums an aligned part of a unit goes direct. */
+		s->dev_buf = buf;
+		s->dev_len = ulen;
+		s->file_off += uoff;
+		s->buf_index = fixed_index(t, buf, ulen);
+	} else {
+		if (posix_memalign((void **)&s->bounce, path->block, dev_len) != 0 ||
+		    tier_fault_check(TIER_FAULT_ALLOC)) {
+			free(s->bounce);
+			free(s);
+			return -ENOMEM;
+		}
+		atomic_fetch_add(&t->bounced, 1);
+		s->dev_buf = s->bounce;
+		s->dev_len = dev_len;
+		s->full_unit = true;
+		if (r->op == TIER_IO_WRITE) {
+			if (whole) {
+				memcpy(s->bounce, buf, ulen);
+				memset(s->bounce + ulen, 0, dev_len - ulen);
+			} else {
+				s->rmw = true;          /* read the unit first */
+				s->op = TIER_IO_READ;
+			}
+		}
+	}
+	/* A write of the whole unit has its checksum now, before it leaves. */
+	if (s->op == TIER_IO_WRITE && t->csum && s->full_unit) {
+		o->crc[u] = ts_crc32c(0, s->dev_buf, unit_len);
+		o->crc_ok[u] = 1;
+	}
+	*out = s;
+	return 0;
+}
+
+/* Sub-I/Os per path handed over at once: large requests start on the
+ * devices while the checksums of their later units are still computed. */
+#define BATCH 4
+
+int tier_nvme_submit(struct tier_nvme *t, struct tier_nvme_obj *o, enum tier_io_op op,
+		     uint64_t off, uint64_t len, void *buf, tier_io_cb cb, void *arg)
+{
+	struct subio *head[TIER_MAX_NVME_PATHS] = { 0 }, *tail[TIER_MAX_NVME_PATHS] = { 0 };
+	unsigned count[TIER_MAX_NVME_PATHS] = { 0 };
+	struct nvme_req *r;
+	uint64_t first, last;
+	int rc;
+
+	if (op != TIER_IO_READ && op != TIER_IO_WRITE)
+		return ts_err(-EINVAL, "nvme: bad operation %d", (int)op);
+	if (len == 0 || off > o->size || len > o->size - off)
+		return ts_err(-EINVAL, "nvme: %s of '%s' at %" PRIu64 " for %" PRIu64
+				" bytes is outside the object (%" PRIu64 " bytes)",
+				nvme_op_name(op), o->name, off, len, o->size);
+	if (atomic_load(&t->closing))
+		return ts_err(-ESHUTDOWN, "nvme: the tier is closing");
+	r = ts_calloc(1, sizeof(*r));
+	if (!r)
+		return ts_err(-ENOMEM, "nvme: out of memory");
+	r->t = t;
+	r->obj = o;
+	r->op = op;
+	r->cb = cb;
+	r->arg = arg;
+	atomic_flag_clear(&r->detail_set);
+
+	first = off / t->unit;
+	last = (off + len - 1) / t->unit;
+	/* Every unit counts from the start, so no early completion can finish
+	 * the request while later units are still being handed over. */
+	atomic_store(&r->pending, (int)(last - first + 1));
+	atomic_fetch_add(&o->busy, 1);
+	atomic_fetch_add(&t->inflight_reqs, 1);
+	atomic_fetch_add(&t->active_reqs, 1);
+	for (uint64_t u = first; u <= last; u++) {
+		uint64_t ustart = u * t->unit;
+		uint64_t a = off > ustart ? off : ustart;
+		uint64_t b = off + len < ustart + t->unit ? off + len : ustart + t->unit;
+		struct subio *s;
+		unsigned p;
+
+		rc = make_sub(t, r, u, (uint32_t)(a - ustart), (uint32_t)(b - a),
+			      (char *)buf + (a - off), &s);
+		if (rc) {
+			/*
+			 * Units already handed over complete on their own; the
+			 * request fails, and the units never built are counted
+			 * off here (the last one out runs the callback).
+			 */
+			int left = (int)(last - u + 1);
+
+			nvme_req_fail(r, rc, "nvme: %s of '%s' at %" PRIu64 ": out of memory",
+				      nvme_op_name(op), o->name, a);
+			for (unsigned i = 0; i < t->npaths; i++)
+				if (head[i])
+					nvme_hand_over(&t->paths[i], head[i], tail[i]);
+			if (atomic_fetch_sub(&r->pending, left) == left)
+				nvme_req_finish(r);
+			return 0;
+		}
+		p = (unsigned)(s->path - t->paths);
+		if (tail[p])
+			tail[p]->next = s;
+		else
+			head[p] = s;
+		tail[p] = s;
+		if (++count[p] == BATCH) {
+			nvme_hand_over(&t->paths[p], head[p], tail[p]);
+			head[p] = tail[p] = NULL;
+			count[p] = 0;
+		}
+	}
+	for (unsigned i = 0; i < t->npaths; i++)
+		if (head[i])
+			nvme_hand_over(&t->paths[i], head[i], tail[i]);
+	return 0;
+}
+
+int tier_nvme_submit_ticket(struct tier_nvme *t, struct tier_nvme_obj *o, enum tier_io_op op,
+			    uint64_t off, uint64_t len, void *buf, struct tier_ticket **out)
+{
+	struct tier_ticket *tk = ticket_new();
+	int rc;
+
+	*out = NULL;
+	if (!tk)
+		return ts_err(-ENOMEM, "nvme: out of memory");
+	rc = tier_nvme_submit(t, o, op, off, len, buf, ticket_io_cb, tk);
+	if (rc) {
+		ticket_discard(tk);
+		return rc;
+	}
+	*out = tk;
+	return 0;
+}
+
+int tier_nvme_read(struct tier_nvme *t, struct tier_nvme_obj *o, uint64_t off, uint64_t len,
+		   void *buf)
+{
+	struct tier_ticket *tk;
+	int rc = tier_nvme_submit_ticket(t, o, TIER_IO_READ, off, len, buf, &tk);
+
+	return rc ? rc : tier_ticket_wait(tk);
+}
+
+int tier_nvme_write(struct tier_nvme *t, struct tier_nvme_obj *o, uint64_t off, uint64_t len,
+		    const void *buf)
+{
+	struct tier_ticket *tk;
+	int rc = tier_nvme_submit_ticket(t, o, TIER_IO_WRITE, off, len, (void *)buf, &tk);
+
+	return rc ? rc : tier_ticket_wait(tk);
+}
