@@ -1,0 +1,114 @@
+/*
+ * manifest_emit.c - the effective configuration of a resolved manifest
+ * written back as YAML (tier_manifest_emit): every default spelled out,
+ * with comments saying where the automatic values came from; strings are
+ * double-quoted with '$' doubled, so that reading them back gives the
+ * same text.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+
+#include "common/error.h"
+#include "common/units.h"
+#include "runtime/manifest_impl.h"
+
+/* A double-quoted YAML string whose ${...} expansion gives back @s. */
+static void emit_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+		if (*p == '$')
+			fputs("$$", f);
+		else if (*p == '"' || *p == '\\')
+			fprintf(f, "\\%c", *p);
+		else if (*p < 0x20 || *p == 0x7f)
+			fprintf(f, "\\x%02x", *p);
+		else
+			fputc(*p, f);
+	}
+	fputc('"', f);
+}
+
+static const char *dtype_name(enum tier_dtype d)
+{
+	return d == TIER_BF16 ? "bf16" : d == TIER_FP16 ? "fp16" : "fp32";
+}
+
+int tier_manifest_emit(const struct tier_manifest *m, FILE *f)
+{
+	const struct tier_config *c = &m->cfg;
+	static const char *const huge[] = { "auto", "on", "off" };
+	char a[32];
+
+	fprintf(f, "# effective configuration of %s (tierstore %s)\n", c->source,
+		tier_version());
+	fprintf(f, "version: %d\n", c->version);
+	fprintf(f, "name: ");
+	emit_str(f, c->name);
+	fputc('\n', f);
+
+	fprintf(f, "gpu:\n");
+	if (c->gpu >= 0) {
+		fprintf(f, "  device: %d   # %s%s, %s, PCI %s\n", c->gpu,
+			c->gpu_auto ? "auto: " : "", c->gpu_name,
+			ts_size_fmt(c->gpu_mem, a, sizeof(a)), c->gpu_pci[0] ? c->gpu_pci : "?");
+		fprintf(f, "  capacity: %llu   # %s\n", (unsigned long long)c->hbm_capacity,
+			ts_size_fmt(c->hbm_capacity, a, sizeof(a)));
+	} else {
+		fprintf(f, "  device: none   # %s\n", c->gpu_note[0] ? c->gpu_note : "no HBM tier");
+	}
+
+	fprintf(f, "dram:\n");
+	fprintf(f, "  capacity: %llu   # %s\n", (unsigned long long)c->dram_capacity,
+		ts_size_fmt(c->dram_capacity, a, sizeof(a)));
+	if (c->numa_node >= 0)
+		fprintf(f, "  numa_node: %d%s\n", c->numa_node, c->numa_auto ? "   # auto: the GPU's node" : "");
+	else
+		fprintf(f, "  numa_node: none   # %s\n",
+			c->numa_auto ? "auto: no GPU node known; memory is not bound" : "not bound");
+	fprintf(f, "  huge_pages: %s\n", huge[c->huge_pages]);
+
+	if (c->npaths) {
+		fprintf(f, "nvme:\n");
+		fprintf(f, "  stripe_unit: %llu\n", (unsigned long long)c->stripe_unit);
+		fprintf(f, "  sqpoll: %s\n", c->sqpoll ? "true" : "false");
+		fprintf(f, "  checksum: %s\n", c->checksum == TIER_CSUM_CRC32C ? "crc32c" : "none");
+		fprintf(f, "  paths:\n");
+		for (size_t i = 0; i < c->npaths; i++) {
+			const struct tier_nvme_path_cfg *p = &c->paths[i];
+
+			fprintf(f, "    - path: ");
+			emit_str(f, p->path);
+			fprintf(f, "\n      # backing file: ");
+			emit_str(f, p->file);
+			fprintf(f, "\n      capacity: %llu   # %s\n", (unsigned long long)p->capacity,
+				ts_size_fmt(p->capacity, a, sizeof(a)));
+			fprintf(f, "      block_size: %u\n", p->block_size);
+			fprintf(f, "      queue_depth: %u\n", p->queue_depth);
+			fprintf(f, "      direct: %s\n", p->direct ? "true" : "false");
+			fprintf(f, "      create: %s\n", p->create ? "true" : "false");
+		}
+	} else {
+		fprintf(f, "# nvme: none (no NVMe tier; DRAM is the home of every object)\n");
+	}
+
+	fprintf(f, "prefetch:\n");
+	fprintf(f, "  lookahead: %llu   # %s\n", (unsigned long long)c->lookahead,
+		ts_size_fmt(c->lookahead, a, sizeof(a)));
+	fprintf(f, "  write_behind: %u\n", c->write_behind);
+
+	fprintf(f, "optimizer:\n");
+	if (c->offload_auto)
+		fprintf(f, "  offload_fraction: auto\n");
+	else
+		fprintf(f, "  offload_fraction: %.17g\n", c->offload_fraction);
+	fprintf(f, "  master_dtype: %s\n", dtype_name(c->master_dtype));
+	fprintf(f, "  moment_dtype: %s\n", dtype_name(c->moment_dtype));
+	fprintf(f, "  shard_size: %llu   # %s\n", (unsigned long long)c->shard_size,
+		ts_size_fmt(c->shard_size, a, sizeof(a)));
+	if (ferror(f))
+		return ts_err(-EIO, "writing the configuration failed");
+	return 0;
+}

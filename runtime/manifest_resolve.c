@@ -1,0 +1,517 @@
+/*
+ * manifest_resolve.c - pass 3 of reading a manifest: struct raw resolved
+ * against the machine (memory, GPUs, file systems, O_DIRECT) into struct
+ * tier_config, every default filled in and every capacity checked against
+ * what is there.  Under TIER_MANIFEST_NO_PROBE a nominal machine stands in.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/error.h"
+#include "common/fault.h"
+#include "common/options.h"
+#include "common/sysinfo.h"
+#include "common/units.h"
+#include "runtime/manifest_impl.h"
+#include "tiers/gpu.h"
+
+int mf_gather_facts(struct walker *w, struct facts *f)
+{
+	int rc;
+
+	if (w->flags & TIER_MANIFEST_NO_PROBE) {
+		/* Nominal machine for schema-only checks (fuzzing, offline review). */
+		f->mem.total = 64ull << 30;
+		f->mem.available = 48ull << 30;
+		f->ngpu = 0;
+		snprintf(f->gpu_why, sizeof(f->gpu_why), "not probed");
+		return 0;
+	}
+	rc = sys_meminfo(&f->mem);
+	if (rc)
+		return rc;
+	return gpu_count(&f->ngpu, f->gpu_why, sizeof(f->gpu_why));
+}
+
+static uint64_t resolve_size(const struct raw_size *s, uint64_t whole)
+{
+	if (s->v.is_percent)
+		return (uint64_t)((double)whole * s->v.percent / 100.0);
+	return s->v.bytes;
+}
+
+void mf_resolve_gpu(struct walker *w, const struct facts *f, struct tier_config *c)
+{
+	struct raw *r = w->raw;
+	struct tier_gpu_info gi;
+	char a[32], b[32];
+
+	c->gpu = -1;
+	c->gpu_auto = r->device == -2;
+	if (r->device == -1) {
+		snprintf(c->gpu_note, sizeof(c->gpu_note), "none requested");
+		if (r->hbm.at.line)
+			mf_diag(w, r->hbm.at, "gpu.capacity: given with device: none");
+		return;
+	}
+	if (w->flags & TIER_MANIFEST_NO_PROBE) {
+		if (r->device >= 0) {
+			/* Not probed: take the index and a nominal 80 GiB device. */
+			c->gpu = r->device;
+			c->gpu_mem = 80ull << 30;
+			snprintf(c->gpu_name, sizeof(c->gpu_name), "not probed");
+			c->hbm_capacity = r->hbm.at.line ? resolve_size(&r->hbm, c->gpu_mem)
+							 : c->gpu_mem / 10 * 9;
+		} else {
+			snprintf(c->gpu_note, sizeof(c->gpu_note), "not probed");
+		}
+		return;
+	}
+	if (r->device == -2) {
+		if (f->ngpu == 0) {
+			snprintf(c->gpu_note, sizeof(c->gpu_note), "auto: no GPU (%s)", f->gpu_why);
+			return;
+		}
+		r->device = 0;
+	} else if (r->device >= f->ngpu) {
+		if (f->ngpu == 0)
+			mf_diag(w, r->device_at,
+				"gpu.device: GPU %d requested but there is none (%s)",
+				r->device, f->gpu_why);
+		else
+			mf_diag(w, r->device_at, "gpu.device: GPU %d requested but only %d present (0-%d)",
+				r->device, f->ngpu, f->ngpu - 1);
+		return;
+	}
+	if (gpu_info(r->device, &gi)) {
+		mf_diag(w, r->device_at.line ? r->device_at : r->gpu_at, "gpu.device: %s",
+			tier_last_error());
+		return;
+	}
+	c->gpu = r->device;
+	snprintf(c->gpu_name, sizeof(c->gpu_name), "%s", gi.name);
+	snprintf(c->gpu_pci, sizeof(c->gpu_pci), "%s", gi.pci_bus_id);
+	c->gpu_mem = gi.total_mem;
+	c->hbm_capacity = r->hbm.at.line ? resolve_size(&r->hbm, gi.total_mem)
+					 : gi.total_mem / 10 * 9;
+	c->hbm_capacity &= ~((uint64_t)(2u << 20) - 1);
+	if (c->hbm_capacity > gi.total_mem)
+		mf_diag(w, r->hbm.at, "gpu.capacity: %s is more than GPU %d has (%s)",
+			ts_size_fmt(c->hbm_capacity, a, sizeof(a)), c->gpu,
+			ts_size_fmt(gi.total_mem, b, sizeof(b)));
+	else if (c->hbm_capacity == 0)
+		mf_diag(w, r->hbm.at, "gpu.capacity: rounds down to zero (the HBM tier is allocated in 2 MiB units)");
+}
+
+void mf_resolve_dram(struct walker *w, const struct facts *f, struct tier_config *c)
+{
+	struct raw *r = w->raw;
+	char a[32], b[32];
+
+	if (r->dram.at.line)
+		c->dram_capacity = resolve_size(&r->dram, f->mem.total);
+	else
+		c->dram_capacity = (uint64_t)((double)f->mem.available *
+					      ts_opt_percent(TIER_OPT_DRAM_SHARE) / 100.0);
+	c->dram_capacity &= ~(uint64_t)4095;
+	if (c->dram_capacity == 0)
+		mf_diag(w, r->dram.at, "dram.capacity: rounds down to zero (the DRAM tier is allocated in 4 KiB pages)");
+	else if (c->dram_capacity > f->mem.available)
+		mf_diag(w, r->dram.at.line ? r->dram.at : r->dram_at,
+			"dram.capacity: %s is more than this machine has available (MemAvailable %s of %s)",
+			ts_size_fmt(c->dram_capacity, a, sizeof(a)),
+			ts_size_fmt(f->mem.available, b, sizeof(b)),
+			ts_size_fmt(f->mem.total, (char[32]){ 0 }, 32));
+
+	c->numa_auto = r->numa == -2;
+	c->numa_node = -1;
+	if (r->numa >= 0) {
+		if (!(w->flags & TIER_MANIFEST_NO_PROBE) && !sys_numa_node_valid(r->numa))
+			mf_diag(w, r->numa_at, "dram.numa_node: node %d does not exist or has no memory (nodes 0-%d)",
+				r->numa, sys_numa_max_node());
+		else
+			c->numa_node = r->numa;
+	} else if (r->numa == -2 && c->gpu >= 0 && c->gpu_pci[0]) {
+		c->numa_node = sys_pci_numa_node(c->gpu_pci);
+	}
+	c->huge_pages = r->huge;
+	if (r->huge == TIER_HUGE_ON && !(w->flags & TIER_MANIFEST_NO_PROBE)) {
+		struct tier_hugeinfo hi;
+
+		sys_hugeinfo(&hi);
+		if (!hi.thp && hi.free_pages * hi.page_size < c->dram_capacity)
+			mf_diag(w, r->huge_at,
+				"dram.huge_pages: on, but there are only %llu free huge pages of %s and transparent huge pages are off",
+				(unsigned long long)hi.free_pages,
+				ts_size_fmt(hi.page_size, a, sizeof(a)));
+	}
+}
+
+/* The nearest existing ancestor directory of @dir (for probing a directory still to be created). */
+void mf_existing_ancestor(const char *dir, char *out, size_t len)
+{
+	struct stat st;
+
+	snprintf(out, len, "%s", dir);
+	while (stat(out, &st) != 0 || !S_ISDIR(st.st_mode)) {
+		char *slash = strrchr(out, '/');
+
+		if (!slash || slash == out) {
+			snprintf(out, len, "%s", slash == out ? "/" : ".");
+			return;
+		}
+		*slash = '\0';
+	}
+}
+
+/* Absolute, lexically normalised form of @p (no symlink resolution). */
+static void absolute_path(const char *p, char *out, size_t len)
+{
+	char cwd[PATH_MAX];
+	char tmp[2 * PATH_MAX];
+	char *parts[PATH_MAX / 2];
+	int n = 0;
+	size_t off = 0;
+
+	if (p[0] == '/')
+		snprintf(tmp, sizeof(tmp), "%s", p);
+	else
+		snprintf(tmp, sizeof(tmp), "%s/%s", getcwd(cwd, sizeof(cwd)) ? cwd : ".", p);
+	for (char *save = NULL, *t = strtok_r(tmp, "/", &save); t; t = strtok_r(NULL, "/", &save)) {
+		if (strcmp(t, ".") == 0)
+			continue;
+		if (strcmp(t, "..") == 0) {
+			if (n)
+				n--;
+			continue;
+		}
+		parts[n++] = t;
+	}
+	out[0] = '\0';
+	for (int i = 0; i < n && off < len; i++)
+		off += (size_t)snprintf(out + off, len - off, "/%s", parts[i]);
+	if (n == 0)
+		snprintf(out, len, "/");
+}
+
+struct fs_use {
+	dev_t dev;
+	uint64_t avail;     /* free space plus what our files already hold */
+	uint64_t used;      /* capacity given to paths so far */
+	size_t first;       /* the first path on it */
+};
+
+/* Where one entry of nvme.paths stands while it is resolved. */
+struct path_place {
+	char key[64];             /* "nvme.paths[1]", for messages */
+	char dir[PATH_MAX];       /* the directory of the backing file */
+	char probe_dir[PATH_MAX]; /* its nearest existing ancestor */
+	struct tier_fsinfo fi;    /* the file system under probe_dir */
+	uint64_t existing;        /* bytes the backing file already holds */
+	bool dir_exists;
+};
+
+/* Each setting from the path, else from the nvme section, else the default. */
+static void nvme_path_settings(const struct raw *r, const struct raw_path *rp,
+			       struct tier_nvme_path_cfg *p)
+{
+	p->line = rp->at.line;
+	p->col = rp->at.col;
+	p->block_size = (uint32_t)(rp->bs_at.line ? rp->block_size
+				   : r->bs_at.line ? r->block_size : 4096);
+	p->queue_depth = (uint32_t)(rp->qd_at.line ? rp->queue_depth
+				    : r->qd_at.line ? r->queue_depth : 64);
+	p->direct = rp->direct_at.line ? rp->direct : r->direct_at.line ? r->direct : true;
+	p->create = rp->create;
+}
+
+/*
+ * Names p->file by its directory's real path, so that two spellings of one
+ * place (symlinks, "..") compare equal.  0, or -ENOMEM after reporting.
+ */
+static int nvme_path_canonical(struct walker *w, const struct raw_path *rp,
+			       struct tier_nvme_path_cfg *p, const struct path_place *pl)
+{
+	char real[PATH_MAX];
+	const char *base = strrchr(p->file, '/') + 1;
+	char *canon;
+
+	if (realpath(pl->dir, real)) {
+		canon = ts_asprintf("%s%s%s", real, strcmp(real, "/") ? "/" : "", base);
+		if (!canon) {
+			mf_diag(w, rp->path_at, "%s.path: out of memory", pl->key);
+			return -ENOMEM;
+		}
+		free(p->file);
+		p->file = canon;
+	}
+	return 0;
+}
+
+/*
+ * What the path names: a directory (existing, or ending in '/'), else a
+ * file whose parent directory must exist.  Sets p->file, pl->dir,
+ * pl->existing and pl->dir_exists; 0, or -errno after reporting.
+ */
+static int nvme_path_locate(struct walker *w, const struct tier_config *c,
+			    const struct raw_path *rp, struct tier_nvme_path_cfg *p,
+			    struct path_place *pl)
+{
+	char abs[PATH_MAX];
+	struct stat st;
+	bool is_dir_path;
+
+	absolute_path(rp->path, abs, sizeof(abs));
+	is_dir_path = rp->path[strlen(rp->path) - 1] == '/';
+	if (w->flags & TIER_MANIFEST_NO_PROBE) {
+		/* Schema only: the trailing '/' alone says "directory". */
+	} else if (stat(abs, &st) == 0) {
+		if (S_ISDIR(st.st_mode)) {
+			is_dir_path = true;
+		} else if (!S_ISREG(st.st_mode)) {
+			mf_diag(w, rp->path_at, "%s.path: '%s' is not a regular file or a directory",
+				pl->key, rp->path);
+			return -EINVAL;
+		} else if (is_dir_path) {
+			mf_diag(w, rp->path_at, "%s.path: '%s' ends in '/' but is a file, not a directory",
+				pl->key, rp->path);
+			return -EINVAL;
+		} else {
+			pl->existing = (uint64_t)st.st_blocks * 512u;
+		}
+	} else if (is_dir_path || errno != ENOENT) {
+		if (errno != ENOENT) {
+			mf_diag(w, rp->path_at, "%s.path: '%s': %s", pl->key, rp->path,
+				tier_strerror(errno));
+			return -EINVAL;
+		}
+	}
+	if (is_dir_path) {
+		snprintf(pl->dir, sizeof(pl->dir), "%s", abs);
+		p->file = ts_asprintf("%s%stierstore-%s.dat", abs,
+					strcmp(abs, "/") ? "/" : "", c->name);
+	} else {
+		char *slash;
+
+		snprintf(pl->dir, sizeof(pl->dir), "%s", abs);
+		slash = strrchr(pl->dir, '/');
+		if (slash == pl->dir)
+			pl->dir[1] = '\0';
+		else if (slash)
+			*slash = '\0';
+		p->file = ts_strdup(abs);
+	}
+	if (!p->file) {
+		mf_diag(w, rp->path_at, "%s.path: out of memory", pl->key);
+		return -ENOMEM;
+	}
+	if (w->flags & TIER_MANIFEST_NO_PROBE) {
+		pl->dir_exists = true;
+	} else {
+		if (is_dir_path && stat(p->file, &st) == 0 && S_ISREG(st.st_mode))
+			pl->existing = (uint64_t)st.st_blocks * 512u;
+		pl->dir_exists = stat(pl->dir, &st) == 0 && S_ISDIR(st.st_mode);
+	}
+	if (pl->dir_exists && !(w->flags & TIER_MANIFEST_NO_PROBE) &&
+	    nvme_path_canonical(w, rp, p, pl))
+		return -ENOMEM;
+	if (!pl->dir_exists && !p->create) {
+		mf_diag(w, rp->path_at, "%s.path: directory '%s' does not exist (create it, or add create: true)",
+			pl->key, pl->dir);
+		return -ENOENT;
+	}
+	return 0;
+}
+
+/*
+ * The file system the path lands on (pl->probe_dir, pl->fi): its logical
+ * block size against block_size, and whether it takes O_DIRECT where
+ * direct: true.  0, or -errno when it cannot be examined (reported).
+ */
+static int nvme_path_probe(struct walker *w, const struct raw *r, const struct raw_path *rp,
+			   const struct tier_nvme_path_cfg *p, struct path_place *pl)
+{
+	int rc;
+
+	mf_existing_ancestor(pl->dir, pl->probe_dir, sizeof(pl->probe_dir));
+	rc = sys_fsinfo(pl->probe_dir, &pl->fi);
+	if (rc) {
+		mf_diag(w, rp->path_at, "%s.path: %s", pl->key, tier_last_error());
+		return rc;
+	}
+	if (p->direct && pl->fi.lbs > p->block_size)
+		mf_diag(w, rp->bs_at.line ? rp->bs_at : r->bs_at.line ? r->bs_at : rp->at,
+			"%s.block_size: %u is smaller than the logical block size %u of the device under '%s' (O_DIRECT needs at least that)",
+			pl->key, p->block_size, pl->fi.lbs, pl->dir);
+	if (p->direct && !(p->create && !pl->dir_exists)) {
+		int prc = sys_direct_probe(pl->dir);
+
+		if (prc == -EINVAL)
+			mf_diag(w, rp->path_at,
+				"%s.path: the file system of '%s' refuses O_DIRECT while direct: true (set direct: false for this path, or put it on a local disk)",
+				pl->key, pl->dir);
+		else if (prc)
+			mf_diag(w, rp->path_at, "%s.path: %s", pl->key, tier_last_error());
+	} else if (p->direct) {
+		int prc = sys_direct_probe(pl->probe_dir);
+
+		if (prc == -EINVAL)
+			mf_diag(w, rp->path_at,
+				"%s.path: the file system of '%s' refuses O_DIRECT while direct: true (set direct: false for this path, or put it on a local disk)",
+				pl->key, pl->probe_dir);
+		else if (prc)
+			mf_diag(w, rp->path_at, "%s.path: cannot create '%s' here: %s", pl->key,
+				pl->dir, tier_last_error());
+	}
+	return 0;
+}
+
+/*
+ * p->capacity from the share of pl->fi's free space (plus what the backing
+ * file already holds), checked against what earlier paths on the same file
+ * system took: @fs, *@nfs of them, path @i entering its own.
+ */
+static void nvme_path_capacity(struct walker *w, const struct raw_path *rp,
+			       struct tier_nvme_path_cfg *p, const struct path_place *pl,
+			       size_t i, struct fs_use *fs, size_t *nfs)
+{
+	struct fs_use *u = NULL;
+	char a[32], b[32], d[32];
+
+	for (size_t j = 0; j < *nfs; j++)
+		if (fs[j].dev == pl->fi.dev)
+			u = &fs[j];
+	if (!u) {
+		u = &fs[(*nfs)++];
+		u->dev = pl->fi.dev;
+		u->avail = pl->fi.avail;
+		u->used = 0;
+		u->first = i;
+	}
+	u->avail += pl->existing;
+	p->capacity = resolve_size(&rp->capacity, pl->fi.avail + pl->existing);
+	p->capacity -= p->capacity % p->block_size;
+	if (p->capacity == 0) {
+		mf_diag(w, rp->capacity.at, "%s.capacity: rounds down to zero (a multiple of the block size %u)",
+			pl->key, p->block_size);
+		return;
+	}
+	if (u->used + p->capacity > u->avail) {
+		if (u->used)
+			mf_diag(w, rp->capacity.at,
+				"%s.capacity: %s is more than the free space of the file system of '%s' (%s available, %s already given to paths on it)",
+				pl->key, ts_size_fmt(p->capacity, a, sizeof(a)), pl->dir,
+				ts_size_fmt(u->avail, b, sizeof(b)),
+				ts_size_fmt(u->used, d, sizeof(d)));
+		else
+			mf_diag(w, rp->capacity.at,
+				"%s.capacity: %s is more than the free space of the file system of '%s' (%s available)",
+				pl->key, ts_size_fmt(p->capacity, a, sizeof(a)), pl->dir,
+				ts_size_fmt(u->avail, b, sizeof(b)));
+	}
+	u->used += p->capacity;
+}
+
+void mf_resolve_nvme(struct walker *w, struct tier_config *c)
+{
+	struct raw *r = w->raw;
+	struct fs_use fs[TIER_MAX_NVME_PATHS];
+	size_t nfs = 0;
+
+	c->stripe_unit = r->stripe_unit ? r->stripe_unit : (1u << 20);
+	c->sqpoll = r->sqpoll;
+	c->checksum = r->checksum;
+	c->npaths = r->npaths;
+	if (!r->npaths)
+		return;
+	c->paths = ts_calloc(r->npaths, sizeof(*c->paths));
+	if (!c->paths) {
+		mf_diag(w, r->paths_at, "nvme.paths: out of memory");
+		c->npaths = 0;
+		return;
+	}
+	for (size_t i = 0; i < r->npaths; i++) {
+		struct raw_path *rp = &r->paths[i];
+		struct tier_nvme_path_cfg *p = &c->paths[i];
+		struct path_place pl = { .existing = 0 };
+
+		snprintf(pl.key, sizeof(pl.key), "nvme.paths[%zu]", i);
+		nvme_path_settings(r, rp, p);
+		if (!rp->path)
+			continue; /* reported in pass 2 */
+		p->path = ts_strdup(rp->path);
+		if (!p->path) {
+			mf_diag(w, rp->path_at, "%s.path: out of memory", pl.key);
+			continue;
+		}
+		if (c->stripe_unit % p->block_size)
+			mf_diag(w, r->stripe_at.line ? r->stripe_at : rp->at,
+				"nvme.stripe_unit: %llu is not a multiple of %s.block_size %u",
+				(unsigned long long)c->stripe_unit, pl.key, p->block_size);
+		if (nvme_path_locate(w, c, rp, p, &pl))
+			continue;
+
+		/* Duplicates: two entries naming one backing file. */
+		for (size_t j = 0; j < i; j++) {
+			if (c->paths[j].file && strcmp(c->paths[j].file, p->file) == 0) {
+				mf_diag(w, rp->path_at, "%s.path: duplicate path: '%s' is the same file as nvme.paths[%zu] (line %d)",
+					pl.key, p->file, j, c->paths[j].line);
+				break;
+			}
+		}
+		if (!rp->capacity.at.line)
+			continue; /* missing or invalid: reported in pass 2 */
+		if (w->flags & TIER_MANIFEST_NO_PROBE) {
+			p->capacity = resolve_size(&rp->capacity, 1ull << 40);
+			p->capacity -= p->capacity % p->block_size;
+			if (p->capacity == 0)
+				mf_diag(w, rp->capacity.at, "%s.capacity: rounds down to zero (a multiple of the block size %u)",
+					pl.key, p->block_size);
+			continue;
+		}
+		if (nvme_path_probe(w, r, rp, p, &pl))
+			continue;
+		nvme_path_capacity(w, rp, p, &pl, i, fs, &nfs);
+	}
+}
+
+void mf_resolve_rest(struct walker *w, struct tier_config *c)
+{
+	struct raw *r = w->raw;
+	char a[32], b[32];
+
+	c->write_behind = r->wb_at.line ? (uint32_t)r->write_behind : 4;
+	c->offload_auto = !r->offload_at.line || r->offload < 0;
+	c->offload_fraction = c->offload_auto ? 0.0 : r->offload;
+	c->master_dtype = TIER_FP32;
+	c->moment_dtype = r->moment;
+	c->shard_size = r->shard.at.line ? r->shard.v.bytes : (64u << 20);
+	if (r->lookahead.at.line) {
+		c->lookahead = resolve_size(&r->lookahead, c->dram_capacity);
+	} else {
+		c->lookahead = c->dram_capacity / 4;
+		if (c->lookahead > (4ull << 30))
+			c->lookahead = 4ull << 30;
+	}
+	if (c->lookahead < c->shard_size)
+		mf_diag(w, r->lookahead.at.line ? r->lookahead.at : r->dram.at,
+			"prefetch.lookahead: %s is less than one shard (optimizer.shard_size %s); the prefetcher could not keep a shard in flight",
+			ts_size_fmt(c->lookahead, a, sizeof(a)),
+			ts_size_fmt(c->shard_size, b, sizeof(b)));
+	else if (c->dram_capacity && c->lookahead > c->dram_capacity / 2)
+		mf_diag(w, r->lookahead.at, "prefetch.lookahead: %s is more than half the DRAM tier (%s); the update needs the rest",
+			ts_size_fmt(c->lookahead, a, sizeof(a)),
+			ts_size_fmt(c->dram_capacity, b, sizeof(b)));
+	if (c->dram_capacity && c->shard_size > c->dram_capacity / 4)
+		mf_diag(w, r->shard.at.line ? r->shard.at : r->dram.at,
+			"optimizer.shard_size: %s is more than a quarter of the DRAM tier (%s); prefetch needs room for several shards",
+			ts_size_fmt(c->shard_size, a, sizeof(a)),
+			ts_size_fmt(c->dram_capacity, b, sizeof(b)));
+}
