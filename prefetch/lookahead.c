@@ -69,6 +69,27 @@ static void pump(struct lookahead *la)
 	pthread_cond_broadcast(&la->cond);
 }
 
+uint64_t la_default(uint64_t dram)
+{
+	uint64_t w = dram / 4;
+
+	return w > (4ull << 30) ? 4ull << 30 : w;
+}
+
+uint64_t la_window(uint64_t lookahead, uint64_t manifest_dram, uint64_t dram,
+		   uint64_t shard_bytes)
+{
+	uint64_t w = lookahead;
+
+	if (manifest_dram && manifest_dram != dram)
+		w = (uint64_t)((double)lookahead * (double)dram / (double)manifest_dram);
+	if (w > dram / 2)
+		w = dram / 2;
+	if (w < shard_bytes)
+		w = shard_bytes;
+	return w;
+}
+
 int la_start(struct lookahead *la, struct tier_store *s, struct la_item *items, size_t n,
 	     uint64_t dram_budget, uint64_t hbm_budget, const struct la_watch *w)
 {

@@ -78,6 +78,19 @@ struct lookahead {
 };
 
 /*
+ * The window's size, the one place it is worked out.  la_default: the
+ * manifest's prefetch.lookahead when it has none, from its DRAM tier's
+ * @dram bytes (a quarter, at most 4 GiB).  la_window: what an optimizer
+ * uses, from the manifest's @lookahead and @manifest_dram, on a store whose
+ * DRAM tier has @dram bytes (a store may override the capacity): the
+ * lookahead scaled with the DRAM tier, within [one shard of @shard_bytes,
+ * half of DRAM].
+ */
+uint64_t la_default(uint64_t dram);
+uint64_t la_window(uint64_t lookahead, uint64_t manifest_dram, uint64_t dram,
+		   uint64_t shard_bytes);
+
+/*
  * Starts a window over @items[0..n) (owned by the caller, alive until
  * la_finish) with @dram_budget and @hbm_budget bytes, and issues the first
  * acquires at once.  0 or -ENOMEM.

@@ -27,12 +27,12 @@
 #include "common/error.h"
 #include "common/fault.h"
 #include "common/log.h"
-#include "common/nodecfg.h"
 #include "common/options.h"
 #include "runtime/live.h"
 #include "runtime/manifest.h"
 #include "runtime/statseg.h"
-#include "tiers/nvme_format.h"
+#include "runtime/store.h"
+#include "tiers/nvme.h"
 #include "tiers/store.h"
 
 _Static_assert(TIER_LIVE_VERSION == STATSEG_VERSION,
@@ -230,10 +230,8 @@ static void *live_main(void *arg)
 	return NULL;
 }
 
-static void live_stop(void *arg)
+void live_stop(struct live *l)
 {
-	struct live *l = arg;
-
 	if (!l)
 		return;
 	if (l->thread_ok) {
@@ -272,16 +270,16 @@ static char *manifest_yaml(const struct tier_manifest *m)
 
 static atomic_flag g_warned = ATOMIC_FLAG_INIT;
 
-void live_start(struct tier_store *s, const struct tier_manifest *m)
+struct live *live_start(struct tier_store *s, const struct tier_manifest *m)
 {
 #if TIER_STATS_BUILD
-	const struct tier_config *cfg = manifest_config(m);
+	const struct tiers_cfg *cfg = &m->tiers;
 	struct live *l;
 	char *yaml;
 	int rc;
 
 	if (ts_opt_int(TIER_OPT_STATS) == 0)
-		return;
+		return NULL;
 	l = ts_calloc(1, sizeof(*l));
 	if (!l) {
 		rc = ts_err(-ENOMEM, "stats segment for store '%s': out of memory", cfg->name);
@@ -320,24 +318,25 @@ void live_start(struct tier_store *s, const struct tier_manifest *m)
 		goto warn;
 	}
 	l->thread_ok = true;
-	store_set_live(s, l, live_stop);
 	TIER_INFO(TIER_SS_STATS, "store '%s' publishes its counters in %s", cfg->name,
 		  statseg_path(l->seg));
-	return;
+	return l;
 warn:
 	if (!atomic_flag_test_and_set(&g_warned))
 		TIER_WARN(TIER_SS_STATS, "%s; the store runs without a stats segment (tier-stat "
 			  "will not see it; TIER_STATS=off silences this)", tier_last_error());
 	ts_err_clear();
+	return NULL;
 #else
 	(void)s;
 	(void)m;
+	return NULL;
 #endif
 }
 
 struct live_feed *live_feed(struct tier_store *s)
 {
-	struct live *l = s ? store_live(s) : NULL;
+	struct live *l = s ? rstore_live(s) : NULL;
 
 	return l ? &l->feed : NULL;
 }
@@ -346,14 +345,14 @@ struct live_feed *live_feed(struct tier_store *s)
 
 const char *tier_store_stats_path(const struct tier_store *s)
 {
-	struct live *l = s ? store_live(s) : NULL;
+	struct live *l = s ? rstore_live(s) : NULL;
 
 	return l ? statseg_path(l->seg) : NULL;
 }
 
 int tier_store_publish_stats(struct tier_store *s)
 {
-	struct live *l = s ? store_live(s) : NULL;
+	struct live *l = s ? rstore_live(s) : NULL;
 
 	if (!l)
 		return ts_err(-ENOENT, "the store publishes no stats segment (TIER_STATS=off, "

@@ -24,12 +24,19 @@ struct live_feed {
 	_Atomic uint64_t pf_window, pf_ahead_bytes, pf_shards_ahead, pf_stall_ns, pf_active;
 };
 
+struct live;
+
 /*
- * Starts publishing for @s, opened from @m.  Never fails the store: a
- * segment that cannot be created is a warning (once per process) and the
- * store runs without one.
+ * Starts publishing for @s, opened from @m; the publisher, or NULL when
+ * the store publishes nothing.  Never fails the store: a segment that
+ * cannot be created is a warning (once per process) and the store runs
+ * without one.
  */
-void live_start(struct tier_store *s, const struct tier_manifest *m);
+struct live *live_start(struct tier_store *s, const struct tier_manifest *m);
+
+/* Stops the publisher and removes its segment (NULL: nothing).  It reads
+ * the store: tier_store_close stops it first. */
+void live_stop(struct live *l);
 
 /* The store's feed, or NULL when it publishes nothing. */
 struct live_feed *live_feed(struct tier_store *s);

@@ -12,7 +12,7 @@
  *     keeps each value with its position; unknown keys (with a suggestion),
  *     wrong types, bad units and duplicate keys are reported here.
  *  3. resolution: against machine facts (memory, GPUs, file systems,
- *     O_DIRECT), into `struct tier_config`.
+ *     O_DIRECT), into `struct tier_manifest`.
  * Every problem is reported as "FILE:LINE:COL: key: message" (1-based, the
  * place of the offending value, or of the key for unknown keys); all of
  * them are collected (up to MAX_DIAGS) so one run shows every mistake.
@@ -190,20 +190,20 @@ static int graph_check(struct walker *w)
 
 /* ------------------------------------------------------------ the API */
 
-void manifest_config_clear(struct tier_config *c)
+void manifest_clear(struct tier_manifest *c)
 {
-	for (size_t i = 0; c->paths && i < c->npaths; i++) {
-		free(c->paths[i].path);
-		free(c->paths[i].file);
+	for (size_t i = 0; c->tiers.paths && i < c->tiers.npaths; i++) {
+		free(c->tiers.paths[i].path);
+		free(c->tiers.paths[i].file);
 	}
-	free(c->paths);
-	c->paths = NULL;
-	c->npaths = 0;
+	free(c->tiers.paths);
+	c->tiers.paths = NULL;
+	c->tiers.npaths = 0;
 }
 
 static void raw_clear(struct raw *r)
 {
-	for (size_t i = 0; i < TIER_MAX_NVME_PATHS; i++)
+	for (size_t i = 0; i < TIERS_MAX_NVME_PATHS; i++)
 		free(r->paths[i].path);
 }
 
@@ -306,10 +306,10 @@ int tier_manifest_parse(const char *text, size_t len, const char *name, unsigned
 		ts_err_prefix("%s", w.file);
 		goto out;
 	}
-	struct tier_config *c = &m->cfg;
+	struct tier_manifest *c = m;
 
-	snprintf(c->source, sizeof(c->source), "%s", w.file);
-	snprintf(c->name, sizeof(c->name), "%s", raw->name);
+	snprintf(c->tiers.source, sizeof(c->tiers.source), "%s", w.file);
+	snprintf(c->tiers.name, sizeof(c->tiers.name), "%s", raw->name);
 	c->version = (int)raw->version;
 	mf_resolve_gpu(&w, &facts, c);
 	mf_resolve_dram(&w, &facts, c);
@@ -320,7 +320,7 @@ int tier_manifest_parse(const char *text, size_t len, const char *name, unsigned
 		goto out;
 	}
 	TIER_INFO(TIER_SS_MANIFEST, "%s: %zu NVMe path(s), DRAM %llu bytes, GPU %d",
-		  w.file, c->npaths, (unsigned long long)c->dram_capacity, c->gpu);
+		  w.file, c->tiers.npaths, (unsigned long long)c->tiers.dram_capacity, c->tiers.gpu);
 	*out = m;
 	m = NULL;
 	rc = 0;
@@ -337,7 +337,7 @@ out:
 		free(raw);
 	}
 	if (m) {
-		manifest_config_clear(&m->cfg);
+		manifest_clear(m);
 		free(m);
 	}
 	return rc;
@@ -408,18 +408,13 @@ void tier_manifest_free(struct tier_manifest *m)
 {
 	if (!m)
 		return;
-	manifest_config_clear(&m->cfg);
+	manifest_clear(m);
 	free(m);
 }
 
 const char *tier_manifest_source(const struct tier_manifest *m)
 {
-	return m->cfg.source;
-}
-
-const struct tier_config *manifest_config(const struct tier_manifest *m)
-{
-	return &m->cfg;
+	return m->tiers.source;
 }
 
 /* --------------------------------------------------------- the default */

@@ -1,19 +1,41 @@
 /*
- * manifest.h - the manifest inside the library: the public opaque
- * struct tier_manifest is a resolved struct tier_config (common/nodecfg.h),
- * which the layers below runtime/ read.
+ * manifest.h - the manifest inside the library.  The public opaque struct
+ * tier_manifest is the resolved configuration of one node: the tiers'
+ * part (struct tiers_cfg, all that tiers/ is built from) and what runtime/
+ * itself uses (the GPU's facts for messages, the lookahead and
+ * write-behind, the optimizer's defaults).
  */
 #ifndef TIER_RUNTIME_MANIFEST_H
 #define TIER_RUNTIME_MANIFEST_H
 
-#include "common/nodecfg.h"
+#include "tiers/tiers_cfg.h"
 #include "tierstore.h"
 
 struct tier_manifest {
-	struct tier_config cfg;
+	int version;
+	struct tiers_cfg tiers;
+
+	/* the GPU, as found */
+	bool gpu_auto;        /* chosen by "auto" */
+	char gpu_name[256];
+	char gpu_pci[32];
+	uint64_t gpu_mem;     /* the device's memory, bytes */
+	char gpu_note[256];   /* why there is no GPU tier, when there is none */
+	bool numa_auto;       /* the NUMA node chosen by "auto" */
+
+	/* prefetch */
+	uint64_t lookahead;   /* bytes in flight ahead of the update */
+	uint32_t write_behind;
+
+	/* optimizer defaults */
+	double offload_fraction;
+	bool offload_auto;
+	enum tier_dtype master_dtype;
+	enum tier_dtype moment_dtype;
+	uint64_t shard_size;
 };
 
-const struct tier_config *manifest_config(const struct tier_manifest *m);
-void manifest_config_clear(struct tier_config *c);
+/* Frees the paths @m holds (npaths becomes 0). */
+void manifest_clear(struct tier_manifest *m);
 
 #endif

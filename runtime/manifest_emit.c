@@ -38,46 +38,46 @@ static const char *dtype_name(enum tier_dtype d)
 
 int tier_manifest_emit(const struct tier_manifest *m, FILE *f)
 {
-	const struct tier_config *c = &m->cfg;
+	const struct tier_manifest *c = m;
 	static const char *const huge[] = { "auto", "on", "off" };
 	char a[32];
 
-	fprintf(f, "# effective configuration of %s (tierstore %s)\n", c->source,
+	fprintf(f, "# effective configuration of %s (tierstore %s)\n", c->tiers.source,
 		tier_version());
 	fprintf(f, "version: %d\n", c->version);
 	fprintf(f, "name: ");
-	emit_str(f, c->name);
+	emit_str(f, c->tiers.name);
 	fputc('\n', f);
 
 	fprintf(f, "gpu:\n");
-	if (c->gpu >= 0) {
-		fprintf(f, "  device: %d   # %s%s, %s, PCI %s\n", c->gpu,
+	if (c->tiers.gpu >= 0) {
+		fprintf(f, "  device: %d   # %s%s, %s, PCI %s\n", c->tiers.gpu,
 			c->gpu_auto ? "auto: " : "", c->gpu_name,
 			ts_size_fmt(c->gpu_mem, a, sizeof(a)), c->gpu_pci[0] ? c->gpu_pci : "?");
-		fprintf(f, "  capacity: %llu   # %s\n", (unsigned long long)c->hbm_capacity,
-			ts_size_fmt(c->hbm_capacity, a, sizeof(a)));
+		fprintf(f, "  capacity: %llu   # %s\n", (unsigned long long)c->tiers.hbm_capacity,
+			ts_size_fmt(c->tiers.hbm_capacity, a, sizeof(a)));
 	} else {
 		fprintf(f, "  device: none   # %s\n", c->gpu_note[0] ? c->gpu_note : "no HBM tier");
 	}
 
 	fprintf(f, "dram:\n");
-	fprintf(f, "  capacity: %llu   # %s\n", (unsigned long long)c->dram_capacity,
-		ts_size_fmt(c->dram_capacity, a, sizeof(a)));
-	if (c->numa_node >= 0)
-		fprintf(f, "  numa_node: %d%s\n", c->numa_node, c->numa_auto ? "   # auto: the GPU's node" : "");
+	fprintf(f, "  capacity: %llu   # %s\n", (unsigned long long)c->tiers.dram_capacity,
+		ts_size_fmt(c->tiers.dram_capacity, a, sizeof(a)));
+	if (c->tiers.numa_node >= 0)
+		fprintf(f, "  numa_node: %d%s\n", c->tiers.numa_node, c->numa_auto ? "   # auto: the GPU's node" : "");
 	else
 		fprintf(f, "  numa_node: none   # %s\n",
 			c->numa_auto ? "auto: no GPU node known; memory is not bound" : "not bound");
-	fprintf(f, "  huge_pages: %s\n", huge[c->huge_pages]);
+	fprintf(f, "  huge_pages: %s\n", huge[c->tiers.huge_pages]);
 
-	if (c->npaths) {
+	if (c->tiers.npaths) {
 		fprintf(f, "nvme:\n");
-		fprintf(f, "  stripe_unit: %llu\n", (unsigned long long)c->stripe_unit);
-		fprintf(f, "  sqpoll: %s\n", c->sqpoll ? "true" : "false");
-		fprintf(f, "  checksum: %s\n", c->checksum == TIER_CSUM_CRC32C ? "crc32c" : "none");
+		fprintf(f, "  stripe_unit: %llu\n", (unsigned long long)c->tiers.stripe_unit);
+		fprintf(f, "  sqpoll: %s\n", c->tiers.sqpoll ? "true" : "false");
+		fprintf(f, "  checksum: %s\n", c->tiers.checksum == TIER_CSUM_CRC32C ? "crc32c" : "none");
 		fprintf(f, "  paths:\n");
-		for (size_t i = 0; i < c->npaths; i++) {
-			const struct tier_nvme_path_cfg *p = &c->paths[i];
+		for (size_t i = 0; i < c->tiers.npaths; i++) {
+			const struct tiers_path_cfg *p = &c->tiers.paths[i];
 
 			fprintf(f, "    - path: ");
 			emit_str(f, p->path);

@@ -6,7 +6,7 @@
  * manifest.c): the graph check, the diagnostics and the API live in
  * manifest.c, pass 2 (the schema walk into struct raw) in
  * manifest_schema.c, pass 3 (resolution against struct facts into
- * struct tier_config) in manifest_resolve.c; manifest_emit.c writes a
+ * struct tier_manifest) in manifest_resolve.c; manifest_emit.c writes a
  * resolved configuration back out as YAML.
  */
 #ifndef TIER_RUNTIME_MANIFEST_IMPL_H
@@ -45,7 +45,7 @@ struct raw_path {
 struct raw {
 	struct pos version_at, name_at;
 	long long version;
-	char name[TIER_NAME_MAX + 1];
+	char name[TIERS_NAME_MAX + 1];
 
 	struct pos gpu_at, device_at;
 	int device;           /* -2 auto, -1 none, >= 0 index */
@@ -56,15 +56,15 @@ struct raw {
 	struct pos numa_at;
 	int numa;             /* -2 auto, -1 none, >= 0 node */
 	struct pos huge_at;
-	enum tier_huge_pages huge;
+	enum tiers_huge_pages huge;
 
 	struct pos nvme_at, stripe_at, bs_at, qd_at, direct_at, sqpoll_at, csum_at, paths_at;
 	uint64_t stripe_unit, block_size;
 	long long queue_depth;
 	bool direct, sqpoll;
-	enum tier_checksum checksum;
+	enum tiers_checksum checksum;
 	size_t npaths;
-	struct raw_path paths[TIER_MAX_NVME_PATHS];
+	struct raw_path paths[TIERS_MAX_NVME_PATHS];
 
 	struct raw_size lookahead;
 	struct pos wb_at;
@@ -107,10 +107,10 @@ void mf_walk_schema(struct walker *w, yaml_node_t *root);
 
 /* pass 3 (manifest_resolve.c): w->raw against the machine into @c */
 int mf_gather_facts(struct walker *w, struct facts *f);
-void mf_resolve_gpu(struct walker *w, const struct facts *f, struct tier_config *c);
-void mf_resolve_dram(struct walker *w, const struct facts *f, struct tier_config *c);
-void mf_resolve_nvme(struct walker *w, struct tier_config *c);
-void mf_resolve_rest(struct walker *w, struct tier_config *c);
+void mf_resolve_gpu(struct walker *w, const struct facts *f, struct tier_manifest *c);
+void mf_resolve_dram(struct walker *w, const struct facts *f, struct tier_manifest *c);
+void mf_resolve_nvme(struct walker *w, struct tier_manifest *c);
+void mf_resolve_rest(struct walker *w, struct tier_manifest *c);
 /* also for the embedded default (manifest.c) */
 void mf_existing_ancestor(const char *dir, char *out, size_t len);
 

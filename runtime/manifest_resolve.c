@@ -1,7 +1,7 @@
 /*
  * manifest_resolve.c - pass 3 of reading a manifest: struct raw resolved
  * against the machine (memory, GPUs, file systems, O_DIRECT) into struct
- * tier_config, every default filled in and every capacity checked against
+ * tier_manifest, every default filled in and every capacity checked against
  * what is there.  Under TIER_MANIFEST_NO_PROBE a nominal machine stands in.
  */
 #include "config.h"
@@ -19,6 +19,7 @@
 #include "common/options.h"
 #include "common/sysinfo.h"
 #include "common/units.h"
+#include "prefetch/lookahead.h"
 #include "runtime/manifest_impl.h"
 #include "tiers/gpu.h"
 
@@ -47,13 +48,13 @@ static uint64_t resolve_size(const struct raw_size *s, uint64_t whole)
 	return s->v.bytes;
 }
 
-void mf_resolve_gpu(struct walker *w, const struct facts *f, struct tier_config *c)
+void mf_resolve_gpu(struct walker *w, const struct facts *f, struct tier_manifest *c)
 {
 	struct raw *r = w->raw;
 	struct tier_gpu_info gi;
 	char a[32], b[32];
 
-	c->gpu = -1;
+	c->tiers.gpu = -1;
 	c->gpu_auto = r->device == -2;
 	if (r->device == -1) {
 		snprintf(c->gpu_note, sizeof(c->gpu_note), "none requested");
@@ -64,10 +65,10 @@ void mf_resolve_gpu(struct walker *w, const struct facts *f, struct tier_config 
 	if (w->flags & TIER_MANIFEST_NO_PROBE) {
 		if (r->device >= 0) {
 			/* Not probed: take the index and a nominal 80 GiB device. */
-			c->gpu = r->device;
+			c->tiers.gpu = r->device;
 			c->gpu_mem = 80ull << 30;
 			snprintf(c->gpu_name, sizeof(c->gpu_name), "not probed");
-			c->hbm_capacity = r->hbm.at.line ? resolve_size(&r->hbm, c->gpu_mem)
+			c->tiers.hbm_capacity = r->hbm.at.line ? resolve_size(&r->hbm, c->gpu_mem)
 							 : c->gpu_mem / 10 * 9;
 		} else {
 			snprintf(c->gpu_note, sizeof(c->gpu_note), "not probed");
@@ -95,58 +96,58 @@ void mf_resolve_gpu(struct walker *w, const struct facts *f, struct tier_config 
 			tier_last_error());
 		return;
 	}
-	c->gpu = r->device;
+	c->tiers.gpu = r->device;
 	snprintf(c->gpu_name, sizeof(c->gpu_name), "%s", gi.name);
 	snprintf(c->gpu_pci, sizeof(c->gpu_pci), "%s", gi.pci_bus_id);
 	c->gpu_mem = gi.total_mem;
-	c->hbm_capacity = r->hbm.at.line ? resolve_size(&r->hbm, gi.total_mem)
+	c->tiers.hbm_capacity = r->hbm.at.line ? resolve_size(&r->hbm, gi.total_mem)
 					 : gi.total_mem / 10 * 9;
-	c->hbm_capacity &= ~((uint64_t)(2u << 20) - 1);
-	if (c->hbm_capacity > gi.total_mem)
+	c->tiers.hbm_capacity &= ~((uint64_t)(2u << 20) - 1);
+	if (c->tiers.hbm_capacity > gi.total_mem)
 		mf_diag(w, r->hbm.at, "gpu.capacity: %s is more than GPU %d has (%s)",
-			ts_size_fmt(c->hbm_capacity, a, sizeof(a)), c->gpu,
+			ts_size_fmt(c->tiers.hbm_capacity, a, sizeof(a)), c->tiers.gpu,
 			ts_size_fmt(gi.total_mem, b, sizeof(b)));
-	else if (c->hbm_capacity == 0)
+	else if (c->tiers.hbm_capacity == 0)
 		mf_diag(w, r->hbm.at, "gpu.capacity: rounds down to zero (the HBM tier is allocated in 2 MiB units)");
 }
 
-void mf_resolve_dram(struct walker *w, const struct facts *f, struct tier_config *c)
+void mf_resolve_dram(struct walker *w, const struct facts *f, struct tier_manifest *c)
 {
 	struct raw *r = w->raw;
 	char a[32], b[32];
 
 	if (r->dram.at.line)
-		c->dram_capacity = resolve_size(&r->dram, f->mem.total);
+		c->tiers.dram_capacity = resolve_size(&r->dram, f->mem.total);
 	else
-		c->dram_capacity = (uint64_t)((double)f->mem.available *
+		c->tiers.dram_capacity = (uint64_t)((double)f->mem.available *
 					      ts_opt_percent(TIER_OPT_DRAM_SHARE) / 100.0);
-	c->dram_capacity &= ~(uint64_t)4095;
-	if (c->dram_capacity == 0)
+	c->tiers.dram_capacity &= ~(uint64_t)4095;
+	if (c->tiers.dram_capacity == 0)
 		mf_diag(w, r->dram.at, "dram.capacity: rounds down to zero (the DRAM tier is allocated in 4 KiB pages)");
-	else if (c->dram_capacity > f->mem.available)
+	else if (c->tiers.dram_capacity > f->mem.available)
 		mf_diag(w, r->dram.at.line ? r->dram.at : r->dram_at,
 			"dram.capacity: %s is more than this machine has available (MemAvailable %s of %s)",
-			ts_size_fmt(c->dram_capacity, a, sizeof(a)),
+			ts_size_fmt(c->tiers.dram_capacity, a, sizeof(a)),
 			ts_size_fmt(f->mem.available, b, sizeof(b)),
 			ts_size_fmt(f->mem.total, (char[32]){ 0 }, 32));
 
 	c->numa_auto = r->numa == -2;
-	c->numa_node = -1;
+	c->tiers.numa_node = -1;
 	if (r->numa >= 0) {
 		if (!(w->flags & TIER_MANIFEST_NO_PROBE) && !sys_numa_node_valid(r->numa))
 			mf_diag(w, r->numa_at, "dram.numa_node: node %d does not exist or has no memory (nodes 0-%d)",
 				r->numa, sys_numa_max_node());
 		else
-			c->numa_node = r->numa;
-	} else if (r->numa == -2 && c->gpu >= 0 && c->gpu_pci[0]) {
-		c->numa_node = sys_pci_numa_node(c->gpu_pci);
+			c->tiers.numa_node = r->numa;
+	} else if (r->numa == -2 && c->tiers.gpu >= 0 && c->gpu_pci[0]) {
+		c->tiers.numa_node = sys_pci_numa_node(c->gpu_pci);
 	}
-	c->huge_pages = r->huge;
+	c->tiers.huge_pages = r->huge;
 	if (r->huge == TIER_HUGE_ON && !(w->flags & TIER_MANIFEST_NO_PROBE)) {
 		struct tier_hugeinfo hi;
 
 		sys_hugeinfo(&hi);
-		if (!hi.thp && hi.free_pages * hi.page_size < c->dram_capacity)
+		if (!hi.thp && hi.free_pages * hi.page_size < c->tiers.dram_capacity)
 			mf_diag(w, r->huge_at,
 				"dram.huge_pages: on, but there are only %llu free huge pages of %s and transparent huge pages are off",
 				(unsigned long long)hi.free_pages,
@@ -220,7 +221,7 @@ struct path_place {
 
 /* Each setting from the path, else from the nvme section, else the default. */
 static void nvme_path_settings(const struct raw *r, const struct raw_path *rp,
-			       struct tier_nvme_path_cfg *p)
+			       struct tiers_path_cfg *p)
 {
 	p->line = rp->at.line;
 	p->col = rp->at.col;
@@ -237,7 +238,7 @@ static void nvme_path_settings(const struct raw *r, const struct raw_path *rp,
  * place (symlinks, "..") compare equal.  0, or -ENOMEM after reporting.
  */
 static int nvme_path_canonical(struct walker *w, const struct raw_path *rp,
-			       struct tier_nvme_path_cfg *p, const struct path_place *pl)
+			       struct tiers_path_cfg *p, const struct path_place *pl)
 {
 	char real[PATH_MAX];
 	const char *base = strrchr(p->file, '/') + 1;
@@ -260,8 +261,8 @@ static int nvme_path_canonical(struct walker *w, const struct raw_path *rp,
  * file whose parent directory must exist.  Sets p->file, pl->dir,
  * pl->existing and pl->dir_exists; 0, or -errno after reporting.
  */
-static int nvme_path_locate(struct walker *w, const struct tier_config *c,
-			    const struct raw_path *rp, struct tier_nvme_path_cfg *p,
+static int nvme_path_locate(struct walker *w, const struct tier_manifest *c,
+			    const struct raw_path *rp, struct tiers_path_cfg *p,
 			    struct path_place *pl)
 {
 	char abs[PATH_MAX];
@@ -296,7 +297,7 @@ static int nvme_path_locate(struct walker *w, const struct tier_config *c,
 	if (is_dir_path) {
 		snprintf(pl->dir, sizeof(pl->dir), "%s", abs);
 		p->file = ts_asprintf("%s%stierstore-%s.dat", abs,
-					strcmp(abs, "/") ? "/" : "", c->name);
+					strcmp(abs, "/") ? "/" : "", c->tiers.name);
 	} else {
 		char *slash;
 
@@ -336,7 +337,7 @@ static int nvme_path_locate(struct walker *w, const struct tier_config *c,
  * direct: true.  0, or -errno when it cannot be examined (reported).
  */
 static int nvme_path_probe(struct walker *w, const struct raw *r, const struct raw_path *rp,
-			   const struct tier_nvme_path_cfg *p, struct path_place *pl)
+			   const struct tiers_path_cfg *p, struct path_place *pl)
 {
 	int rc;
 
@@ -379,7 +380,7 @@ static int nvme_path_probe(struct walker *w, const struct raw *r, const struct r
  * system took: @fs, *@nfs of them, path @i entering its own.
  */
 static void nvme_path_capacity(struct walker *w, const struct raw_path *rp,
-			       struct tier_nvme_path_cfg *p, const struct path_place *pl,
+			       struct tiers_path_cfg *p, const struct path_place *pl,
 			       size_t i, struct fs_use *fs, size_t *nfs)
 {
 	struct fs_use *u = NULL;
@@ -419,27 +420,27 @@ static void nvme_path_capacity(struct walker *w, const struct raw_path *rp,
 	u->used += p->capacity;
 }
 
-void mf_resolve_nvme(struct walker *w, struct tier_config *c)
+void mf_resolve_nvme(struct walker *w, struct tier_manifest *c)
 {
 	struct raw *r = w->raw;
-	struct fs_use fs[TIER_MAX_NVME_PATHS];
+	struct fs_use fs[TIERS_MAX_NVME_PATHS];
 	size_t nfs = 0;
 
-	c->stripe_unit = r->stripe_unit ? r->stripe_unit : (1u << 20);
-	c->sqpoll = r->sqpoll;
-	c->checksum = r->checksum;
-	c->npaths = r->npaths;
+	c->tiers.stripe_unit = r->stripe_unit ? r->stripe_unit : (1u << 20);
+	c->tiers.sqpoll = r->sqpoll;
+	c->tiers.checksum = r->checksum;
+	c->tiers.npaths = r->npaths;
 	if (!r->npaths)
 		return;
-	c->paths = ts_calloc(r->npaths, sizeof(*c->paths));
-	if (!c->paths) {
+	c->tiers.paths = ts_calloc(r->npaths, sizeof(*c->tiers.paths));
+	if (!c->tiers.paths) {
 		mf_diag(w, r->paths_at, "nvme.paths: out of memory");
-		c->npaths = 0;
+		c->tiers.npaths = 0;
 		return;
 	}
 	for (size_t i = 0; i < r->npaths; i++) {
 		struct raw_path *rp = &r->paths[i];
-		struct tier_nvme_path_cfg *p = &c->paths[i];
+		struct tiers_path_cfg *p = &c->tiers.paths[i];
 		struct path_place pl = { .existing = 0 };
 
 		snprintf(pl.key, sizeof(pl.key), "nvme.paths[%zu]", i);
@@ -451,18 +452,18 @@ void mf_resolve_nvme(struct walker *w, struct tier_config *c)
 			mf_diag(w, rp->path_at, "%s.path: out of memory", pl.key);
 			continue;
 		}
-		if (c->stripe_unit % p->block_size)
+		if (c->tiers.stripe_unit % p->block_size)
 			mf_diag(w, r->stripe_at.line ? r->stripe_at : rp->at,
 				"nvme.stripe_unit: %llu is not a multiple of %s.block_size %u",
-				(unsigned long long)c->stripe_unit, pl.key, p->block_size);
+				(unsigned long long)c->tiers.stripe_unit, pl.key, p->block_size);
 		if (nvme_path_locate(w, c, rp, p, &pl))
 			continue;
 
 		/* Duplicates: two entries naming one backing file. */
 		for (size_t j = 0; j < i; j++) {
-			if (c->paths[j].file && strcmp(c->paths[j].file, p->file) == 0) {
+			if (c->tiers.paths[j].file && strcmp(c->tiers.paths[j].file, p->file) == 0) {
 				mf_diag(w, rp->path_at, "%s.path: duplicate path: '%s' is the same file as nvme.paths[%zu] (line %d)",
-					pl.key, p->file, j, c->paths[j].line);
+					pl.key, p->file, j, c->tiers.paths[j].line);
 				break;
 			}
 		}
@@ -482,7 +483,7 @@ void mf_resolve_nvme(struct walker *w, struct tier_config *c)
 	}
 }
 
-void mf_resolve_rest(struct walker *w, struct tier_config *c)
+void mf_resolve_rest(struct walker *w, struct tier_manifest *c)
 {
 	struct raw *r = w->raw;
 	char a[32], b[32];
@@ -494,24 +495,22 @@ void mf_resolve_rest(struct walker *w, struct tier_config *c)
 	c->moment_dtype = r->moment;
 	c->shard_size = r->shard.at.line ? r->shard.v.bytes : (64u << 20);
 	if (r->lookahead.at.line) {
-		c->lookahead = resolve_size(&r->lookahead, c->dram_capacity);
+		c->lookahead = resolve_size(&r->lookahead, c->tiers.dram_capacity);
 	} else {
-		c->lookahead = c->dram_capacity / 4;
-		if (c->lookahead > (4ull << 30))
-			c->lookahead = 4ull << 30;
+		c->lookahead = la_default(c->tiers.dram_capacity);
 	}
 	if (c->lookahead < c->shard_size)
 		mf_diag(w, r->lookahead.at.line ? r->lookahead.at : r->dram.at,
 			"prefetch.lookahead: %s is less than one shard (optimizer.shard_size %s); the prefetcher could not keep a shard in flight",
 			ts_size_fmt(c->lookahead, a, sizeof(a)),
 			ts_size_fmt(c->shard_size, b, sizeof(b)));
-	else if (c->dram_capacity && c->lookahead > c->dram_capacity / 2)
+	else if (c->tiers.dram_capacity && c->lookahead > c->tiers.dram_capacity / 2)
 		mf_diag(w, r->lookahead.at, "prefetch.lookahead: %s is more than half the DRAM tier (%s); the update needs the rest",
 			ts_size_fmt(c->lookahead, a, sizeof(a)),
-			ts_size_fmt(c->dram_capacity, b, sizeof(b)));
-	if (c->dram_capacity && c->shard_size > c->dram_capacity / 4)
+			ts_size_fmt(c->tiers.dram_capacity, b, sizeof(b)));
+	if (c->tiers.dram_capacity && c->shard_size > c->tiers.dram_capacity / 4)
 		mf_diag(w, r->shard.at.line ? r->shard.at : r->dram.at,
 			"optimizer.shard_size: %s is more than a quarter of the DRAM tier (%s); prefetch needs room for several shards",
 			ts_size_fmt(c->shard_size, a, sizeof(a)),
-			ts_size_fmt(c->dram_capacity, b, sizeof(b)));
+			ts_size_fmt(c->tiers.dram_capacity, b, sizeof(b)));
 }

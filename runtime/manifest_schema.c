@@ -305,10 +305,10 @@ static void k_name(struct walker *w, const char *key, yaml_node_t *v)
 	if (!s || !(e = expand_env(w, key, v, s)))
 		return;
 	len = strlen(e);
-	if (len == 0 || len > TIER_NAME_MAX || strspn(e, "abcdefghijklmnopqrstuvwxyz"
+	if (len == 0 || len > TIERS_NAME_MAX || strspn(e, "abcdefghijklmnopqrstuvwxyz"
 				"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != len || e[0] == '.') {
 		mf_diag(w, mf_pos_of(v), "%s: '%s' is not a valid store name (1 to %d of A-Z a-z 0-9 . _ -, not starting with '.')",
-			mf_keypath(w, key, k, sizeof(k)), e, TIER_NAME_MAX);
+			mf_keypath(w, key, k, sizeof(k)), e, TIERS_NAME_MAX);
 		free(e);
 		return;
 	}
@@ -391,7 +391,7 @@ static void k_dram_huge(struct walker *w, const char *key, yaml_node_t *v)
 		return;
 	}
 	if (get_enum(w, key, v, "auto|on|off", &i, &w->raw->huge_at) == 0)
-		w->raw->huge = (enum tier_huge_pages)i;
+		w->raw->huge = (enum tiers_huge_pages)i;
 }
 
 static const struct key_spec dram_keys[] = {
@@ -465,7 +465,7 @@ static void k_nvme_csum(struct walker *w, const char *key, yaml_node_t *v)
 	int i;
 
 	if (get_enum(w, key, v, "none|crc32c", &i, &w->raw->csum_at) == 0)
-		w->raw->checksum = (enum tier_checksum)i;
+		w->raw->checksum = (enum tiers_checksum)i;
 }
 
 static void k_path_path(struct walker *w, const char *key, yaml_node_t *v)
@@ -549,8 +549,8 @@ static void k_nvme_paths(struct walker *w, const char *key, yaml_node_t *v)
 		yaml_node_t *item = yaml_document_get_node(w->doc, *it);
 		struct raw_path *p;
 
-		if (i >= TIER_MAX_NVME_PATHS) {
-			mf_diag(w, mf_pos_of(item), "nvme.paths: more than %d paths", TIER_MAX_NVME_PATHS);
+		if (i >= TIERS_MAX_NVME_PATHS) {
+			mf_diag(w, mf_pos_of(item), "nvme.paths: more than %d paths", TIERS_MAX_NVME_PATHS);
 			break;
 		}
 		p = &w->raw->paths[i];

@@ -40,7 +40,6 @@
 #include "common/error.h"
 #include "common/fault.h"
 #include "common/log.h"
-#include "common/nodecfg.h"
 #include "common/options.h"
 #include "common/units.h"
 #include "kernels/adamw_cuda.h"
@@ -48,6 +47,7 @@
 #include "prefetch/schedule.h"
 #include "prefetch/writebehind.h"
 #include "runtime/live.h"
+#include "runtime/store.h"
 #include "runtime/trace.h"
 #include "tiers/hbm.h"
 #include "tiers/store.h"
@@ -123,7 +123,7 @@ struct tier_optim {
 	struct tier_adam_params ap;
 
 	/* the GPU lane */
-	const struct hbm_ops *hops;
+	unsigned hbm_caps;       /* the HBM backend's HBM_CAP_*; 0: no GPU lane */
 	bool dev_host;           /* the HBM tier's memory is host memory (emulated) */
 	int gpu;
 	void *stream;            /* CUDA: the update's stream */
@@ -424,12 +424,11 @@ static void *gpu_main(void *arg)
 
 static int open_gpu_lane(struct tier_optim *o)
 {
-	const struct tier_config *cfg = store_config(o->s);
 	size_t bytes = o->shard_elems * 4;
 	int rc;
 
-	o->dev_host = (o->hops->caps & HBM_CAP_HOST_READABLE) != 0;
-	o->gpu = cfg->gpu;
+	o->dev_host = (o->hbm_caps & HBM_CAP_HOST_READABLE) != 0;
+	o->gpu = rstore_manifest(o->s)->tiers.gpu;
 	if (!o->dev_host) {
 		if ((rc = adamw_cuda_stream_open(o->gpu, &o->stream)))
 			return rc;
@@ -489,7 +488,7 @@ static void optim_free(struct tier_optim *o)
 int tier_optim_create(struct tier_store *s, const struct tier_optim_params *p,
 		      struct tier_optim **out)
 {
-	const struct tier_config *cfg;
+	const struct tier_manifest *cfg;
 	struct tier_optim_params defaults;
 	struct tier_store_stats st;
 	struct tier_optim *o;
@@ -509,7 +508,8 @@ int tier_optim_create(struct tier_store *s, const struct tier_optim_params *p,
 	}
 	if ((rc = check_params(p)))
 		return rc;
-	cfg = store_config(s);
+	if (!(cfg = rstore_manifest(s)))
+		return ts_err(-EINVAL, "tier_optim_create: the store was not opened by tier_store_open");
 	if (!(o = ts_calloc(1, sizeof(*o))))
 		return ts_err(-ENOMEM, "optimizer: out of memory");
 	pthread_mutex_init(&o->lock, NULL);
@@ -537,16 +537,7 @@ int tier_optim_create(struct tier_store *s, const struct tier_optim_params *p,
 			      shard_bytes, o->dram_cap);
 		goto fail;
 	}
-	/* The window: the manifest's lookahead, scaled with the DRAM tier when
-	 * the store overrides its capacity, within [one shard, half of DRAM]. */
-	o->lookahead = cfg->lookahead;
-	if (cfg->dram_capacity && cfg->dram_capacity != o->dram_cap)
-		o->lookahead = (uint64_t)((double)cfg->lookahead * (double)o->dram_cap /
-					  (double)cfg->dram_capacity);
-	if (o->lookahead > o->dram_cap / 2)
-		o->lookahead = o->dram_cap / 2;
-	if (o->lookahead < shard_bytes)
-		o->lookahead = shard_bytes;
+	o->lookahead = la_window(cfg->lookahead, cfg->tiers.dram_capacity, o->dram_cap, shard_bytes);
 	o->hbm_budget = o->hbm_cap / 2;
 	o->shard_bytes = shard_bytes;
 
@@ -576,7 +567,7 @@ int tier_optim_create(struct tier_store *s, const struct tier_optim_params *p,
 	if ((rc = wb_create(s, cfg->write_behind, &o->wb)))
 		goto fail;
 	if (have_hbm) {
-		store_hbm(s, &o->hops);
+		o->hbm_caps = store_hbm_caps(s);
 		if ((rc = open_gpu_lane(o)))
 			goto fail;
 	}
@@ -644,9 +635,9 @@ int tier_optim_add_param(struct tier_optim *o, const char *name, size_t numel, c
 		return ts_err(-EBUSY, "parameter '%s': cannot add a parameter inside a step", name);
 	if (!numel)
 		return ts_err(-EINVAL, "parameter '%s': no elements", name);
-	if (strlen(name) > TIER_NAME_MAX * 4)
+	if (strlen(name) > TIERS_NAME_MAX * 4)
 		return ts_err(-EINVAL, "parameter '%.32s...': name longer than %d bytes", name,
-				TIER_NAME_MAX * 4);
+				TIERS_NAME_MAX * 4);
 	if (find_param(o, name) >= 0)
 		return ts_err(-EEXIST, "parameter '%s' already exists", name);
 	nsh = (uint32_t)((numel + o->shard_elems - 1) / o->shard_elems);
@@ -678,7 +669,7 @@ int tier_optim_add_param(struct tier_optim *o, const char *name, size_t numel, c
 	pp->first = first;
 	for (uint32_t k = 0; k < nsh; k++) {
 		struct shard *sh = ts_calloc(1, sizeof(*sh));
-		char oname[TIER_NAME_MAX * 4 + 32];
+		char oname[TIERS_NAME_MAX * 4 + 32];
 
 		if (!sh) {
 			rc = ts_err(-ENOMEM, "parameter '%s': out of memory", name);
@@ -859,7 +850,7 @@ static int check_tensor(const struct tier_optim *o, const struct param *pp, cons
 	if (t->mem != TIER_MEM_HOST && t->mem != TIER_MEM_DEVICE)
 		return ts_err(-EINVAL, "parameter '%s': %s memory kind %d", pp->name, what,
 				(int)t->mem);
-	if (t->mem == TIER_MEM_DEVICE && !o->hops)
+	if (t->mem == TIER_MEM_DEVICE && !o->hbm_caps)
 		return ts_err(-EINVAL, "parameter '%s': %s in device memory, but the optimizer has no HBM tier",
 				pp->name, what);
 	return 0;

@@ -1,21 +1,43 @@
 /*
- * store.c (runtime) - opening a store from a manifest: the NVMe tier the
- * manifest describes, then the hierarchy over it (tiers/store.c).
+ * store.c (runtime) - the entry points that take a manifest for the tiers:
+ * tier_nvme_open and tier_store_open turn it into the tiers' configuration
+ * (struct tiers_cfg) and open the NVMe tier and the hierarchy over it
+ * (tiers/); tier_store_close stops what runtime/ attached, then closes the
+ * store.
  */
 #include "config.h"
 
 #include <errno.h>
+#include <stdlib.h>
 
 #include "common/error.h"
+#include "common/fault.h"
 #include "runtime/live.h"
 #include "runtime/manifest.h"
+#include "runtime/store.h"
+#include "tiers/nvme.h"
 #include "tiers/store.h"
+
+struct rstore {
+	struct tier_manifest m;   /* the store's manifest, paths left out */
+	struct live *live;
+};
+
+int tier_nvme_open(const struct tier_manifest *m, unsigned flags, struct tier_nvme **out)
+{
+	if (!out)
+		return ts_err(-EINVAL, "tier_nvme_open: no result pointer");
+	*out = NULL;
+	if (!m)
+		return ts_err(-EINVAL, "tier_nvme_open: no manifest");
+	return nvme_open(&m->tiers, flags, out);
+}
 
 int tier_store_open(const struct tier_manifest *m, const struct tier_store_params *p,
 		    struct tier_store **out)
 {
-	const struct tier_config *cfg;
 	struct tier_nvme *nvme = NULL;
+	struct rstore *r;
 	int rc;
 
 	if (!out)
@@ -23,15 +45,52 @@ int tier_store_open(const struct tier_manifest *m, const struct tier_store_param
 	*out = NULL;
 	if (!m)
 		return ts_err(-EINVAL, "tier_store_open: no manifest");
-	cfg = manifest_config(m);
-	if (cfg->npaths) {
+	if (!(r = ts_calloc(1, sizeof(*r))))
+		return ts_err(-ENOMEM, "tier_store_open: out of memory");
+	r->m = *m;
+	r->m.tiers.paths = NULL;
+	r->m.tiers.npaths = 0;
+	if (m->tiers.npaths) {
 		unsigned flags = p && (p->flags & TIER_STORE_SCRATCH) ? TIER_NVME_SCRATCH : 0;
 
-		if ((rc = tier_nvme_open(m, flags, &nvme)))
-			return rc;
+		if ((rc = nvme_open(&m->tiers, flags, &nvme)))
+			goto fail;
 	}
-	if ((rc = store_create(cfg, p, nvme, out)))
-		return rc;
-	live_start(*out, m);
+	if ((rc = store_create(&m->tiers, p, nvme, out)))
+		goto fail;
+	store_set_owner(*out, r);
+	r->live = live_start(*out, m);
 	return 0;
+fail:
+	free(r);
+	return rc;
+}
+
+int tier_store_close(struct tier_store *s)
+{
+	struct rstore *r;
+	int rc;
+
+	if (!s)
+		return 0;
+	r = store_owner(s);
+	if (r)
+		live_stop(r->live); /* first: the publisher reads the store */
+	rc = store_close(s);
+	free(r);
+	return rc;
+}
+
+const struct tier_manifest *rstore_manifest(const struct tier_store *s)
+{
+	const struct rstore *r = store_owner(s);
+
+	return r ? &r->m : NULL;
+}
+
+struct live *rstore_live(const struct tier_store *s)
+{
+	const struct rstore *r = store_owner(s);
+
+	return r ? r->live : NULL;
 }

@@ -211,7 +211,7 @@ static void teardown(void)
 	ts_fault_reset_all();
 }
 
-static struct dram_params params(uint64_t capacity, enum tier_huge_pages huge)
+static struct dram_params params(uint64_t capacity, enum tiers_huge_pages huge)
 {
 	return (struct dram_params){ .capacity = capacity, .numa_node = -1, .huge = huge,
 				     .gpu = -1, .lock = false };
@@ -278,7 +278,7 @@ static bool hugetlb_fits(uint64_t capacity)
 struct open_case {
 	const char *name;
 	uint64_t capacity;
-	enum tier_huge_pages huge;
+	enum tiers_huge_pages huge;
 	int rc;                 /* expected; for huge: on, only when hugetlb does not fit */
 };
 
@@ -565,7 +565,7 @@ END_TEST
 /* ------------------------------------------------------------- faults */
 
 struct map_fault_case {
-	enum tier_huge_pages huge;
+	enum tiers_huge_pages huge;
 	int err;
 };
 

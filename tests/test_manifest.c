@@ -327,23 +327,23 @@ END_TEST
 START_TEST(test_empty_mapping_defaults)
 {
 	struct tier_manifest *m = NULL;
-	const struct tier_config *c;
+	const struct tier_manifest *c;
 	struct tier_meminfo mi;
 
 	ck_assert_int_eq(load_text("{}\n", &m), 0);
-	c = manifest_config(m);
-	ck_assert_str_eq(c->name, "tierstore");
+	c = m;
+	ck_assert_str_eq(c->tiers.name, "tierstore");
 	ck_assert_int_eq(c->version, 1);
-	ck_assert_uint_eq(c->npaths, 0);
+	ck_assert_uint_eq(c->tiers.npaths, 0);
 	ck_assert(c->offload_auto);
 	ck_assert_int_eq(c->moment_dtype, TIER_FP32);
 	ck_assert_uint_eq(c->shard_size, 64u << 20);
 	ck_assert_uint_eq(c->write_behind, 4);
 	ck_assert_int_eq(sys_meminfo(&mi), 0);
-	ck_assert_uint_gt(c->dram_capacity, 0);
-	ck_assert_uint_le(c->dram_capacity, mi.available);
-	ck_assert_uint_eq(c->dram_capacity % 4096, 0);
-	ck_assert_uint_le(c->lookahead, c->dram_capacity / 2);
+	ck_assert_uint_gt(c->tiers.dram_capacity, 0);
+	ck_assert_uint_le(c->tiers.dram_capacity, mi.available);
+	ck_assert_uint_eq(c->tiers.dram_capacity % 4096, 0);
+	ck_assert_uint_le(c->lookahead, c->tiers.dram_capacity / 2);
 	tier_manifest_free(m);
 }
 END_TEST
@@ -351,7 +351,7 @@ END_TEST
 START_TEST(test_full_manifest)
 {
 	struct tier_manifest *m = NULL;
-	const struct tier_config *c;
+	const struct tier_manifest *c;
 	struct tier_meminfo mi;
 	char want[1024];
 
@@ -400,33 +400,33 @@ START_TEST(test_full_manifest)
 		"  master_dtype: fp32\n"
 		"  moment_dtype: bf16\n"
 		"  shard_size: 1MiB\n", &m) == 0, "%s", tier_last_error());
-	c = manifest_config(m);
-	ck_assert_str_eq(c->name, "run-7.b");
-	ck_assert_int_eq(c->gpu, -1);
-	ck_assert_uint_eq(c->dram_capacity, (uint64_t)((double)mi.total * 0.01) & ~4095ull);
-	ck_assert_int_eq(c->numa_node, -1);
-	ck_assert_int_eq(c->huge_pages, TIER_HUGE_OFF);
-	ck_assert_uint_eq(c->stripe_unit, 2u << 20);
-	ck_assert(c->sqpoll);
-	ck_assert_int_eq(c->checksum, TIER_CSUM_NONE);
-	ck_assert_uint_eq(c->npaths, 3);
-	ck_assert_uint_eq(c->paths[0].capacity, 10u << 20);
-	ck_assert_uint_eq(c->paths[0].queue_depth, 128);
-	ck_assert_uint_eq(c->paths[0].block_size, 4096);
-	ck_assert(c->paths[0].direct);
+	c = m;
+	ck_assert_str_eq(c->tiers.name, "run-7.b");
+	ck_assert_int_eq(c->tiers.gpu, -1);
+	ck_assert_uint_eq(c->tiers.dram_capacity, (uint64_t)((double)mi.total * 0.01) & ~4095ull);
+	ck_assert_int_eq(c->tiers.numa_node, -1);
+	ck_assert_int_eq(c->tiers.huge_pages, TIER_HUGE_OFF);
+	ck_assert_uint_eq(c->tiers.stripe_unit, 2u << 20);
+	ck_assert(c->tiers.sqpoll);
+	ck_assert_int_eq(c->tiers.checksum, TIER_CSUM_NONE);
+	ck_assert_uint_eq(c->tiers.npaths, 3);
+	ck_assert_uint_eq(c->tiers.paths[0].capacity, 10u << 20);
+	ck_assert_uint_eq(c->tiers.paths[0].queue_depth, 128);
+	ck_assert_uint_eq(c->tiers.paths[0].block_size, 4096);
+	ck_assert(c->tiers.paths[0].direct);
 	snprintf(want, sizeof(want), "/tierstore-run-7.b.dat");
-	ck_assert_ptr_nonnull(strstr(c->paths[0].file, want));
-	ck_assert_int_eq(c->paths[0].line, 17);
-	ck_assert_int_eq(c->paths[0].col, 7);
+	ck_assert_ptr_nonnull(strstr(c->tiers.paths[0].file, want));
+	ck_assert_int_eq(c->tiers.paths[0].line, 17);
+	ck_assert_int_eq(c->tiers.paths[0].col, 7);
 	/* 1.5 MiB rounded down to the path's 8 KiB blocks */
-	ck_assert_uint_eq(c->paths[1].capacity, (3u << 19) / 8192 * 8192);
-	ck_assert_uint_eq(c->paths[1].block_size, 8192);
-	ck_assert_uint_eq(c->paths[1].queue_depth, 8);
-	ck_assert_ptr_nonnull(strstr(c->paths[1].file, "/b.dat"));
-	ck_assert_ptr_null(strstr(c->paths[1].file, "/../"));
-	ck_assert(c->paths[2].create);
-	ck_assert_ptr_nonnull(strstr(c->paths[2].file, "/new/dir/tierstore-run-7.b.dat"));
-	ck_assert_uint_eq(c->lookahead, (uint64_t)((double)c->dram_capacity * 0.10));
+	ck_assert_uint_eq(c->tiers.paths[1].capacity, (3u << 19) / 8192 * 8192);
+	ck_assert_uint_eq(c->tiers.paths[1].block_size, 8192);
+	ck_assert_uint_eq(c->tiers.paths[1].queue_depth, 8);
+	ck_assert_ptr_nonnull(strstr(c->tiers.paths[1].file, "/b.dat"));
+	ck_assert_ptr_null(strstr(c->tiers.paths[1].file, "/../"));
+	ck_assert(c->tiers.paths[2].create);
+	ck_assert_ptr_nonnull(strstr(c->tiers.paths[2].file, "/new/dir/tierstore-run-7.b.dat"));
+	ck_assert_uint_eq(c->lookahead, (uint64_t)((double)c->tiers.dram_capacity * 0.10));
 	ck_assert_uint_eq(c->write_behind, 16);
 	ck_assert(!c->offload_auto);
 	ck_assert(c->offload_fraction == 0.25);
@@ -438,25 +438,25 @@ START_TEST(test_full_manifest)
 END_TEST
 
 /* Emitted YAML is itself a manifest that resolves to the same configuration. */
-static void assert_same_config(const struct tier_config *a, const struct tier_config *b)
+static void assert_same_config(const struct tier_manifest *a, const struct tier_manifest *b)
 {
-	ck_assert_str_eq(a->name, b->name);
-	ck_assert_int_eq(a->gpu, b->gpu);
-	ck_assert_uint_eq(a->hbm_capacity, b->hbm_capacity);
-	ck_assert_uint_eq(a->dram_capacity, b->dram_capacity);
-	ck_assert_int_eq(a->numa_node, b->numa_node);
-	ck_assert_int_eq(a->huge_pages, b->huge_pages);
-	ck_assert_uint_eq(a->stripe_unit, b->stripe_unit);
-	ck_assert_int_eq(a->sqpoll, b->sqpoll);
-	ck_assert_int_eq(a->checksum, b->checksum);
-	ck_assert_uint_eq(a->npaths, b->npaths);
-	for (size_t i = 0; i < a->npaths; i++) {
-		ck_assert_str_eq(a->paths[i].file, b->paths[i].file);
-		ck_assert_uint_eq(a->paths[i].capacity, b->paths[i].capacity);
-		ck_assert_uint_eq(a->paths[i].block_size, b->paths[i].block_size);
-		ck_assert_uint_eq(a->paths[i].queue_depth, b->paths[i].queue_depth);
-		ck_assert_int_eq(a->paths[i].direct, b->paths[i].direct);
-		ck_assert_int_eq(a->paths[i].create, b->paths[i].create);
+	ck_assert_str_eq(a->tiers.name, b->tiers.name);
+	ck_assert_int_eq(a->tiers.gpu, b->tiers.gpu);
+	ck_assert_uint_eq(a->tiers.hbm_capacity, b->tiers.hbm_capacity);
+	ck_assert_uint_eq(a->tiers.dram_capacity, b->tiers.dram_capacity);
+	ck_assert_int_eq(a->tiers.numa_node, b->tiers.numa_node);
+	ck_assert_int_eq(a->tiers.huge_pages, b->tiers.huge_pages);
+	ck_assert_uint_eq(a->tiers.stripe_unit, b->tiers.stripe_unit);
+	ck_assert_int_eq(a->tiers.sqpoll, b->tiers.sqpoll);
+	ck_assert_int_eq(a->tiers.checksum, b->tiers.checksum);
+	ck_assert_uint_eq(a->tiers.npaths, b->tiers.npaths);
+	for (size_t i = 0; i < a->tiers.npaths; i++) {
+		ck_assert_str_eq(a->tiers.paths[i].file, b->tiers.paths[i].file);
+		ck_assert_uint_eq(a->tiers.paths[i].capacity, b->tiers.paths[i].capacity);
+		ck_assert_uint_eq(a->tiers.paths[i].block_size, b->tiers.paths[i].block_size);
+		ck_assert_uint_eq(a->tiers.paths[i].queue_depth, b->tiers.paths[i].queue_depth);
+		ck_assert_int_eq(a->tiers.paths[i].direct, b->tiers.paths[i].direct);
+		ck_assert_int_eq(a->tiers.paths[i].create, b->tiers.paths[i].create);
 	}
 	ck_assert_uint_eq(a->lookahead, b->lookahead);
 	ck_assert_uint_eq(a->write_behind, b->write_behind);
@@ -478,7 +478,7 @@ static void round_trip(struct tier_manifest *m)
 	fclose(f);
 	ck_assert_msg(tier_manifest_parse(buf, len, "emitted", 0, &m2) == 0,
 		      "emitted YAML does not parse: %s\n%s", tier_last_error(), buf);
-	assert_same_config(manifest_config(m), manifest_config(m2));
+	assert_same_config(m, m2);
 	tier_manifest_free(m2);
 	free(buf);
 }
@@ -511,7 +511,7 @@ END_TEST
 START_TEST(test_default)
 {
 	struct tier_manifest *m = NULL;
-	const struct tier_config *c;
+	const struct tier_manifest *c;
 	char *text = NULL;
 	char *data;
 
@@ -522,14 +522,14 @@ START_TEST(test_default)
 	ck_assert_int_eq(tier_manifest_default_text(&text), 0);
 	ck_assert_ptr_nonnull(strstr(text, data));
 	ck_assert_msg(tier_manifest_default(&m) == 0, "%s", tier_last_error());
-	c = manifest_config(m);
+	c = m;
 	ck_assert_str_eq(tier_manifest_source(m), "<default>");
-	ck_assert_uint_eq(c->npaths, 1);
-	ck_assert(c->paths[0].create);
-	ck_assert_ptr_nonnull(strstr(c->paths[0].file, "/data/tierstore-tierstore.dat"));
-	ck_assert_uint_ge(c->paths[0].capacity, 64u << 20);
-	ck_assert_uint_le(c->paths[0].capacity, 64ull << 30);
-	ck_assert_uint_gt(c->dram_capacity, 0);
+	ck_assert_uint_eq(c->tiers.npaths, 1);
+	ck_assert(c->tiers.paths[0].create);
+	ck_assert_ptr_nonnull(strstr(c->tiers.paths[0].file, "/data/tierstore-tierstore.dat"));
+	ck_assert_uint_ge(c->tiers.paths[0].capacity, 64u << 20);
+	ck_assert_uint_le(c->tiers.paths[0].capacity, 64ull << 30);
+	ck_assert_uint_gt(c->tiers.dram_capacity, 0);
 	/* Checking the default creates nothing. */
 	ck_assert_int_ne(access(data, F_OK), 0);
 	round_trip(m);
@@ -540,7 +540,7 @@ START_TEST(test_default)
 	setenv("TIER_NVME_MAX", "100MiB", 1);
 	ts_options_reload();
 	ck_assert_int_eq(tier_manifest_default(&m), 0);
-	ck_assert_uint_eq(manifest_config(m)->paths[0].capacity, 100u << 20);
+	ck_assert_uint_eq(m->tiers.paths[0].capacity, 100u << 20);
 	tier_manifest_free(m);
 	unsetenv("TIER_NVME_MAX");
 	unsetenv("TIER_DATA");
@@ -573,7 +573,7 @@ START_TEST(test_null_section)
 
 	ck_assert_msg(load_text("gpu:\ndram:\n  capacity: 512MiB\nprefetch:\noptimizer: ~\n", &m) == 0,
 		      "%s", tier_last_error());
-	ck_assert_uint_eq(manifest_config(m)->write_behind, 4);
+	ck_assert_uint_eq(m->write_behind, 4);
 	tier_manifest_free(m);
 	ck_assert_int_eq(load_text("dram:\n  capacity: 512MiB\nnvme:\n", &m), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(tier_last_error(), "missing key 'paths'"));
@@ -619,8 +619,8 @@ START_TEST(test_no_probe)
 
 	ck_assert_msg(tier_manifest_parse(text, strlen(text), "np", TIER_MANIFEST_NO_PROBE, &m) == 0,
 		      "%s", tier_last_error());
-	ck_assert_int_eq(manifest_config(m)->gpu, 3);
-	ck_assert_uint_eq(manifest_config(m)->paths[0].capacity, 1ull << 39);
+	ck_assert_int_eq(m->tiers.gpu, 3);
+	ck_assert_uint_eq(m->tiers.paths[0].capacity, 1ull << 39);
 	tier_manifest_free(m);
 }
 END_TEST

@@ -220,7 +220,7 @@ static struct tier_manifest *manifest_for(const struct mopt *o)
 
 static const char *file_of(const struct tier_manifest *m, unsigned i)
 {
-	return manifest_config(m)->paths[i].file;
+	return m->tiers.paths[i].file;
 }
 
 static struct tier_nvme *open_tier(const struct tier_manifest *m, unsigned flags)
@@ -302,7 +302,7 @@ static void read_header(const char *file, struct tier_nvme_header *h)
 /* The index of the backing file the detail names, or -1. */
 static int detail_file(const char *detail, const struct tier_manifest *m)
 {
-	for (unsigned i = 0; i < manifest_config(m)->npaths; i++)
+	for (unsigned i = 0; i < m->tiers.npaths; i++)
 		if (strstr(detail, file_of(m, i)))
 			return (int)i;
 	return -1;
@@ -898,7 +898,7 @@ END_TEST
 
 /*
  * REGRESSION or undocumented contract (nvme.c tier_nvme_open keeps
- * t->cfg = manifest_config(m); tier_nvme_close reads t->cfg->name in
+ * t->cfg = &m->tiers; tier_nvme_close reads t->cfg->name in
  * fill_header): freeing the manifest after tier_nvme_open - nothing in
  * tierstore.h says it must outlive the tier - makes the close without
  * TIER_NVME_SCRATCH read freed memory (ASan: heap-use-after-free) and
@@ -1212,7 +1212,7 @@ static void random_ops(struct tier_nvme *t, struct tier_nvme_obj *o, unsigned ch
 static void check_layout(const struct tier_manifest *m, const unsigned char *ref, uint64_t size,
 			 uint64_t unit)
 {
-	unsigned np = (unsigned)manifest_config(m)->npaths;
+	unsigned np = (unsigned)m->tiers.npaths;
 	uint64_t nunits = (size + unit - 1) / unit;
 	unsigned char *buf = malloc(unit);
 	uint64_t doff[3];

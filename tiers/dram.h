@@ -19,14 +19,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/nodecfg.h"
+#include "tiers/tiers_cfg.h"
 
 struct dram_arena;
 
 struct dram_params {
 	uint64_t capacity;            /* bytes (rounded up to the page size used) */
 	int numa_node;                /* -1: no binding */
-	enum tier_huge_pages huge;    /* on: hugetlb pages or fail; auto: hugetlb
+	enum tiers_huge_pages huge;    /* on: hugetlb pages or fail; auto: hugetlb
 	                               * when enough are free, else THP; off: 4 KiB */
 	int gpu;                      /* >= 0: cudaHostRegister with this device */
 	bool lock;                    /* mlock the arena (default true) */

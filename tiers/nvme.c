@@ -38,11 +38,10 @@
 #include "common/error.h"
 #include "common/fault.h"
 #include "common/log.h"
-#include "common/nodecfg.h"
 #include "common/units.h"
 #include "kernels/crc32c.h"
-#include "runtime/manifest.h"
 #include "tiers/extent.h"
+#include "tiers/nvme.h"
 #include "tiers/nvme_format.h"
 #include "tiers/nvme_impl.h"
 
@@ -173,7 +172,7 @@ static int mkdir_p(const char *dir)
 }
 
 /* Opens (creating if need be) and preallocates one backing file. */
-static int path_open(struct tier_nvme *t, struct nvme_path *p, const struct tier_nvme_path_cfg *pc)
+static int path_open(struct tier_nvme *t, struct nvme_path *p, const struct tiers_path_cfg *pc)
 {
 	struct tier_nvme_header *h = NULL;
 	uint64_t size;
@@ -336,9 +335,8 @@ int tier_nvme_close(struct tier_nvme *t)
 	return rc;
 }
 
-int tier_nvme_open(const struct tier_manifest *m, unsigned flags, struct tier_nvme **out)
+int nvme_open(const struct tiers_cfg *c, unsigned flags, struct tier_nvme **out)
 {
-	const struct tier_config *c = manifest_config(m);
 	struct tier_nvme *t;
 	int rc = 0;
 
@@ -389,7 +387,7 @@ int tier_nvme_open(const struct tier_manifest *m, unsigned flags, struct tier_nv
 	}
 	TIER_INFO(TIER_SS_NVME, "NVMe tier: %u path(s), stripe unit %u, checksums %s",
 		  t->npaths, t->unit, t->csum ? "crc32c" : "off");
-	/* The manifest may be freed from now on: nothing below reads it. */
+	/* The configuration may be freed from now on: nothing below reads it. */
 	t->cfg = NULL;
 	t->opened = true;
 	*out = t;

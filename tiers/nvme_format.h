@@ -49,11 +49,4 @@ void nvme_header_seal(struct tier_nvme_header *h);
  */
 int nvme_header_check(const struct tier_nvme_header *h, const char *file);
 
-/*
- * The live counters of path @i (tier_live_path; zeros for a path that is
- * not there).  A build with -Dstats=false keeps only file and inflight.
- */
-struct tier_live_path;
-void nvme_path_live(struct tier_nvme *t, unsigned i, struct tier_live_path *out);
-
 #endif

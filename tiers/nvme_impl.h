@@ -16,7 +16,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
-#include "common/nodecfg.h"
+#include "tiers/tiers_cfg.h"
 #include "tiers/extent.h"
 
 #define MAX_FIXED_BUFS 64
@@ -101,16 +101,16 @@ struct tier_nvme_obj {
 	uint64_t size;
 	uint64_t nunits;
 	unsigned rot;
-	uint64_t ext_off[TIER_MAX_NVME_PATHS];  /* extent start per path (data-relative) */
-	uint64_t ext_len[TIER_MAX_NVME_PATHS];
+	uint64_t ext_off[TIERS_MAX_NVME_PATHS];  /* extent start per path (data-relative) */
+	uint64_t ext_len[TIERS_MAX_NVME_PATHS];
 	uint32_t *crc;            /* per unit */
 	unsigned char *crc_ok;    /* per unit: 1 once written with a checksum */
 	_Atomic int busy;         /* requests in flight */
 };
 
 struct tier_nvme {
-	const struct tier_config *cfg;  /* during tier_nvme_open only */
-	char name[TIER_NAME_MAX + 1];   /* the store's name, for headers */
+	const struct tiers_cfg *cfg;  /* during nvme_open only */
+	char name[TIERS_NAME_MAX + 1];   /* the store's name, for headers */
 	unsigned flags;
 	unsigned npaths;
 	uint32_t unit;            /* stripe unit */
@@ -130,7 +130,7 @@ struct tier_nvme {
 	unsigned nfixed;
 	bool fixed_refused;
 	uint8_t uuid[16];
-	bool opened;              /* tier_nvme_open completed */
+	bool opened;              /* nvme_open completed */
 	/* counters */
 	_Atomic uint64_t bytes_read, bytes_written, requests, ios, errors, csum_errors,
 		short_ios, retries, bounced;
@@ -144,7 +144,7 @@ uint64_t nvme_round_up(uint64_t v, uint64_t a);
 /* tiers/nvme_ring.c */
 
 /* Sets up path @p's ring, its checksum workers and its completion thread. */
-int nvme_ring_open(struct tier_nvme *t, struct nvme_path *p, const struct tier_nvme_path_cfg *pc);
+int nvme_ring_open(struct tier_nvme *t, struct nvme_path *p, const struct tiers_path_cfg *pc);
 
 /* Stops what nvme_ring_open() started (any part of it) and tears the ring down. */
 void nvme_ring_stop(struct nvme_path *p);

@@ -160,8 +160,8 @@ static int make_sub(struct tier_nvme *t, struct nvme_req *r, uint64_t u, uint32_
 int tier_nvme_submit(struct tier_nvme *t, struct tier_nvme_obj *o, enum tier_io_op op,
 		     uint64_t off, uint64_t len, void *buf, tier_io_cb cb, void *arg)
 {
-	struct subio *head[TIER_MAX_NVME_PATHS] = { 0 }, *tail[TIER_MAX_NVME_PATHS] = { 0 };
-	unsigned count[TIER_MAX_NVME_PATHS] = { 0 };
+	struct subio *head[TIERS_MAX_NVME_PATHS] = { 0 }, *tail[TIERS_MAX_NVME_PATHS] = { 0 };
+	unsigned count[TIERS_MAX_NVME_PATHS] = { 0 };
 	struct nvme_req *r;
 	uint64_t first, last;
 	int rc;

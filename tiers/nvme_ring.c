@@ -33,6 +33,7 @@
 #include "common/fault.h"
 #include "common/log.h"
 #include "kernels/crc32c.h"
+#include "tiers/nvme.h"
 #include "tiers/nvme_format.h"
 #include "tiers/nvme_impl.h"
 
@@ -406,7 +407,7 @@ static void *ring_main(void *v)
 
 /* ------------------------------------------------------ setup, teardown */
 
-int nvme_ring_open(struct tier_nvme *t, struct nvme_path *p, const struct tier_nvme_path_cfg *pc)
+int nvme_ring_open(struct tier_nvme *t, struct nvme_path *p, const struct tiers_path_cfg *pc)
 {
 	struct io_uring_params params;
 	int rc;

@@ -422,7 +422,7 @@ static void store_free(struct tier_store *s)
 	free(s);
 }
 
-static int open_hbm(struct tier_store *s, const struct tier_config *cfg,
+static int open_hbm(struct tier_store *s, const struct tiers_cfg *cfg,
 		    const struct tier_store_params *p)
 {
 	const char *name = p->hbm_backend;
@@ -461,7 +461,7 @@ static int open_hbm(struct tier_store *s, const struct tier_config *cfg,
 	return 0;
 }
 
-int store_create(const struct tier_config *cfg, const struct tier_store_params *p,
+int store_create(const struct tiers_cfg *cfg, const struct tier_store_params *p,
 		 struct tier_nvme *nvme, struct tier_store **out)
 {
 	static const struct tier_store_params none;
@@ -490,9 +490,6 @@ int store_create(const struct tier_config *cfg, const struct tier_store_params *
 	s->policy = p->policy;
 	s->home = nvme ? TIER_NVME : TIER_DRAM;
 	snprintf(s->name, sizeof(s->name), "%s", cfg->name);
-	s->cfg = *cfg;
-	s->cfg.paths = NULL;
-	s->cfg.npaths = 0;
 	s->nbuckets = 64;
 	if (!(s->hash = ts_calloc(s->nbuckets, sizeof(*s->hash)))) {
 		rc = ts_err(-ENOMEM, "store: out of memory");
@@ -552,26 +549,19 @@ fail:
 	return rc;
 }
 
-const struct tier_config *store_config(const struct tier_store *s)
+void store_set_owner(struct tier_store *s, void *owner)
 {
-	return &s->cfg;
+	s->owner = owner;
 }
 
-void store_set_live(struct tier_store *s, void *live, void (*stop)(void *live))
+void *store_owner(const struct tier_store *s)
 {
-	s->live = live;
-	s->live_stop = stop;
+	return s->owner;
 }
 
-void *store_live(const struct tier_store *s)
+unsigned store_hbm_caps(const struct tier_store *s)
 {
-	return s->live;
-}
-
-struct hbm_dev *store_hbm(const struct tier_store *s, const struct hbm_ops **ops)
-{
-	*ops = s->lv[TIER_HBM].present ? s->hops : NULL;
-	return s->lv[TIER_HBM].present ? s->hdev : NULL;
+	return s->lv[TIER_HBM].present ? s->hops->caps : 0;
 }
 
 void store_obj_set_user(struct tier_obj *o, void *user)
@@ -592,18 +582,12 @@ void store_quiesce(struct tier_store *s)
 	pthread_mutex_unlock(&s->lock);
 }
 
-int tier_store_close(struct tier_store *s)
+int store_close(struct tier_store *s)
 {
 	int rc, rc2 = 0;
 
 	if (!s)
 		return 0;
-	if (s->live_stop) {
-		/* The publisher goes first: it reads the store. */
-		s->live_stop(s->live);
-		s->live = NULL;
-		s->live_stop = NULL;
-	}
 	rc = store_flush_all(s, true);
 	pthread_mutex_lock(&s->lock);
 	for (uint32_t i = 0; i < s->nobjs && !rc2; i++) {

@@ -1,20 +1,22 @@
 /*
- * store.h - the store inside the library.  tiers/store.c owns the object
- * table, residency and eviction; runtime/store.c opens the NVMe tier from
- * the manifest and hands it here (tiers/ never reads a manifest).
+ * store.h - the store inside the library, for the layers above tiers/.
+ * tiers/store*.c own the object table, residency and eviction; runtime/
+ * turns a manifest into a struct tiers_cfg, opens the NVMe tier from it and
+ * hands both here (tiers/ never reads a manifest), and owns the public
+ * tier_store_open and tier_store_close.
  */
 #ifndef TIER_TIERS_STORE_H
 #define TIER_TIERS_STORE_H
 
-#include "common/nodecfg.h"
+#include "tiers/tiers_cfg.h"
 #include "tierstore.h"
 
 /*
  * Builds a store over @cfg's DRAM and HBM tiers and the NVMe tier @nvme
  * (NULL: DRAM is the home).  The store owns @nvme from then on, also on
- * failure.
+ * failure.  @cfg is read during the call only.
  */
-int store_create(const struct tier_config *cfg, const struct tier_store_params *p,
+int store_create(const struct tiers_cfg *cfg, const struct tier_store_params *p,
 		 struct tier_nvme *nvme, struct tier_store **out);
 
 /* What the event hook sees.  Called with the store's lock held: the hook
@@ -47,21 +49,24 @@ void store_set_hook(struct tier_store *s, store_hook fn, void *arg);
  */
 int store_flush_async(struct tier_store *s, struct tier_obj *o, struct tier_ticket **tk);
 
-/* The configuration the store was built from (paths left out). */
-const struct tier_config *store_config(const struct tier_store *s);
+/*
+ * Writes every dirty byte down to its home, then frees everything: the
+ * contract of tier_store_close, which runtime/ calls it from after
+ * stopping what it attached.
+ */
+int store_close(struct tier_store *s);
 
-/* The HBM tier's backend and device (*ops NULL and NULL without one). */
-struct hbm_ops;
-struct hbm_dev;
-struct hbm_dev *store_hbm(const struct tier_store *s, const struct hbm_ops **ops);
+/* The HBM backend's capability flags (HBM_CAP_*, tiers/hbm.h); 0 when the
+ * store has no HBM tier. */
+unsigned store_hbm_caps(const struct tier_store *s);
 
 /*
- * The stats publisher runtime/live.c attaches to the store: @stop(@live)
- * runs first thing in tier_store_close.  store_live gives it back (NULL
- * when none).
+ * A pointer the opener attaches to the store (runtime/ keeps its own
+ * record of each store it opened there); NULL until set.  The store never
+ * reads it.
  */
-void store_set_live(struct tier_store *s, void *live, void (*stop)(void *live));
-void *store_live(const struct tier_store *s);
+void store_set_owner(struct tier_store *s, void *owner);
+void *store_owner(const struct tier_store *s);
 
 /* A pointer the owner of @o attaches to it (for the event hook's users to
  * find their own record of an object); NULL until set. */

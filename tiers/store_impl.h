@@ -102,7 +102,7 @@ struct tier_store {
 	pthread_cond_t idle;         /* an object's or the store's transfers drained */
 	struct level lv[TIER_LEVELS];
 	enum tier_level home;
-	char name[TIER_NAME_MAX + 1];
+	char name[TIERS_NAME_MAX + 1];
 
 	struct dram_arena *dram;
 	char *dram_base;
@@ -129,10 +129,7 @@ struct tier_store {
 	store_hook hook;
 	void *hook_arg;
 
-	struct tier_config cfg;      /* the manifest's, without the paths */
-
-	void *live;                  /* the stats publisher (runtime/live.c) */
-	void (*live_stop)(void *live);
+	void *owner;                 /* the opener's record (store_set_owner) */
 };
 
 /* store.c */

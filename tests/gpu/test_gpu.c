@@ -55,7 +55,7 @@ START_TEST(test_manifest_gpu)
 {
 	struct tier_manifest *m = NULL;
 	struct tier_gpu_info gi;
-	const struct tier_config *c;
+	const struct tier_manifest *c;
 	const char *auto_text = "gpu:\n  device: auto\ndram:\n  capacity: 512MiB\n";
 	const char *pct_text = "gpu:\n  device: 0\n  capacity: 50%\ndram:\n  capacity: 512MiB\n";
 	const char *over_text = "gpu:\n  device: 0\n  capacity: 100PiB\ndram:\n  capacity: 512MiB\n";
@@ -63,17 +63,17 @@ START_TEST(test_manifest_gpu)
 	ck_assert_int_eq(gpu_info(0, &gi), 0);
 	ck_assert_msg(tier_manifest_parse(auto_text, strlen(auto_text), "auto", 0, &m) == 0,
 		      "%s", tier_last_error());
-	c = manifest_config(m);
-	ck_assert_int_eq(c->gpu, 0);
+	c = m;
+	ck_assert_int_eq(c->tiers.gpu, 0);
 	ck_assert(c->gpu_auto);
 	ck_assert_uint_eq(c->gpu_mem, gi.total_mem);
-	ck_assert_uint_eq(c->hbm_capacity, (gi.total_mem / 10 * 9) & ~((2ull << 20) - 1));
-	printf("auto: GPU %d %s, HBM tier %llu bytes, NUMA node %d\n", c->gpu, c->gpu_name,
-	       (unsigned long long)c->hbm_capacity, c->numa_node);
+	ck_assert_uint_eq(c->tiers.hbm_capacity, (gi.total_mem / 10 * 9) & ~((2ull << 20) - 1));
+	printf("auto: GPU %d %s, HBM tier %llu bytes, NUMA node %d\n", c->tiers.gpu, c->gpu_name,
+	       (unsigned long long)c->tiers.hbm_capacity, c->tiers.numa_node);
 	tier_manifest_free(m);
 
 	ck_assert_int_eq(tier_manifest_parse(pct_text, strlen(pct_text), "pct", 0, &m), 0);
-	ck_assert_uint_eq(manifest_config(m)->hbm_capacity,
+	ck_assert_uint_eq(m->tiers.hbm_capacity,
 			  (gi.total_mem / 2) & ~((2ull << 20) - 1));
 	tier_manifest_free(m);
 

@@ -1,0 +1,22 @@
+/*
+ * store.h (runtime) - what runtime/ keeps of each store it opens: the
+ * manifest's configuration (its NVMe paths left out), which the optimizer
+ * reads its defaults from, and the stats publisher.  tier_store_open
+ * attaches it to the store (store_set_owner) and tier_store_close frees it.
+ */
+#ifndef TIER_RUNTIME_STORE_H
+#define TIER_RUNTIME_STORE_H
+
+#include "runtime/manifest.h"
+#include "tierstore.h"
+
+struct live;
+
+/* The manifest @s was opened from (paths left out), or NULL for a store
+ * that tier_store_open did not open. */
+const struct tier_manifest *rstore_manifest(const struct tier_store *s);
+
+/* The store's stats publisher, or NULL. */
+struct live *rstore_live(const struct tier_store *s);
+
+#endif
