@@ -104,3 +104,14 @@ void ts_err_prefix(const char *fmt, ...)
 	if (n >= (int)sizeof(t_err))
 		memcpy(t_err + sizeof(t_err) - 4, "...", 4);
 }
+
+int ts_params_size(const char *what, uint32_t size, size_t known)
+{
+	if (size == known)
+		return 0;
+	if (size == 0)
+		return ts_err(-EINVAL, "%s: size 0: not initialised (call its _init function first)",
+			      what);
+	return ts_err(-EINVAL, "%s: size %u, but this library's is %zu bytes: built against another tierstore.h?",
+		      what, size, known);
+}

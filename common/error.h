@@ -10,7 +10,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 
-#include "tierstore.h"
+#include "tierstore/common.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -36,6 +36,14 @@ void ts_err_clear(void);
  * context to a failure reported deeper down.
  */
 void ts_err_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/*
+ * The size check of a parameter struct (tierstore/common.h): 0 when @size
+ * (its size field) is @known, the sizeof this library was built with; else
+ * -EINVAL naming the struct @what, as "struct tier_X_params", and both
+ * sizes.
+ */
+int ts_params_size(const char *what, uint32_t size, size_t known);
 
 #ifdef __cplusplus
 }

@@ -9,7 +9,7 @@
 
 #include <math.h>
 
-#include "tierstore.h"
+#include "tierstore/common.h"
 
 #define LAT_SHIFT 7   /* the first buckets are 128 ns wide */
 #define LAT_SUB 8     /* buckets per power of two */

@@ -9,7 +9,7 @@
 
 #include <stdbool.h>
 
-#include "tierstore.h"
+#include "tierstore/common.h"
 
 /* A new ticket, or NULL (fault site ALLOC). */
 struct tier_ticket *ticket_new(void);

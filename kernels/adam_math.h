@@ -33,7 +33,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "tierstore.h" /* struct tier_adam_params */
+#include "tierstore/kernels.h" /* struct tier_adam_params */
 
 #ifdef __CUDACC__
 #define ADAM_HD __host__ __device__ __forceinline__

@@ -360,6 +360,8 @@ static int params_check(const struct tier_adam_params *p)
 {
 	if (!p)
 		return ts_err(-EINVAL, "adam: no hyperparameters (NULL)");
+	if (ts_params_size("adam: struct tier_adam_params", p->size, sizeof(*p)))
+		return -EINVAL;
 	if (!isfinite(p->lr) || p->lr < 0)
 		return ts_err(-EINVAL, "adam: lr %g is not a finite value >= 0", p->lr);
 	if (!(p->beta1 >= 0 && p->beta1 < 1))

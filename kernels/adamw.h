@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tierstore.h"
+#include "tierstore/kernels.h"
 #include "kernels/adam_math.h"
 
 struct tier_pool;

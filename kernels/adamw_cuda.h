@@ -35,7 +35,7 @@
 
 #include <stddef.h>
 
-#include "tierstore.h"
+#include "tierstore/kernels.h"
 
 #ifdef __cplusplus
 extern "C" {

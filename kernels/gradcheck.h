@@ -29,7 +29,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "tierstore.h"
+#include "tierstore/kernels.h"
 
 struct tier_pool;
 

@@ -25,7 +25,7 @@
 #include <stdint.h>
 
 #include "common/error.h"
-#include "tierstore.h"
+#include "tierstore/kernels.h"
 
 int tier_loss_scaler_init(struct tier_loss_scaler *s, double initial_scale, double min_scale,
 			  double growth_factor, double backoff_factor, uint32_t growth_interval,

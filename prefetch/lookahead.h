@@ -33,7 +33,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tierstore.h"
+#include "tierstore/tiers.h"
 
 #define LA_LANES 2 /* 0: CPU (DRAM), 1: GPU (HBM) */
 

@@ -13,7 +13,7 @@
 #ifndef TIER_PREFETCH_WRITEBEHIND_H
 #define TIER_PREFETCH_WRITEBEHIND_H
 
-#include "tierstore.h"
+#include "tierstore/tiers.h"
 
 struct wb;
 

@@ -32,7 +32,6 @@
 #include "runtime/manifest.h"
 #include "runtime/statseg.h"
 #include "runtime/store.h"
-#include "tiers/nvme.h"
 #include "tiers/store.h"
 
 _Static_assert(TIER_LIVE_VERSION == STATSEG_VERSION,
@@ -98,6 +97,25 @@ static double rate(uint64_t now_v, uint64_t then_v, double dt)
 	return now_v >= then_v && dt > 0 ? (double)(now_v - then_v) / dt : 0.0;
 }
 
+/* Path @i's counters into the segment's record of it. */
+static void path_copy(struct tier_nvme *nvme, unsigned i, struct tier_live_path *d)
+{
+	struct tier_nvme_path_stats ps;
+
+	tier_nvme_get_path_stats(nvme, i, &ps);
+	memcpy(d->file, ps.file, sizeof(d->file));
+	d->inflight = ps.inflight;
+	d->reads = ps.reads;
+	d->writes = ps.writes;
+	d->bytes_read = ps.bytes_read;
+	d->bytes_written = ps.bytes_written;
+	d->errors = ps.errors;
+	d->csum_errors = ps.csum_errors;
+	d->lat_count = ps.lat_count;
+	d->lat_sum_ns = ps.lat_sum_ns;
+	memcpy(d->lat_hist, ps.lat_hist, sizeof(d->lat_hist));
+}
+
 /* Builds l->snap from the store's counters now.  pub_lock held. */
 static void gather(struct live *l)
 {
@@ -144,7 +162,7 @@ static void gather(struct live *l)
 		o->npaths = ns.npaths < TIER_LIVE_MAX_PATHS ? ns.npaths : TIER_LIVE_MAX_PATHS;
 		o->stripe_unit = ns.stripe_unit;
 		for (uint32_t p = 0; p < o->npaths; p++)
-			nvme_path_live(nvme, p, &o->path[p]);
+			path_copy(nvme, p, &o->path[p]);
 	}
 	o->prefetch.window_bytes = ld(&f->pf_window);
 	o->prefetch.ahead_bytes = ld(&f->pf_ahead_bytes);

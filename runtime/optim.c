@@ -195,29 +195,11 @@ static bool dtype_ok(int d)
 
 /* ------------------------------------------------------------ params */
 
-void tier_optim_params_init(struct tier_optim_params *p)
-{
-	memset(p, 0, sizeof(*p));
-	p->lr = 1e-3;
-	p->beta1 = 0.9;
-	p->beta2 = 0.999;
-	p->eps = 1e-8;
-	p->weight_decay = 0.01;
-	p->decoupled = true;
-	p->moment_dtype = -1;
-	p->offload_fraction = (double)NAN;
-	p->max_grad_norm = 0;
-	p->loss_scale = 1.0;
-	p->dynamic_loss_scale = false;
-	p->min_loss_scale = 1.0;
-	p->growth_factor = 2.0;
-	p->backoff_factor = 0.5;
-	p->growth_interval = 1000;
-	p->hysteresis = 2;
-}
 
 static int check_params(const struct tier_optim_params *p)
 {
+	if (ts_params_size("optimizer: struct tier_optim_params", p->size, sizeof(*p)))
+		return -EINVAL;
 	if (!(p->lr > 0) || !isfinite(p->lr))
 		return ts_err(-EINVAL, "optimizer: lr %g (must be a finite number > 0)", p->lr);
 	if (!(p->beta1 >= 0 && p->beta1 < 1) || !(p->beta2 >= 0 && p->beta2 < 1))
@@ -228,12 +210,13 @@ static int check_params(const struct tier_optim_params *p)
 	if (!(p->weight_decay >= 0) || !isfinite(p->weight_decay))
 		return ts_err(-EINVAL, "optimizer: weight_decay %g (must be >= 0)",
 				p->weight_decay);
-	if (p->moment_dtype != -1 && p->moment_dtype != TIER_FP32 && p->moment_dtype != TIER_BF16)
-		return ts_err(-EINVAL, "optimizer: moment_dtype %d (TIER_FP32, TIER_BF16 or -1 for the manifest's)",
+	if (p->moment_dtype != TIER_DTYPE_MANIFEST && p->moment_dtype != TIER_FP32 &&
+	    p->moment_dtype != TIER_BF16)
+		return ts_err(-EINVAL, "optimizer: moment_dtype %d (TIER_FP32, TIER_BF16 or TIER_DTYPE_MANIFEST)",
 				p->moment_dtype);
-	if (!isnan(p->offload_fraction) && p->offload_fraction != TIER_OFFLOAD_AUTO &&
+	if (p->offload_fraction != TIER_OFFLOAD_MANIFEST && p->offload_fraction != TIER_OFFLOAD_AUTO &&
 	    !(p->offload_fraction >= 0 && p->offload_fraction <= 1))
-		return ts_err(-EINVAL, "optimizer: offload_fraction %g (in [0, 1], TIER_OFFLOAD_AUTO, or NAN for the manifest's)",
+		return ts_err(-EINVAL, "optimizer: offload_fraction %g (in [0, 1], TIER_OFFLOAD_AUTO or TIER_OFFLOAD_MANIFEST)",
 				p->offload_fraction);
 	if (!(p->max_grad_norm >= 0) || !isfinite(p->max_grad_norm))
 		return ts_err(-EINVAL, "optimizer: max_grad_norm %g (0 for none, or > 0)",
@@ -517,7 +500,7 @@ int tier_optim_create(struct tier_store *s, const struct tier_optim_params *p,
 	o->s = s;
 	o->p = *p;
 	o->lr = p->lr;
-	o->md = p->moment_dtype == -1 ? cfg->moment_dtype : (enum tier_dtype)p->moment_dtype;
+	o->md = p->moment_dtype == TIER_DTYPE_MANIFEST ? cfg->moment_dtype : (enum tier_dtype)p->moment_dtype;
 	if (o->md != TIER_FP32 && o->md != TIER_BF16) {
 		rc = ts_err(-EINVAL, "optimizer: moment dtype %d from the manifest", (int)o->md);
 		goto fail;
@@ -543,7 +526,7 @@ int tier_optim_create(struct tier_store *s, const struct tier_optim_params *p,
 
 	/* The split. */
 	f = p->offload_fraction;
-	if (isnan(f))
+	if (f == TIER_OFFLOAD_MANIFEST)
 		f = cfg->offload_auto ? TIER_OFFLOAD_AUTO : cfg->offload_fraction;
 	if (!have_hbm || o->hbm_cap < shard_bytes) {
 		if (f != 1.0)
@@ -1008,7 +991,7 @@ int tier_optim_end(struct tier_optim *o, struct tier_step_result *res)
 	}
 	if (o->p.max_grad_norm > 0)
 		clip = tier_clip_coef(norm, o->p.max_grad_norm);
-	o->ap = (struct tier_adam_params){
+	o->ap = (struct tier_adam_params){ .size = sizeof(struct tier_adam_params),
 		.lr = o->lr, .beta1 = o->p.beta1, .beta2 = o->p.beta2, .eps = o->p.eps,
 		.weight_decay = o->p.weight_decay, .decoupled = o->p.decoupled,
 		.step = o->applied + 1, .grad_scale = clip / scale,

@@ -45,6 +45,8 @@ int tier_store_open(const struct tier_manifest *m, const struct tier_store_param
 	*out = NULL;
 	if (!m)
 		return ts_err(-EINVAL, "tier_store_open: no manifest");
+	if (p && ts_params_size("tier_store_open: struct tier_store_params", p->size, sizeof(*p)))
+		return -EINVAL;
 	if (!(r = ts_calloc(1, sizeof(*r))))
 		return ts_err(-ENOMEM, "tier_store_open: out of memory");
 	r->m = *m;

@@ -166,7 +166,7 @@ static void world_init(struct world *w, size_t n, int md, int gd, int od, const 
 
 		if (w->dt[a] < 0)
 			continue;
-		es = t_dtype_size(w->dt[a]);
+		es = tier_dtype_size((enum tier_dtype)w->dt[a]);
 		w->off[a] = SLACK + l->elems[a] * es + l->bytes[a];
 		w->size[a] = (w->off[a] + n * es + SLACK + 63) & ~(size_t)63;
 		w->buf[a] = aligned_alloc(64, w->size[a]);
@@ -231,7 +231,7 @@ static void world_free(struct world *w)
 /* An element's bits as hex, for messages. */
 static unsigned long elem_bits(const struct world *w, int a, size_t byte)
 {
-	size_t es = t_dtype_size(w->dt[a]);
+	size_t es = tier_dtype_size((enum tier_dtype)w->dt[a]);
 	size_t i = byte < w->off[a] ? 0 : (byte - w->off[a]) / es;
 	const unsigned char *p = w->buf[a] + w->off[a] + i * es;
 	uint32_t u = 0;
@@ -270,7 +270,7 @@ static void world_expect_same(const struct world *got, const struct world *want,
 
 		if (!want->buf[a] || memcmp(got->buf[a], want->buf[a], want->size[a]) == 0)
 			continue;
-		es = t_dtype_size(want->dt[a]);
+		es = tier_dtype_size((enum tier_dtype)want->dt[a]);
 		while (got->buf[a][b] == want->buf[a][b])
 			b++;
 		if (nan_any && b >= want->off[a] && b < want->off[a] + want->n * es) {
@@ -311,12 +311,12 @@ static const enum adamw_isa simd_isas[] = { ADAMW_AVX2, ADAMW_AVX512 };
 
 /* ---------------------------------------------------- hyperparameters */
 
-static const struct tier_adam_params hp_adamw = {
+static const struct tier_adam_params hp_adamw = { .size = sizeof(struct tier_adam_params),
 	.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01,
 	.decoupled = true, .step = 1, .grad_scale = 1.0 / 1024,
 };
 
-static const struct tier_adam_params hp_adam = {
+static const struct tier_adam_params hp_adam = { .size = sizeof(struct tier_adam_params),
 	.lr = 3e-2, .beta1 = 0.8, .beta2 = 0.99, .eps = 1e-6, .weight_decay = 0.05,
 	.decoupled = false, .step = 1, .grad_scale = 0.37,
 };
@@ -470,7 +470,7 @@ END_TEST
 START_TEST(golden_case)
 {
 	struct t_golden g;
-	struct tier_adam_params hp = { 0 };
+	struct tier_adam_params hp = { .size = sizeof(struct tier_adam_params) };
 
 	t_golden_load(&g, t_golden_cases[_i]);
 	hp.beta1 = g.beta1;
@@ -629,7 +629,7 @@ END_TEST
 static void expect_same_array(const void *got, const void *want, size_t n, int dt, const char *who,
 			      const char *what)
 {
-	size_t es = t_dtype_size(dt);
+	size_t es = tier_dtype_size((enum tier_dtype)dt);
 
 	for (size_t i = 0; i < n; i++) {
 		uint32_t x = 0, y = 0;
@@ -979,7 +979,7 @@ static void tame_world(struct world *w, uint64_t seed)
 	uint64_t s = seed;
 
 	for (int a = 0; a < A_OUT; a++) {
-		size_t es = t_dtype_size(w->dt[a]);
+		size_t es = tier_dtype_size((enum tier_dtype)w->dt[a]);
 
 		for (size_t i = 0; i < w->n; i++) {
 			float x = (float)(rnd_unit(&s) * 2 - 1);
@@ -996,7 +996,7 @@ static void tame_world(struct world *w, uint64_t seed)
 
 static float load_as(const struct world *w, int a, size_t i)
 {
-	const unsigned char *p = w->buf[a] + w->off[a] + i * t_dtype_size(w->dt[a]);
+	const unsigned char *p = w->buf[a] + w->off[a] + i * tier_dtype_size((enum tier_dtype)w->dt[a]);
 	uint16_t h;
 	float f;
 
@@ -1010,7 +1010,7 @@ static float load_as(const struct world *w, int a, size_t i)
 
 static void store_as(struct world *w, int a, size_t i, float f)
 {
-	unsigned char *p = w->buf[a] + w->off[a] + i * t_dtype_size(w->dt[a]);
+	unsigned char *p = w->buf[a] + w->off[a] + i * tier_dtype_size((enum tier_dtype)w->dt[a]);
 	uint16_t h = w->dt[a] == TIER_BF16 ? f32_to_bf16(f) : f32_to_f16(f);
 
 	if (w->dt[a] == TIER_FP32)
@@ -1078,7 +1078,7 @@ START_TEST(roofline_bytes)
 
 			if (!base.buf[a])
 				continue;
-			es = t_dtype_size(base.dt[a]);
+			es = tier_dtype_size((enum tier_dtype)base.dt[a]);
 			ck_assert_msg(memcmp(got.buf[a], base.buf[a], base.off[a]) == 0 &&
 				      memcmp(got.buf[a] + base.off[a] + n * es,
 					     base.buf[a] + base.off[a] + n * es,

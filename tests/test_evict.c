@@ -83,7 +83,7 @@ static void hook(void *arg, enum store_event ev, enum tier_level l, const struct
 static void run_open(struct run *r, int nobj, int cap_objs, enum tier_policy pol)
 {
 	struct tier_manifest *m = manifest();
-	struct tier_store_params p = { .dram_capacity = (uint64_t)cap_objs * OBJ_SIZE,
+	struct tier_store_params p = { .size = sizeof(struct tier_store_params), .dram_capacity = (uint64_t)cap_objs * OBJ_SIZE,
 				       .hbm_backend = "none",
 				       .policy = pol,
 				       .flags = TIER_STORE_SCRATCH };

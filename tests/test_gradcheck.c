@@ -173,12 +173,12 @@ static void rnd_elem(uint64_t *s, enum tier_dtype dt, void *buf, size_t i)
  */
 static void *rnd_buf(uint64_t seed, enum tier_dtype dt, size_t n, size_t off, void **data)
 {
-	size_t size = ((n + off) * t_dtype_size(dt) + 64) & ~(size_t)63;
+	size_t size = ((n + off) * tier_dtype_size((enum tier_dtype)dt) + 64) & ~(size_t)63;
 	char *base = aligned_alloc(64, size);
 	uint64_t s = seed | 1;
 
 	ck_assert_ptr_nonnull(base);
-	*data = base + off * t_dtype_size(dt);
+	*data = base + off * tier_dtype_size((enum tier_dtype)dt);
 	for (size_t i = 0; i < n; i++)
 		rnd_elem(&s, dt, *data, i);
 	return base;

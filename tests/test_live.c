@@ -165,7 +165,7 @@ struct world {
 static void world_open_hbm(struct world *w, const char *name, uint64_t dram, uint64_t hbm,
 			   bool csum)
 {
-	struct tier_store_params sp = { .hbm_backend = hbm ? "host" : "none", .hbm_capacity = hbm,
+	struct tier_store_params sp = { .size = sizeof(struct tier_store_params), .hbm_backend = hbm ? "host" : "none", .hbm_capacity = hbm,
 					.flags = TIER_STORE_SCRATCH };
 	char text[2048];
 	int n, rc;

@@ -257,14 +257,14 @@ static void gen_grad(void *buf, int dt, size_t n, uint64_t seed, double scale)
 			break;
 	ck_assert_int_lt(t, TBL_MAX);
 	if (!g_tbl[t].v) {
-		g_tbl[t].v = malloc((size_t)TBL_N * t_dtype_size(dt));
+		g_tbl[t].v = malloc((size_t)TBL_N * tier_dtype_size((enum tier_dtype)dt));
 		ck_assert_ptr_nonnull(g_tbl[t].v);
 		gen_values(g_tbl[t].v, dt, TBL_N, 31 + (uint64_t)t, scale);
 		g_tbl[t].dt = dt;
 		g_tbl[t].scale = scale;
 	}
 	off = rnd_below(&s, TBL_N - n + 1);
-	memcpy(buf, (char *)g_tbl[t].v + off * t_dtype_size(dt), n * t_dtype_size(dt));
+	memcpy(buf, (char *)g_tbl[t].v + off * tier_dtype_size((enum tier_dtype)dt), n * tier_dtype_size((enum tier_dtype)dt));
 }
 
 /* Puts +inf ('i'), -inf ('-') or nan ('n') at element @pos. */
@@ -355,7 +355,7 @@ struct ref_res {
 
 static void world_open(struct world *w, const char *sub, const struct scfg *c)
 {
-	struct tier_store_params sp = {
+	struct tier_store_params sp = { .size = sizeof(struct tier_store_params),
 		.dram_capacity = c->dram,
 		.hbm_backend = c->hbm ? "host" : "none",
 		.hbm_capacity = c->hbm,
@@ -441,7 +441,7 @@ static struct param *world_add_init(struct world *w, const char *name, size_t n,
 				    const float *init, int gdt, int odt, uint64_t seed)
 {
 	struct param *q = &w->pa[w->np];
-	size_t ms = t_dtype_size(w->md);
+	size_t ms = tier_dtype_size((enum tier_dtype)w->md);
 	uint32_t id = UINT32_MAX;
 	int rc;
 
@@ -459,11 +459,11 @@ static struct param *world_add_init(struct world *w, const char *name, size_t n,
 	q->rv = malloc(n * ms);
 	ck_assert(q->p && q->m && q->v && q->g && q->rp && q->rm && q->rv);
 	if (odt >= 0) {
-		q->out = malloc(n * t_dtype_size(odt));
-		q->rout = malloc(n * t_dtype_size(odt));
+		q->out = malloc(n * tier_dtype_size((enum tier_dtype)odt));
+		q->rout = malloc(n * tier_dtype_size((enum tier_dtype)odt));
 		ck_assert(q->out && q->rout);
-		sentinel(q->out, n * t_dtype_size(odt), seed ^ 0x5a5a);
-		memcpy(q->rout, q->out, n * t_dtype_size(odt));
+		sentinel(q->out, n * tier_dtype_size((enum tier_dtype)odt), seed ^ 0x5a5a);
+		memcpy(q->rout, q->out, n * tier_dtype_size((enum tier_dtype)odt));
 	}
 	if (init)
 		memcpy(q->p, init, n * 4);
@@ -503,7 +503,7 @@ static struct param *world_add(struct world *w, const char *name, size_t n, bool
 static uint32_t world_count_shards(struct world *w, uint64_t shard)
 {
 	uint32_t total = 0;
-	uint64_t bpe = 4 + 2 * t_dtype_size(w->md);
+	uint64_t bpe = 4 + 2 * tier_dtype_size((enum tier_dtype)w->md);
 
 	for (size_t i = 0; i < w->np; i++) {
 		struct param *q = &w->pa[i];
@@ -540,7 +540,7 @@ static uint64_t world_state_bytes(const struct world *w)
 	uint64_t b = 0;
 
 	for (size_t i = 0; i < w->np; i++)
-		b += w->pa[i].n * (4 + 2 * t_dtype_size(w->md));
+		b += w->pa[i].n * (4 + 2 * tier_dtype_size((enum tier_dtype)w->md));
 	return b;
 }
 
@@ -587,7 +587,7 @@ static void ref_step(struct world *w, double lr, struct ref_res *rr)
 		rr->clip = w->hp.max_grad_norm > 0 ? tier_clip_coef(rr->norm, w->hp.max_grad_norm)
 						   : 1.0;
 		w->step++;
-		ap = (struct tier_adam_params){
+		ap = (struct tier_adam_params){ .size = sizeof(struct tier_adam_params),
 			.lr = w->lr,
 			.beta1 = w->hp.beta1,
 			.beta2 = w->hp.beta2,
@@ -728,7 +728,7 @@ static void check_result(struct world *w, const struct tier_step_result *r,
 /* Parameter @q's state read back against the reference. */
 static void check_read(struct world *w, struct param *q, const char *when)
 {
-	size_t ms = t_dtype_size(w->md);
+	size_t ms = tier_dtype_size((enum tier_dtype)w->md);
 	long d;
 	int rc;
 
@@ -763,7 +763,7 @@ static void check_state2(struct world *w, const char *when, bool read)
 		if (read)
 			check_read(w, q, when);
 		if (q->odt >= 0) {
-			d = first_diff(q->out, q->rout, q->n, t_dtype_size(q->odt));
+			d = first_diff(q->out, q->rout, q->n, tier_dtype_size((enum tier_dtype)q->odt));
 			ck_assert_msg(d < 0, "%s: %s: out[%ld] (%s) = %.9g, reference %.9g", when,
 				      q->name, d, t_dtype_name(q->odt),
 				      (double)elem_f(q->out, q->odt, d < 0 ? 0 : (size_t)d),
@@ -1242,7 +1242,7 @@ START_TEST(stream_order)
 			ck_assert(memcmp(a.pa[i].rp, b.pa[i].rp, a.pa[i].n * 4) == 0);
 			ck_assert(memcmp(a.pa[i].rm, b.pa[i].rm, a.pa[i].n * 4) == 0);
 			ck_assert(memcmp(a.pa[i].rv, b.pa[i].rv, a.pa[i].n * 4) == 0);
-			ck_assert(memcmp(a.pa[i].out, b.pa[i].out, a.pa[i].n * t_dtype_size(a.pa[i].odt)) == 0);
+			ck_assert(memcmp(a.pa[i].out, b.pa[i].out, a.pa[i].n * tier_dtype_size((enum tier_dtype)a.pa[i].odt)) == 0);
 		}
 	}
 	world_close(&a);
@@ -1480,14 +1480,15 @@ START_TEST(params_defaults)
 
 	memset(&p, 0x5a, sizeof(p));
 	tier_optim_params_init(&p);
+	ck_assert_uint_eq(p.size, sizeof(p));
 	ck_assert(p.lr == 1e-3);
 	ck_assert(p.beta1 == 0.9);
 	ck_assert(p.beta2 == 0.999);
 	ck_assert(p.eps == 1e-8);
 	ck_assert(p.weight_decay == 0.01);
 	ck_assert(p.decoupled);
-	ck_assert_int_eq(p.moment_dtype, -1);
-	ck_assert(isnan(p.offload_fraction));
+	ck_assert_int_eq(p.moment_dtype, TIER_DTYPE_MANIFEST);
+	ck_assert(p.offload_fraction == TIER_OFFLOAD_MANIFEST);
 	ck_assert(p.max_grad_norm == 0);
 	ck_assert(!p.dynamic_loss_scale);
 	ck_assert(p.min_loss_scale == 1);
@@ -1500,7 +1501,7 @@ START_TEST(params_defaults)
 }
 END_TEST
 
-/* moment dtype -1, offload NAN and shard_size 0 take the manifest's. */
+/* TIER_DTYPE_MANIFEST, TIER_OFFLOAD_MANIFEST and shard_size 0 take the manifest's. */
 START_TEST(manifest_values)
 {
 	struct scfg sc = { .dram = 1 * MiB, .hbm = 1 * MiB, .moment = "bf16", .offload = "0.25",

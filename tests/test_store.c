@@ -364,7 +364,7 @@ static struct tier_nvme_stats nstats(struct tier_store *s)
 
 static void env_open(struct env *e, const struct cfg *c)
 {
-	struct tier_store_params p = {
+	struct tier_store_params p = { .size = sizeof(struct tier_store_params),
 		.dram_capacity = c->dram ? c->dram : DRAM_OBJS * OBJ,
 		.hbm_backend = c->hbm ? c->hbm : "none",
 		.hbm_capacity = strcmp(c->hbm ? c->hbm : "none", "none")
@@ -1188,7 +1188,7 @@ END_TEST
 START_TEST(test_no_hbm)
 {
 	static const struct cfg c = { .nvme = true, .hbm = "none" };
-	struct tier_store_params p = { .dram_capacity = DRAM_OBJS * OBJ, .flags = TIER_STORE_SCRATCH };
+	struct tier_store_params p = { .size = sizeof(struct tier_store_params), .dram_capacity = DRAM_OBJS * OBJ, .flags = TIER_STORE_SCRATCH };
 	struct tier_store *s2 = NULL;
 	struct tier_obj *o;
 	struct env e;

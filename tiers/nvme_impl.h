@@ -17,6 +17,7 @@
 #include <sys/uio.h>
 
 #include "tiers/tiers_cfg.h"
+#include "tierstore/tiers.h"
 #include "tiers/extent.h"
 
 #define MAX_FIXED_BUFS 64

@@ -33,7 +33,6 @@
 #include "common/fault.h"
 #include "common/log.h"
 #include "kernels/crc32c.h"
-#include "tiers/nvme.h"
 #include "tiers/nvme_format.h"
 #include "tiers/nvme_impl.h"
 
@@ -534,9 +533,9 @@ int tier_nvme_register_buffer(struct tier_nvme *t, void *base, size_t len)
 	return 0;
 }
 
-/* ------------------------------------------------------------ live view */
+/* ------------------------------------------------------------ path counters */
 
-void nvme_path_live(struct tier_nvme *t, unsigned i, struct tier_live_path *out)
+void tier_nvme_get_path_stats(struct tier_nvme *t, unsigned i, struct tier_nvme_path_stats *out)
 {
 	struct nvme_path *p;
 

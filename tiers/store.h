@@ -9,7 +9,7 @@
 #define TIER_TIERS_STORE_H
 
 #include "tiers/tiers_cfg.h"
-#include "tierstore.h"
+#include "tierstore/tiers.h"
 
 /*
  * Builds a store over @cfg's DRAM and HBM tiers and the NVMe tier @nvme

@@ -287,7 +287,7 @@ static int step_update_time(const struct step_opts *o, const struct step_setup *
 		.grad_dtype = TIER_FP32,
 		.out_dtype = o->copy_out < 0 ? TIER_FP32 : (enum tier_dtype)o->copy_out,
 	};
-	struct tier_adam_params hp = {
+	struct tier_adam_params hp = { .size = sizeof(struct tier_adam_params),
 		.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01,
 		.decoupled = true, .step = 1, .grad_scale = 1.0,
 	};
@@ -394,7 +394,7 @@ static int step_verify(const struct step_opts *o, const struct step_setup *su,
 			.param_out = out, .out_dtype = o->copy_out < 0 ? TIER_FP32 :
 						      (enum tier_dtype)o->copy_out,
 		};
-		struct tier_adam_params hp = {
+		struct tier_adam_params hp = { .size = sizeof(struct tier_adam_params),
 			.lr = op->lr, .beta1 = op->beta1, .beta2 = op->beta2, .eps = op->eps,
 			.weight_decay = op->weight_decay, .decoupled = op->decoupled,
 			.grad_scale = 1.0,
@@ -521,7 +521,7 @@ static double med_of(const struct step_record *rec, uint64_t first, uint64_t n,
 static int step_run(const struct step_opts *o, const struct tier_manifest *m,
 		    struct step_setup *su, struct progress *pg)
 {
-	struct tier_store_params sp = {
+	struct tier_store_params sp = { .size = sizeof(struct tier_store_params),
 		.dram_capacity = su->dram,
 		.hbm_backend = su->hbm_backend,
 		.hbm_capacity = su->hbm_backend ? su->hbm_capacity : 0,
@@ -592,7 +592,7 @@ static int step_run(const struct step_opts *o, const struct tier_manifest *m,
 	has_hbm = tier_store_has_level(s, TIER_HBM);
 	tier_optim_params_init(&op);
 	op.moment_dtype = (int)su->moments;
-	op.offload_fraction = o->offload;
+	op.offload_fraction = isnan(o->offload) ? TIER_OFFLOAD_MANIFEST : o->offload;
 	op.threads = (unsigned)o->threads;
 	op.shard_size = o->shard_size;
 	rc = tier_optim_create(s, &op, &opt);

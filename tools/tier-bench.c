@@ -413,7 +413,7 @@ static int cache_verify_all(struct tier_store *s, struct tier_obj **objs, uint64
 static int cache_run(const struct tier_manifest *m, const struct cache_opts *o,
 		     enum tier_policy policy, struct cache_result *res)
 {
-	struct tier_store_params params = {
+	struct tier_store_params params = { .size = sizeof(struct tier_store_params),
 		.dram_capacity = o->dram,
 		.hbm_backend = "none",
 		.policy = policy,
@@ -786,7 +786,7 @@ static int adam_run(const struct adam_opts *o)
 		.grad_dtype = o->grads,
 		.out_dtype = o->copy_out < 0 ? TIER_FP32 : (enum tier_dtype)o->copy_out,
 	};
-	struct tier_adam_params hp = {
+	struct tier_adam_params hp = { .size = sizeof(struct tier_adam_params),
 		.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01,
 		.decoupled = true, .step = 1, .grad_scale = 1.0,
 	};

@@ -174,10 +174,10 @@ static void fill_chunk(struct hchunk *h, size_t n, int md, int gd, int od)
 {
 	h->n = n;
 	h->p = xmalloc(n * 4);
-	h->m = xmalloc(n * t_dtype_size(md));
-	h->v = xmalloc(n * t_dtype_size(md));
-	h->g = xmalloc(n * t_dtype_size(gd));
-	h->o = od == OUT_NONE ? NULL : xmalloc(n * t_dtype_size(od));
+	h->m = xmalloc(n * tier_dtype_size((enum tier_dtype)md));
+	h->v = xmalloc(n * tier_dtype_size((enum tier_dtype)md));
+	h->g = xmalloc(n * tier_dtype_size((enum tier_dtype)gd));
+	h->o = od == OUT_NONE ? NULL : xmalloc(n * tier_dtype_size((enum tier_dtype)od));
 	for (size_t i = 0; i < n; i++) {
 		float p = urand(-1.0f, 1.0f), g = urand(-2.0f, 2.0f);
 
@@ -219,8 +219,8 @@ static void run_step(struct arena *ar, const struct tier_adam_params *hp, int md
 {
 	struct hchunk *h = xmalloc(nch * sizeof(*h)), *ref = xmalloc(nch * sizeof(*ref));
 	struct adamw_chunk *dc = xmalloc(nch * sizeof(*dc));
-	size_t msz = t_dtype_size(md), gsz = t_dtype_size(gd);
-	size_t osz = od == OUT_NONE ? 4 : t_dtype_size(od);
+	size_t msz = tier_dtype_size((enum tier_dtype)md), gsz = tier_dtype_size((enum tier_dtype)gd);
+	size_t osz = od == OUT_NONE ? 4 : tier_dtype_size((enum tier_dtype)od);
 	struct adam_consts c;
 	int rc;
 
@@ -283,11 +283,11 @@ static void run_step(struct arena *ar, const struct tier_adam_params *hp, int md
 	free(dc);
 }
 
-static const struct tier_adam_params k_adamw = {
+static const struct tier_adam_params k_adamw = { .size = sizeof(struct tier_adam_params),
 	.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01,
 	.decoupled = true, .step = 7, .grad_scale = 0.7 / 1024.0,
 };
-static const struct tier_adam_params k_adam_l2 = {
+static const struct tier_adam_params k_adam_l2 = { .size = sizeof(struct tier_adam_params),
 	.lr = 3e-4, .beta1 = 0.8, .beta2 = 0.95, .eps = 1e-6, .weight_decay = 0.1,
 	.decoupled = false, .step = 1, .grad_scale = 1.0,
 };
@@ -344,7 +344,7 @@ END_TEST
 
 static void *fill_grad(size_t n, int dt)
 {
-	void *g = xmalloc(n * t_dtype_size(dt));
+	void *g = xmalloc(n * tier_dtype_size((enum tier_dtype)dt));
 
 	for (size_t i = 0; i < n; i++) {
 		/* magnitudes over 15 binades, so that the order of additions shows */
@@ -395,7 +395,7 @@ static void run_gc(struct arena *ar, int dt, const size_t *sizes, size_t nch, si
 	for (size_t k = 0; k < nch; k++) {
 		host[k] = fill_grad(sizes[k], dt);
 		dc[k].n = sizes[k];
-		dc[k].grad = dev_copy(ar, host[k], sizes[k] * t_dtype_size(dt), skew * t_dtype_size(dt));
+		dc[k].grad = dev_copy(ar, host[k], sizes[k] * tier_dtype_size((enum tier_dtype)dt), skew * tier_dtype_size((enum tier_dtype)dt));
 	}
 	CU(cudaDeviceSynchronize());
 	gc_compare(host, sizes, nch, dt, dc, st, what);
@@ -405,7 +405,7 @@ static void run_gc(struct arena *ar, int dt, const size_t *sizes, size_t nch, si
 		if (sizes[k] > sizes[big])
 			big = k;
 	if (nch && sizes[big] >= 2) {
-		size_t esz = t_dtype_size(dt), mid = sizes[big] / 2;
+		size_t esz = tier_dtype_size((enum tier_dtype)dt), mid = sizes[big] / 2;
 
 		put(dt, host[big], mid, INFINITY);
 		CU(cudaMemcpy((char *)dc[big].grad + mid * esz, (char *)host[big] + mid * esz, esz,

@@ -220,7 +220,7 @@ struct gworld {
 
 static void world_open(struct gworld *w, const struct gcase *c, uint64_t seed)
 {
-	struct tier_store_params sp = {
+	struct tier_store_params sp = { .size = sizeof(struct tier_store_params),
 		.dram_capacity = DRAM,
 		.hbm_backend = "cuda",
 		.hbm_capacity = 1 * MiB,
@@ -263,7 +263,7 @@ static void world_open(struct gworld *w, const struct gcase *c, uint64_t seed)
 	rc = tier_optim_create(w->s, &hp, &w->o);
 	ck_assert_msg(rc == 0, "optim create: %d: %s", rc, tier_last_error());
 	ck_assert_int_eq(tier_optim_moment_dtype(w->o), c->md);
-	w->ms = t_dtype_size(c->md);
+	w->ms = tier_dtype_size((enum tier_dtype)c->md);
 	w->lr = hp.lr;
 
 	for (size_t i = 0; i < NP; i++) {
@@ -275,7 +275,7 @@ static void world_open(struct gworld *w, const struct gcase *c, uint64_t seed)
 		q->p = xmalloc(q->n * 4);
 		q->m = calloc(q->n, w->ms);
 		q->v = calloc(q->n, w->ms);
-		q->g = xmalloc(q->n * t_dtype_size(c->gdt));
+		q->g = xmalloc(q->n * tier_dtype_size((enum tier_dtype)c->gdt));
 		q->out = xmalloc(q->n * 2);
 		q->rout = xmalloc(q->n * 2);
 		q->rp = xmalloc(q->n * 4);
@@ -288,7 +288,7 @@ static void world_open(struct gworld *w, const struct gcase *c, uint64_t seed)
 		}
 		memcpy(q->out, q->rout, q->n * 2);
 		if (on_dev(c->gmem, i, false))
-			q->dg = dmalloc(q->n * t_dtype_size(c->gdt));
+			q->dg = dmalloc(q->n * tier_dtype_size((enum tier_dtype)c->gdt));
 		if (on_dev(c->omem, i, true)) {
 			q->dout = dmalloc(q->n * 2);
 			CU(cudaMemcpy(q->dout, q->rout, q->n * 2, cudaMemcpyHostToDevice));
@@ -363,7 +363,7 @@ static void world_grads(struct gworld *w)
 			put(w->c->gdt, q->g, k, x * (float)w->c->loss_scale);
 		}
 		if (q->dg)
-			CU(cudaMemcpy(q->dg, q->g, q->n * t_dtype_size(w->c->gdt), cudaMemcpyHostToDevice));
+			CU(cudaMemcpy(q->dg, q->g, q->n * tier_dtype_size((enum tier_dtype)w->c->gdt), cudaMemcpyHostToDevice));
 	}
 	/* the optimizer reads them on a stream of its own */
 	CU(cudaDeviceSynchronize());
@@ -402,7 +402,7 @@ static void ref_step(struct gworld *w, double lr, struct ref_res *rr)
 		rr->norm = sqrt(total) / c->loss_scale;
 		rr->clip = c->max_norm > 0 ? tier_clip_coef(rr->norm, c->max_norm) : 1.0;
 		w->step++;
-		ap = (struct tier_adam_params){
+		ap = (struct tier_adam_params){ .size = sizeof(struct tier_adam_params),
 			.lr = w->lr, .beta1 = d.beta1, .beta2 = d.beta2, .eps = d.eps,
 			.weight_decay = 0.01, .decoupled = true, .step = w->step,
 			.grad_scale = rr->clip / c->loss_scale,
@@ -571,8 +571,8 @@ START_TEST(gpu_optim_overflow)
 	q = &w.pa[2];
 	mid = q->n / 2;
 	put(c->gdt, q->g, mid, k_ocases[_i].bad);
-	CU(cudaMemcpy((char *)q->dg + mid * t_dtype_size(c->gdt),
-		      (char *)q->g + mid * t_dtype_size(c->gdt), t_dtype_size(c->gdt),
+	CU(cudaMemcpy((char *)q->dg + mid * tier_dtype_size((enum tier_dtype)c->gdt),
+		      (char *)q->g + mid * tier_dtype_size((enum tier_dtype)c->gdt), tier_dtype_size((enum tier_dtype)c->gdt),
 		      cudaMemcpyHostToDevice));
 	CU(cudaDeviceSynchronize());
 	step_and_check(&w, 2, 3e-3); /* applied false; state and outputs as they were */

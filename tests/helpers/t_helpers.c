@@ -273,21 +273,9 @@ int t_spawn_self(const char *child_env, const char *simd, bool with_stderr, char
 	return status;
 }
 
-size_t t_dtype_size(int dt)
-{
-	return dt == TIER_FP32 ? 4 : 2;
-}
-
 const char *t_dtype_name(int dt)
 {
-	switch (dt) {
-	case TIER_FP32:
-		return "fp32";
-	case TIER_BF16:
-		return "bf16";
-	case TIER_FP16:
-		return "fp16";
-	default:
-		return "none";
-	}
+	const char *n = tier_dtype_name((enum tier_dtype)dt);
+
+	return n ? n : "none";
 }

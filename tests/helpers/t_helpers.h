@@ -9,12 +9,12 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "tierstore.h"
+
 #define T_EXIT_SKIP 77
 
-/* Element size of a tier_dtype (fp32 4, bf16 and fp16 2) and its name
- * ("fp32", "bf16", "fp16"; anything else, such as -1 for no copy-out,
- * is "none"). */
-size_t t_dtype_size(int dt);
+/* tier_dtype_name, with "none" for a value that is no dtype (such as -1
+ * for no copy-out). */
 const char *t_dtype_name(int dt);
 
 /*

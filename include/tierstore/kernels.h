@@ -1,0 +1,126 @@
+/*
+ * tierstore/kernels.h - the compute kernels of the public API: the CPU
+ * Adam/AdamW update and its roofline, gradient checks, clipping and the
+ * dynamic loss scaler.  Part of tierstore.h: include that.  Implemented in
+ * kernels/, which of the public headers may include this one and
+ * tierstore/common.h.
+ */
+#ifndef TIERSTORE_KERNELS_H
+#define TIERSTORE_KERNELS_H
+
+#include "tierstore/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * One step's hyperparameters, with the semantics of torch.optim.AdamW
+ * (decoupled = true) and torch.optim.Adam (decoupled = false: the weight
+ * decay is an L2 term added to the gradient).  docs/kernels.md gives the
+ * formula.
+ */
+struct tier_adam_params {
+	uint32_t size;            /* sizeof, set by tier_adam_params_init */
+	double lr, beta1, beta2, eps, weight_decay;
+	bool decoupled;
+	uint64_t step;            /* 1 for the first step (bias correction) */
+	double grad_scale;        /* multiplies every gradient: clip_coef / loss_scale */
+};
+
+/* torch.optim.AdamW's defaults (lr 1e-3, betas 0.9/0.999, eps 1e-8, weight
+ * decay 0.01, decoupled), step 1, grad_scale 1. */
+static inline void tier_adam_params_init(struct tier_adam_params *p)
+{
+	memset(p, 0, sizeof(*p));
+	p->size = (uint32_t)sizeof(*p);
+	p->lr = 1e-3;
+	p->beta1 = 0.9;
+	p->beta2 = 0.999;
+	p->eps = 1e-8;
+	p->weight_decay = 0.01;
+	p->decoupled = true;
+	p->step = 1;
+	p->grad_scale = 1.0;
+}
+
+/*
+ * The arrays of one update, all of @n elements: fp32 master parameters,
+ * moments in @moment_dtype (FP32 or BF16, rounded to nearest even), the
+ * gradient in @grad_dtype (any), and an optional copy of the updated
+ * parameters (@param_out, NULL for none) in @out_dtype.  Updated in place,
+ * in one pass over memory.  Any alignment.
+ */
+struct tier_adam_tensors {
+	size_t n;
+	float *param;
+	void *exp_avg, *exp_avg_sq;
+	enum tier_dtype moment_dtype;
+	const void *grad;
+	enum tier_dtype grad_dtype;
+	void *param_out;
+	enum tier_dtype out_dtype;
+};
+
+/*
+ * The CPU Adam/AdamW update over @t, split into cache-sized tiles over
+ * @pool (NULL: the calling thread alone), with the best SIMD version this
+ * CPU has (TIER_SIMD may force one).  0 or -EINVAL (a dtype not allowed
+ * for that array, a NULL array with n > 0, non-finite hyperparameters).
+ */
+TIER_API int tier_adam_step(struct tier_pool *pool, const struct tier_adam_params *p,
+			    const struct tier_adam_tensors *t);
+
+/*
+ * The roofline of tier_adam_step: reads and writes exactly the bytes the
+ * update does for @t (same tiles, same SIMD width), with trivial
+ * arithmetic, so step time / roofline time is the update's distance from
+ * the memory bound.  It changes the arrays' contents.
+ */
+TIER_API int tier_adam_roofline(struct tier_pool *pool, const struct tier_adam_tensors *t);
+
+/* The SIMD version tier_adam_step uses: "scalar", "avx2" or "avx512". */
+TIER_API const char *tier_adam_isa(void);
+
+/*
+ * Gradient checks, one pass: adds the squares of @n elements of @grad
+ * (accumulated in double) to @sumsq and sets @nonfinite when any element
+ * is inf or nan.  Call once per tensor; the global norm is sqrt(sumsq).
+ */
+struct tier_grad_stats {
+	double sumsq;
+	bool nonfinite;
+};
+TIER_API int tier_grad_check(struct tier_pool *pool, const void *grad, enum tier_dtype dtype,
+			     size_t n, struct tier_grad_stats *acc);
+
+/* Clipping by total norm: max_norm / (norm + 1e-6) when that is below 1,
+ * else 1 (torch.nn.utils.clip_grad_norm_). */
+TIER_API double tier_clip_coef(double total_norm, double max_norm);
+
+/*
+ * A dynamic loss scaler with Megatron's semantics (DynamicGradScaler):
+ * on overflow the growth count resets and the hysteresis count drops by
+ * one; when it reaches 0 the scale is multiplied by backoff (not below
+ * min_scale).  After growth_interval clean steps in a row the scale is
+ * multiplied by growth and the hysteresis count is reset.
+ */
+struct tier_loss_scaler {
+	double scale, min_scale, growth_factor, backoff_factor;
+	uint32_t growth_interval, hysteresis;
+	uint32_t growth_tracker;
+	int32_t hysteresis_tracker;
+};
+/* 0, or -EINVAL naming the bad parameter. */
+TIER_API int tier_loss_scaler_init(struct tier_loss_scaler *s, double initial_scale,
+				   double min_scale, double growth_factor, double backoff_factor,
+				   uint32_t growth_interval, uint32_t hysteresis);
+/* Feeds one step's overflow flag; returns true when that step must be
+ * skipped (it overflowed). */
+TIER_API bool tier_loss_scaler_update(struct tier_loss_scaler *s, bool found_inf);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TIERSTORE_KERNELS_H */

@@ -1,0 +1,360 @@
+/*
+ * tierstore/tiers.h - the tiers of the public API: the NVMe tier and the
+ * tiered store (objects, residency, pins, eviction, counters).  Part of
+ * tierstore.h: include that; opening either from a manifest is there
+ * (tier_nvme_open, tier_store_open, tier_store_close).  Implemented in
+ * tiers/, which of the public headers may include this one and those of
+ * the layers below (tierstore/common.h, tierstore/kernels.h).
+ */
+#ifndef TIERSTORE_TIERS_H
+#define TIERSTORE_TIERS_H
+
+#include "tierstore/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------ NVMe tier */
+
+/*
+ * The NVMe tier: one preallocated backing file per manifest path, each
+ * with its own io_uring, and objects striped over them in stripe units.
+ * It is the home of every object; docs/nvme.md describes it and
+ * docs/nvme-format.md the files.  Thread-safe: any thread may submit.
+ */
+struct tier_nvme;
+struct tier_nvme_obj;
+
+/* Flags for tier_nvme_open() (tierstore.h). */
+enum {
+	/* Remove on close the backing files this open created (benchmarks,
+	 * tests); files that existed before are kept. */
+	TIER_NVME_SCRATCH = 1u << 0,
+};
+
+/*
+ * Waits for every submitted request to complete (their callbacks run),
+ * then closes the rings and files.  Returns 0 or the first error met
+ * while closing.  Objects still allocated are freed.
+ */
+TIER_API int tier_nvme_close(struct tier_nvme *t);
+
+/*
+ * Registers [base, base + len) with every ring as a fixed buffer, so
+ * requests whose buffer lies inside it need no page pinning per I/O.  No
+ * request may be in flight (-EBUSY).  len at most 1 GiB.  When the kernel
+ * refuses (RLIMIT_MEMLOCK), says so once and returns 0: requests then use
+ * ordinary buffers.
+ */
+TIER_API int tier_nvme_register_buffer(struct tier_nvme *t, void *base, size_t len);
+
+/*
+ * Places an object of @size bytes: its stripe units round-robin over the
+ * paths, in one extent per path.  Returns 0, -EEXIST (name taken),
+ * -ENOSPC (no extent large enough on some path; the detail says which and
+ * how much is free), -EINVAL, -ENOMEM.
+ */
+TIER_API int tier_nvme_obj_create(struct tier_nvme *t, const char *name, uint64_t size,
+				  struct tier_nvme_obj **out);
+
+/* Frees the object's extents.  No request on it may be in flight (-EBUSY). */
+TIER_API int tier_nvme_obj_destroy(struct tier_nvme *t, struct tier_nvme_obj *o);
+
+TIER_API uint64_t tier_nvme_obj_size(const struct tier_nvme_obj *o);
+TIER_API const char *tier_nvme_obj_name(const struct tier_nvme_obj *o);
+
+enum tier_io_op { TIER_IO_READ = 0, TIER_IO_WRITE = 1 };
+
+/*
+ * Called once per request with 0 or a negative errno, and, on failure, a
+ * detail naming the object, path and offset ("nvme0 (/mnt/a/x.dat): read
+ * of 'layer.3' at 1048576 (file offset 5242880): Input/output error").
+ * Runs on a completion thread: it must not block for long.  It may submit
+ * more requests.
+ */
+typedef void (*tier_io_cb)(void *arg, int result, const char *detail);
+
+/*
+ * Submits a read into, or a write from, @buf of bytes [off, off + len) of
+ * object @o.  Any offset, length and buffer alignment work: whole stripe
+ * units on block-aligned buffers go straight to the device, the rest
+ * through a bounce buffer.  With checksums on, a write computes each
+ * stripe unit's crc32c and a read verifies it (-EBADMSG on a mismatch).
+ * Requests on one object must not overlap a stripe unit that a write in
+ * flight covers.  Returns 0 when queued: @cb will be called exactly once
+ * (with -ENOMEM too, if memory for a later part ran out).  Or returns
+ * -EINVAL (range outside the object), -ESHUTDOWN (closing) or -ENOMEM (no
+ * memory for the request itself): then @cb is not called.
+ */
+TIER_API int tier_nvme_submit(struct tier_nvme *t, struct tier_nvme_obj *o,
+			      enum tier_io_op op, uint64_t off, uint64_t len, void *buf,
+			      tier_io_cb cb, void *arg);
+
+TIER_API int tier_nvme_submit_ticket(struct tier_nvme *t, struct tier_nvme_obj *o,
+				     enum tier_io_op op, uint64_t off, uint64_t len, void *buf,
+				     struct tier_ticket **out);
+
+/* Synchronous forms: submit and wait. */
+TIER_API int tier_nvme_read(struct tier_nvme *t, struct tier_nvme_obj *o, uint64_t off,
+			    uint64_t len, void *buf);
+TIER_API int tier_nvme_write(struct tier_nvme *t, struct tier_nvme_obj *o, uint64_t off,
+			     uint64_t len, const void *buf);
+
+/* Counters of the NVMe tier since open. */
+struct tier_nvme_stats {
+	uint64_t capacity;        /* data bytes over all paths */
+	uint64_t free;            /* of which not allocated */
+	uint64_t bytes_read;      /* bytes transferred from the devices */
+	uint64_t bytes_written;
+	uint64_t requests;        /* caller requests completed */
+	uint64_t ios;             /* device operations completed */
+	uint64_t errors;          /* requests failed */
+	uint64_t csum_errors;     /* stripe units that failed verification */
+	uint64_t short_ios;       /* short transfers resubmitted */
+	uint64_t retries;         /* -EAGAIN / -EINTR resubmissions */
+	uint64_t bounced;         /* device operations through a bounce buffer */
+	uint32_t npaths;
+	uint32_t stripe_unit;
+};
+
+TIER_API void tier_nvme_get_stats(const struct tier_nvme *t, struct tier_nvme_stats *out);
+
+/* Counters of one path (backing file) since open. */
+struct tier_nvme_path_stats {
+	char file[256];            /* the device or file, cut to 255 bytes */
+	uint64_t inflight;         /* device operations submitted, not completed */
+	uint64_t reads, writes;    /* device operations completed */
+	uint64_t bytes_read, bytes_written;
+	uint64_t errors;           /* device operations that failed */
+	uint64_t csum_errors;      /* stripe units read back with a bad crc32c */
+	uint64_t lat_count;        /* operations timed (the histogram's total), and their total time */
+	uint64_t lat_sum_ns;
+	uint64_t lat_hist[TIER_LAT_BUCKETS]; /* submission to completion */
+};
+
+/* The counters of path @i, 0 .. tier_nvme_stats.npaths - 1 (zeros for a
+ * path that is not there).  A build with -Dstats=false keeps only file
+ * and inflight. */
+TIER_API void tier_nvme_get_path_stats(struct tier_nvme *t, unsigned i,
+				       struct tier_nvme_path_stats *out);
+
+/* ------------------------------------------------------------ the store */
+
+/*
+ * The tiered store: HBM (a CUDA device, or an emulated one) as a cache over
+ * pinned DRAM, a cache over the NVMe tier, which is every object's home
+ * (DRAM is the home when the manifest has no NVMe paths).  The hierarchy
+ * is inclusive: an object resident in HBM also holds a DRAM slot.  An
+ * object is a named, fixed-size byte range; on each tier above its home it
+ * is absent, filling, clean, dirty or flushing, and pins keep it in place
+ * while in use.  docs/store.md describes the state machine, the eviction
+ * policy and the guarantees.  Every function is thread-safe.
+ */
+struct tier_store;
+struct tier_obj;
+
+/* Tier levels, top down. */
+enum tier_level { TIER_HBM = 0, TIER_DRAM = 1, TIER_NVME = 2 };
+#define TIER_LEVELS 3
+
+/* Eviction policies. */
+enum tier_policy {
+	/* Farthest next use in the registered schedule first (Belady's MIN on
+	 * the known future); objects outside the schedule go first, least
+	 * recently used first. */
+	TIER_POLICY_BELADY = 0,
+	/* Least recently used, ignoring the schedule. */
+	TIER_POLICY_LRU = 1,
+};
+
+/* Flags for tier_store_params.flags. */
+enum {
+	/* Remove on close the NVMe backing files this open created. */
+	TIER_STORE_SCRATCH = 1u << 0,
+};
+
+/*
+ * Overrides of the manifest for one store; zero (or NULL) fields keep the
+ * manifest's value.  tier_store_params_init sets every field so.
+ */
+struct tier_store_params {
+	uint32_t size;            /* sizeof, set by tier_store_params_init */
+	uint64_t dram_capacity;   /* bytes; 0 = the manifest's */
+	/* HBM backend: NULL = "cuda" when the manifest has a GPU, else no HBM
+	 * tier; "host" = emulated device in host memory; "null" = capacity
+	 * without data (tests); "none" = no HBM tier. */
+	const char *hbm_backend;
+	uint64_t hbm_capacity;    /* bytes; 0 = the manifest's (required for host/null) */
+	double hbm_bandwidth;     /* emulated link, bytes/s per direction; 0 = unlimited */
+	enum tier_policy policy;
+	unsigned flags;           /* TIER_STORE_* */
+};
+
+static inline void tier_store_params_init(struct tier_store_params *p)
+{
+	memset(p, 0, sizeof(*p));
+	p->size = (uint32_t)sizeof(*p);
+}
+
+/* Whether the store has the level (HBM may be absent). */
+TIER_API bool tier_store_has_level(const struct tier_store *s, enum tier_level level);
+
+/* The lowest level: TIER_NVME, or TIER_DRAM without NVMe paths. */
+TIER_API enum tier_level tier_store_home(const struct tier_store *s);
+
+/*
+ * Creates an object of @size bytes, reading as zeros until written.  Its
+ * home space is reserved now.  0, -EEXIST (name taken), -ENOSPC (no room
+ * at home; the detail says how much is free), -EINVAL, -ENOMEM.
+ */
+TIER_API int tier_obj_create(struct tier_store *s, const char *name, uint64_t size,
+			     struct tier_obj **out);
+
+/* The object named @name, or NULL. */
+TIER_API struct tier_obj *tier_obj_find(struct tier_store *s, const char *name);
+
+/* Waits for the object's transfers, then frees it on every tier.  -EBUSY
+ * when it is pinned. */
+TIER_API int tier_obj_destroy(struct tier_store *s, struct tier_obj *o);
+
+TIER_API uint64_t tier_obj_size(const struct tier_obj *o);
+TIER_API const char *tier_obj_name(const struct tier_obj *o);
+
+/* Acquire modes. */
+enum {
+	TIER_ACQUIRE_READ = 1u << 0,
+	TIER_ACQUIRE_WRITE = 1u << 1,      /* the caller may change the bytes */
+	/* With TIER_ACQUIRE_WRITE: the caller overwrites every byte, so the current
+	 * contents need not be brought up (no fill). */
+	TIER_ACQUIRE_DISCARD = 1u << 2,
+};
+
+/*
+ * Makes the object resident on @level and pins it there; *ptr is its
+ * bytes on that level (host memory for DRAM, device memory for HBM; NULL
+ * on the null backend), valid until tier_obj_release.  Brings it up from the
+ * tier that holds its current bytes, making room by eviction.
+ *
+ * A write pin excludes pins on other levels: acquiring for write while the
+ * object is pinned on another level, or on any level while it is pinned
+ * for write on another, fails with -EBUSY (never waits: the other pin may
+ * be the caller's own).  Several pins on one level share the bytes; the
+ * callers order their accesses.
+ *
+ * Returns 0; -ENOMEM when every slot the level could free is pinned (the
+ * detail says how many objects and bytes); -E2BIG when the object is
+ * larger than the level; -ENODEV when the store has no such level; the
+ * error of a fill or of an eviction's write-back (the object and every
+ * acknowledged byte stay valid on the tier below).
+ */
+TIER_API int tier_obj_acquire(struct tier_store *s, struct tier_obj *o, enum tier_level level,
+			  unsigned mode, void **ptr);
+
+/*
+ * The asynchronous form: queues the acquire and returns at once; *ptr is
+ * set before the ticket completes, and tier_ticket_wait() gives what
+ * tier_obj_acquire would have returned.  On a non-zero return there is no
+ * ticket.
+ */
+TIER_API int tier_obj_acquire_async(struct tier_store *s, struct tier_obj *o, enum tier_level level,
+				unsigned mode, void **ptr, struct tier_ticket **tk);
+
+/*
+ * Drops a pin taken on @level.  @dirty marks the bytes changed (only for a
+ * write pin: -EINVAL otherwise); they go down to the home when evicted or
+ * flushed, never dropped.  -EINVAL when there is no such pin.
+ */
+TIER_API int tier_obj_release(struct tier_store *s, struct tier_obj *o, enum tier_level level,
+			  bool dirty);
+
+/*
+ * Starts bringing the object up to @level without pinning it, and returns
+ * at once.  Skipped quietly when the level has no room that the policy
+ * would give (every candidate is needed sooner).  0, or -ENODEV / -E2BIG.
+ */
+TIER_API int tier_obj_prefetch(struct tier_store *s, struct tier_obj *o, enum tier_level level);
+
+/* Copies bytes [off, off + len) from or into a host buffer, through DRAM. */
+TIER_API int tier_obj_write(struct tier_store *s, struct tier_obj *o, uint64_t off, uint64_t len,
+			    const void *buf);
+TIER_API int tier_obj_read(struct tier_store *s, struct tier_obj *o, uint64_t off, uint64_t len,
+			   void *buf);
+
+/*
+ * Writes the object's dirty bytes down to its home and waits.  -EBUSY when
+ * it is pinned for write.
+ */
+TIER_API int tier_obj_flush(struct tier_store *s, struct tier_obj *o);
+
+/*
+ * Writes every dirty byte down to the home and waits.  Objects pinned for
+ * write are skipped and reported (-EBUSY) after the rest is flushed.
+ * Returns 0 or the first error.
+ */
+TIER_API int tier_store_flush(struct tier_store *s);
+
+/*
+ * Registers the cyclic order in which objects are used (each step uses
+ * @objs[0], @objs[1], ... then starts over; an object may appear more than
+ * once).  Eviction uses it to keep the objects needed soonest.  Acquiring
+ * a scheduled object advances the store's position in the schedule to that
+ * object's next occurrence.  n = 0 clears it.  0, -EINVAL, -ENOMEM.
+ */
+TIER_API int tier_store_set_schedule(struct tier_store *s, struct tier_obj *const *objs,
+				     size_t n);
+
+/*
+ * Checks the store's invariants: bytes per level add up to the slot
+ * allocator's and stay within capacity; pinned objects are resident;
+ * inclusion (resident on HBM implies a DRAM slot); dirty bytes only on
+ * levels above the home and only after a write pin; allocators consistent.
+ * 0, or -EUCLEAN with the first violation in the detail.
+ */
+TIER_API int tier_store_validate(struct tier_store *s);
+
+/* Counters of one level since open. */
+struct tier_level_stats {
+	bool present;
+	char backend[16];         /* "dram", "host", "cuda", "null", "nvme" */
+	uint64_t capacity;        /* bytes */
+	uint64_t used;            /* bytes in slots (resident or being filled) */
+	uint64_t pinned;          /* bytes of pinned objects */
+	uint64_t dirty;           /* bytes newer than the tier below */
+	uint64_t objects;         /* objects resident (or filling) */
+	uint64_t hits;            /* acquires that found the object resident */
+	uint64_t misses;          /* acquires that had to fill it */
+	uint64_t evictions;
+	uint64_t writebacks;      /* flushes of dirty bytes to the tier below */
+	uint64_t bytes_in;        /* filled from below */
+	uint64_t bytes_out;       /* written back below */
+	uint64_t prefetches;      /* fills started by tier_obj_prefetch */
+	uint64_t prefetch_skipped;
+	uint64_t errors;          /* failed fills and write-backs */
+	uint64_t largest_free;    /* the largest slot one object could get */
+	double fragmentation;     /* 1 - largest_free / free */
+	/* DRAM arena only */
+	bool huge_pages, thp, locked, numa_bound, cuda_registered;
+	int numa_node;
+};
+
+struct tier_store_stats {
+	struct tier_level_stats level[TIER_LEVELS];
+	uint64_t objects;         /* created */
+	enum tier_policy policy;
+	uint64_t schedule_len;
+};
+
+TIER_API void tier_store_get_stats(struct tier_store *s, struct tier_store_stats *out);
+
+/* The NVMe tier under the store (NULL without one), for its counters. */
+TIER_API struct tier_nvme *tier_store_nvme(struct tier_store *s);
+
+/* Names for messages: "hbm", "dram", "nvme". */
+TIER_API const char *tier_level_name(enum tier_level level);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TIERSTORE_TIERS_H */
