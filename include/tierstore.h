@@ -50,6 +50,10 @@ TIER_API int tier_gpu_selftest(int index);
 
 /* -------------------------------------------------------------- manifest */
 
+/* offload_fraction: chosen by measuring (tier_optim_params,
+ * tier_manifest_info). */
+#define TIER_OFFLOAD_AUTO (-1.0)
+
 /*
  * A tier manifest, parsed, validated against this machine and with every
  * default resolved (detected GPU, NUMA node, sizes in bytes).  Opaque.
@@ -118,6 +122,43 @@ TIER_API int tier_manifest_emit(const struct tier_manifest *m, FILE *out);
 /* The file name the manifest came from ("<default>" for the default). */
 TIER_API const char *tier_manifest_source(const struct tier_manifest *m);
 
+/*
+ * The effective configuration: what the manifest resolved to on this
+ * machine, every default filled in (docs/manifest.md).  The strings point
+ * into @m and live as long as it.
+ */
+struct tier_manifest_info {
+	const char *source;        /* the file, or "<default>" */
+	const char *name;          /* the store's name */
+	int gpu;                   /* the HBM tier's CUDA device; -1: no HBM tier */
+	uint64_t hbm_capacity;     /* bytes */
+	uint64_t dram_capacity;    /* bytes */
+	int numa_node;             /* -1: not bound */
+	uint32_t npaths;           /* NVMe paths; 0: DRAM is every object's home */
+	uint64_t nvme_capacity;    /* bytes, over every path */
+	uint64_t stripe_unit;      /* bytes */
+	bool checksum;             /* crc32c per stripe unit */
+	uint64_t lookahead;        /* prefetch.lookahead, bytes */
+	uint32_t write_behind;     /* prefetch.write_behind */
+	double offload_fraction;   /* optimizer.offload_fraction; TIER_OFFLOAD_AUTO: auto */
+	enum tier_dtype moment_dtype;
+	uint64_t shard_size;       /* optimizer.shard_size, bytes */
+};
+TIER_API int tier_manifest_info(const struct tier_manifest *m, struct tier_manifest_info *out);
+
+/* NVMe path @i (0 .. npaths - 1) of the effective configuration. */
+struct tier_manifest_path {
+	const char *path;          /* as written, ${VAR} expanded */
+	const char *file;          /* the backing file (absolute) */
+	uint64_t capacity;         /* bytes */
+	uint32_t block_size;       /* transfer alignment, bytes */
+	uint32_t queue_depth;
+	bool direct;               /* O_DIRECT */
+};
+/* 0, or -EINVAL (NULL) or -ERANGE (no path @i). */
+TIER_API int tier_manifest_path(const struct tier_manifest *m, unsigned i,
+				struct tier_manifest_path *out);
+
 TIER_API void tier_manifest_free(struct tier_manifest *m);
 
 
@@ -184,8 +225,6 @@ struct tier_tensor {
 
 /* moment_dtype: the manifest's optimizer.moment_dtype. */
 #define TIER_DTYPE_MANIFEST (-1)
-/* offload_fraction: chosen by measuring (see tier_optim_params). */
-#define TIER_OFFLOAD_AUTO (-1.0)
 /* offload_fraction: the manifest's optimizer.offload_fraction. */
 #define TIER_OFFLOAD_MANIFEST (-2.0)
 
@@ -321,6 +360,27 @@ TIER_API int tier_optim_read(struct tier_optim *o, uint32_t id, float *master, v
 /* The moment dtype, and the current CPU share of the split. */
 TIER_API enum tier_dtype tier_optim_moment_dtype(const struct tier_optim *o);
 TIER_API double tier_optim_cpu_fraction(const struct tier_optim *o);
+
+/* What an optimizer resolved its parameters and the manifest to: the one
+ * place a program (tier-bench among them) reads them from. */
+struct tier_optim_info {
+	enum tier_dtype moment_dtype;
+	uint32_t bytes_per_elem;   /* state per element: 4 + 2 x the moment size */
+	uint64_t shard_elems;      /* elements per shard (a multiple of 64) */
+	uint64_t shard_bytes;      /* state bytes per (full) shard */
+	uint64_t window_bytes;     /* the lookahead window in DRAM */
+	uint64_t hbm_budget;       /* the GPU lane's window in HBM (0: no GPU lane) */
+	uint32_t write_behind;     /* write-backs in flight behind the update */
+	unsigned threads;          /* the CPU lane's threads */
+	double cpu_fraction;       /* the CPU share of the split now */
+	bool auto_split;           /* the split is measured ("auto") */
+	bool gpu_lane;             /* shards can be updated on the HBM tier */
+	uint32_t nparams, nshards;
+	uint64_t state_bytes;      /* the state of every shard */
+};
+
+/* Fills @out.  0, or -EINVAL (NULL). */
+TIER_API int tier_optim_info(const struct tier_optim *o, struct tier_optim_info *out);
 
 /* Waits for every write-back, writes the trace (TIER_TRACE) and frees the
  * optimizer and its state objects.  Returns 0 or the first error. */

@@ -336,11 +336,6 @@ int adamw_step_isa(struct tier_pool *pool, enum adamw_isa isa, const struct adam
 	return adamw_run(pool, adamw_kernel(isa), c, a);
 }
 
-int adamw_step(struct tier_pool *pool, const struct adam_consts *c, const struct tier_adam_tensors *a)
-{
-	return adamw_step_isa(pool, adamw_isa(), c, a);
-}
-
 int adamw_roofline_isa(struct tier_pool *pool, enum adamw_isa isa, const struct tier_adam_tensors *a)
 {
 	int rc = isa_usable(isa);

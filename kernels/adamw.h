@@ -43,13 +43,9 @@ const char *adamw_isa_name(enum adamw_isa isa);
 int adamw_isa_supported(enum adamw_isa isa);
 adamw_kernel_fn adamw_kernel(enum adamw_isa isa);
 
-/*
- * One step over @a with the version in use, split into cache-sized tiles
- * over @pool (NULL: the calling thread alone).  0 or -EINVAL.
- */
-int adamw_step(struct tier_pool *pool, const struct adam_consts *c, const struct tier_adam_tensors *a);
-
-/* The same with a given version (tests, benchmarks).  -ENOTSUP when this
+/* One step over @a with a given version, split into cache-sized tiles over
+ * @pool (NULL: the calling thread alone) (tests, benchmarks; tier_adam_step
+ * uses the version in use).  0 or -EINVAL; -ENOTSUP when this
  * CPU or build cannot run it. */
 int adamw_step_isa(struct tier_pool *pool, enum adamw_isa isa, const struct adam_consts *c,
 		   const struct tier_adam_tensors *a);

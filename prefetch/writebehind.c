@@ -35,12 +35,10 @@ struct wb {
 	bool quit;
 	int err;
 	char detail[TIER_ERR_MAX];
-	uint64_t issued, failed;
 };
 
 static void record(struct wb *w, int rc, const char *detail)
 {
-	w->failed++;
 	if (!w->err) {
 		w->err = rc;
 		snprintf(w->detail, sizeof(w->detail), "%s", detail);
@@ -81,7 +79,6 @@ static void *wb_main(void *arg)
 				continue;
 			}
 			w->fly[w->nfly++] = tk;
-			w->issued++;
 		}
 		if (!w->qlen && !w->nfly) {
 			pthread_cond_broadcast(&w->idle);
@@ -186,14 +183,6 @@ int wb_take_error(struct wb *w, char *detail, size_t len)
 	w->err = 0;
 	pthread_mutex_unlock(&w->lock);
 	return rc;
-}
-
-void wb_counters(struct wb *w, uint64_t *issued, uint64_t *failed)
-{
-	pthread_mutex_lock(&w->lock);
-	*issued = w->issued;
-	*failed = w->failed;
-	pthread_mutex_unlock(&w->lock);
 }
 
 void wb_destroy(struct wb *w)

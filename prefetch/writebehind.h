@@ -30,9 +30,6 @@ void wb_drain(struct wb *w);
 /* The first error since the last call (0 if none), its detail in @detail. */
 int wb_take_error(struct wb *w, char *detail, size_t len);
 
-/* Write-backs issued and bytes queued since creation. */
-void wb_counters(struct wb *w, uint64_t *issued, uint64_t *failed);
-
 /* Drains, stops the thread and frees. */
 void wb_destroy(struct wb *w);
 

@@ -417,6 +417,53 @@ const char *tier_manifest_source(const struct tier_manifest *m)
 	return m->tiers.source;
 }
 
+int tier_manifest_info(const struct tier_manifest *m, struct tier_manifest_info *out)
+{
+	const struct tiers_cfg *t;
+
+	if (!m || !out)
+		return ts_err(-EINVAL, "tier_manifest_info: %s", m ? "no result pointer" : "no manifest");
+	t = &m->tiers;
+	memset(out, 0, sizeof(*out));
+	out->source = t->source;
+	out->name = t->name;
+	out->gpu = t->gpu;
+	out->hbm_capacity = t->gpu >= 0 ? t->hbm_capacity : 0;
+	out->dram_capacity = t->dram_capacity;
+	out->numa_node = t->numa_node;
+	out->npaths = (uint32_t)t->npaths;
+	for (size_t i = 0; i < t->npaths; i++)
+		out->nvme_capacity += t->paths[i].capacity;
+	out->stripe_unit = t->stripe_unit;
+	out->checksum = t->checksum == TIER_CSUM_CRC32C;
+	out->lookahead = m->lookahead;
+	out->write_behind = m->write_behind;
+	out->offload_fraction = m->offload_auto ? TIER_OFFLOAD_AUTO : m->offload_fraction;
+	out->moment_dtype = m->moment_dtype;
+	out->shard_size = m->shard_size;
+	return 0;
+}
+
+int tier_manifest_path(const struct tier_manifest *m, unsigned i, struct tier_manifest_path *out)
+{
+	const struct tiers_path_cfg *p;
+
+	if (!m || !out)
+		return ts_err(-EINVAL, "tier_manifest_path: %s", m ? "no result pointer" : "no manifest");
+	if (i >= m->tiers.npaths)
+		return ts_err(-ERANGE, "%s: no NVMe path %u (the manifest has %zu)", m->tiers.source, i,
+			      m->tiers.npaths);
+	p = &m->tiers.paths[i];
+	memset(out, 0, sizeof(*out));
+	out->path = p->path;
+	out->file = p->file;
+	out->capacity = p->capacity;
+	out->block_size = p->block_size;
+	out->queue_depth = p->queue_depth;
+	out->direct = p->direct;
+	return 0;
+}
+
 /* --------------------------------------------------------- the default */
 
 int tier_manifest_default_text(char **out)

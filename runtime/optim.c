@@ -91,6 +91,7 @@ struct tier_optim {
 	size_t mb;               /* bytes per moment element */
 	size_t shard_elems;
 	uint64_t dram_cap, hbm_cap, lookahead, hbm_budget, keep, shard_bytes;
+	uint32_t write_behind;   /* write-backs in flight (the manifest's) */
 	bool home_nvme;
 
 	struct param *params;
@@ -183,14 +184,9 @@ static void feed_update(struct tier_optim *o, const struct tier_step_result *res
 	atomic_store_explicit(&f->optim_present, 1, memory_order_relaxed);
 }
 
-static size_t dtype_size(enum tier_dtype d)
-{
-	return d == TIER_FP32 ? 4 : 2;
-}
-
 static bool dtype_ok(int d)
 {
-	return d == TIER_FP32 || d == TIER_BF16 || d == TIER_FP16;
+	return tier_dtype_size((enum tier_dtype)d) != 0;
 }
 
 /* ------------------------------------------------------------ params */
@@ -270,7 +266,7 @@ static int update_item(struct tier_optim *o, unsigned lane, struct la_item *it)
 	struct shard *sh = it->user;
 	struct param *pp = &o->params[sh->param];
 	char *base = it->ptr;
-	size_t gsz = dtype_size(pp->grad.dtype), osz = pp->out.ptr ? dtype_size(pp->out.dtype) : 0;
+	size_t gsz = tier_dtype_size(pp->grad.dtype), osz = pp->out.ptr ? tier_dtype_size(pp->out.dtype) : 0;
 	struct tier_adam_tensors t = {
 		.n = sh->n,
 		.param = (float *)(void *)base,
@@ -505,7 +501,7 @@ int tier_optim_create(struct tier_store *s, const struct tier_optim_params *p,
 		rc = ts_err(-EINVAL, "optimizer: moment dtype %d from the manifest", (int)o->md);
 		goto fail;
 	}
-	o->mb = dtype_size(o->md);
+	o->mb = tier_dtype_size(o->md);
 	shard_size = p->shard_size ? p->shard_size : cfg->shard_size;
 	o->shard_elems = shard_size / (4 + 2 * o->mb) / SHARD_ALIGN * SHARD_ALIGN;
 	shard_bytes = o->shard_elems * (4 + 2 * o->mb);
@@ -547,7 +543,8 @@ int tier_optim_create(struct tier_store *s, const struct tier_optim_params *p,
 	}
 	if ((rc = tier_pool_create(p->threads, &o->pool)))
 		goto fail;
-	if ((rc = wb_create(s, cfg->write_behind, &o->wb)))
+	o->write_behind = cfg->write_behind;
+	if ((rc = wb_create(s, o->write_behind, &o->wb)))
 		goto fail;
 	if (have_hbm) {
 		o->hbm_caps = store_hbm_caps(s);
@@ -721,6 +718,28 @@ enum tier_dtype tier_optim_moment_dtype(const struct tier_optim *o)
 double tier_optim_cpu_fraction(const struct tier_optim *o)
 {
 	return o->cpu_fraction;
+}
+
+int tier_optim_info(const struct tier_optim *o, struct tier_optim_info *out)
+{
+	if (!o || !out)
+		return ts_err(-EINVAL, "tier_optim_info: %s", o ? "no result pointer" : "no optimizer");
+	memset(out, 0, sizeof(*out));
+	out->moment_dtype = o->md;
+	out->bytes_per_elem = (uint32_t)(4 + 2 * o->mb);
+	out->shard_elems = o->shard_elems;
+	out->shard_bytes = o->shard_bytes;
+	out->window_bytes = o->lookahead;
+	out->hbm_budget = o->hbm_caps ? o->hbm_budget : 0;
+	out->write_behind = o->write_behind;
+	out->threads = tier_pool_size(o->pool);
+	out->cpu_fraction = o->cpu_fraction;
+	out->auto_split = o->auto_split;
+	out->gpu_lane = o->hbm_caps != 0;
+	out->nparams = o->nparams;
+	out->nshards = o->nshards;
+	out->state_bytes = state_bytes(o);
+	return 0;
 }
 
 /* ------------------------------------------------------------ the step */
