@@ -9,7 +9,7 @@
 #include <time.h>
 
 /* Nanoseconds on CLOCK_MONOTONIC (an arbitrary origin; only differences mean anything). */
-static inline uint64_t tier_now_ns(void)
+static inline uint64_t ts_now_ns(void)
 {
 	struct timespec ts;
 
@@ -20,7 +20,7 @@ static inline uint64_t tier_now_ns(void)
 /* Nanoseconds since the epoch on CLOCK_REALTIME: only for timestamps
  * shown to people (when a store opened, when counters were published),
  * never for durations. */
-static inline uint64_t tier_wall_ns(void)
+static inline uint64_t ts_wall_ns(void)
 {
 	struct timespec ts;
 
@@ -28,13 +28,13 @@ static inline uint64_t tier_wall_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static inline double tier_ns_to_s(uint64_t ns)
+static inline double ts_ns_to_s(uint64_t ns)
 {
 	return (double)ns * 1e-9;
 }
 
 /* Sleeps @ns nanoseconds, resuming after signals until the time has passed. */
-static inline void tier_sleep_ns(uint64_t ns)
+static inline void ts_sleep_ns(uint64_t ns)
 {
 	struct timespec ts = {
 		.tv_sec = (time_t)(ns / 1000000000ull),

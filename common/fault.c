@@ -45,7 +45,7 @@ bool ts_fault_available(void)
 }
 
 #if TIER_FAULT_SITES
-int tier_fault_check(enum tier_fault_site site)
+int ts_fault_check(enum ts_fault_site site)
 {
 	struct fault_site *f;
 	uint64_t call, nth;
@@ -66,7 +66,7 @@ int tier_fault_check(enum tier_fault_site site)
 }
 #endif
 
-int ts_fault_arm(enum tier_fault_site site, uint64_t nth, int64_t count, int err)
+int ts_fault_arm(enum ts_fault_site site, uint64_t nth, int64_t count, int err)
 {
 	struct fault_site *f;
 
@@ -91,7 +91,7 @@ int ts_fault_arm(enum tier_fault_site site, uint64_t nth, int64_t count, int err
 	return 0;
 }
 
-void ts_fault_disarm(enum tier_fault_site site)
+void ts_fault_disarm(enum ts_fault_site site)
 {
 	if (site <= TIER_FAULT_NONE || site >= TIER_FAULT__COUNT)
 		return;
@@ -107,36 +107,36 @@ void ts_fault_reset_all(void)
 	}
 }
 
-uint64_t ts_fault_calls(enum tier_fault_site site)
+uint64_t ts_fault_calls(enum ts_fault_site site)
 {
 	if (site <= TIER_FAULT_NONE || site >= TIER_FAULT__COUNT)
 		return 0;
 	return atomic_load(&g_sites[site].calls);
 }
 
-uint64_t ts_fault_fired(enum tier_fault_site site)
+uint64_t ts_fault_fired(enum ts_fault_site site)
 {
 	if (site <= TIER_FAULT_NONE || site >= TIER_FAULT__COUNT)
 		return 0;
 	return atomic_load(&g_sites[site].fired);
 }
 
-const char *ts_fault_site_name(enum tier_fault_site site)
+const char *ts_fault_site_name(enum ts_fault_site site)
 {
 	if (site < TIER_FAULT_NONE || site >= TIER_FAULT__COUNT)
 		return "?";
 	return site_names[site];
 }
 
-enum tier_fault_site ts_fault_site_lookup(const char *name)
+enum ts_fault_site ts_fault_site_lookup(const char *name)
 {
 	long long n;
 
 	if (ts_int_parse(name, 1, TIER_FAULT__COUNT - 1, &n) == 0)
-		return (enum tier_fault_site)n;
+		return (enum ts_fault_site)n;
 	for (int i = 1; i < TIER_FAULT__COUNT; i++)
 		if (strcasecmp(name, site_names[i]) == 0)
-			return (enum tier_fault_site)i;
+			return (enum ts_fault_site)i;
 	return TIER_FAULT_NONE;
 }
 
@@ -171,7 +171,7 @@ static const char *field(const char *p, char sep, char *out, size_t len)
 int ts_fault_arm_spec(const char *spec)
 {
 	struct {
-		enum tier_fault_site site;
+		enum ts_fault_site site;
 		long long nth, count;
 		int err;
 	} items[TIER_FAULT__COUNT * 2];
@@ -223,35 +223,35 @@ int ts_fault_arm_spec(const char *spec)
 
 void *ts_malloc(size_t size)
 {
-	if (tier_fault_check(TIER_FAULT_ALLOC))
+	if (ts_fault_check(TIER_FAULT_ALLOC))
 		return NULL;
 	return malloc(size);
 }
 
 void *ts_calloc(size_t n, size_t size)
 {
-	if (tier_fault_check(TIER_FAULT_ALLOC))
+	if (ts_fault_check(TIER_FAULT_ALLOC))
 		return NULL;
 	return calloc(n, size);
 }
 
 void *ts_realloc(void *p, size_t size)
 {
-	if (tier_fault_check(TIER_FAULT_ALLOC))
+	if (ts_fault_check(TIER_FAULT_ALLOC))
 		return NULL;
 	return realloc(p, size);
 }
 
 char *ts_strdup(const char *s)
 {
-	if (tier_fault_check(TIER_FAULT_ALLOC))
+	if (ts_fault_check(TIER_FAULT_ALLOC))
 		return NULL;
 	return strdup(s);
 }
 
 char *ts_strndup(const char *s, size_t n)
 {
-	if (tier_fault_check(TIER_FAULT_ALLOC))
+	if (ts_fault_check(TIER_FAULT_ALLOC))
 		return NULL;
 	return strndup(s, n);
 }
@@ -262,7 +262,7 @@ char *ts_asprintf(const char *fmt, ...)
 	char *s;
 	int n;
 
-	if (tier_fault_check(TIER_FAULT_ALLOC))
+	if (ts_fault_check(TIER_FAULT_ALLOC))
 		return NULL;
 	va_start(ap, fmt);
 	n = vasprintf(&s, fmt, ap);

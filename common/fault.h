@@ -52,7 +52,7 @@ extern "C" {
 	X(STORE_IO, 25, "store_io", "a fill or flush between tiers failing before it is issued") \
 	X(STATS_OPEN, 26, "stats_open", "creating or opening a stats segment")
 
-enum tier_fault_site {
+enum ts_fault_site {
 	TIER_FAULT_NONE = 0,
 #define X(id, num, name, desc) TIER_FAULT_##id = num,
 	TIER_FAULT_SITE_LIST(X)
@@ -65,9 +65,9 @@ enum tier_fault_site {
 
 #if TIER_FAULT_SITES
 /* 0, or the negative errno the armed site must fail with. */
-int tier_fault_check(enum tier_fault_site site);
+int ts_fault_check(enum ts_fault_site site);
 #else
-static inline int tier_fault_check(enum tier_fault_site site)
+static inline int ts_fault_check(enum ts_fault_site site)
 {
 	(void)site;
 	return 0;
@@ -83,16 +83,16 @@ bool ts_fault_available(void);
  * from the Nth on.  Resets the site's counters.  -ENOTSUP without fault
  * sites, -EINVAL for a bad site, nth or err.
  */
-int ts_fault_arm(enum tier_fault_site site, uint64_t nth, int64_t count, int err);
-void ts_fault_disarm(enum tier_fault_site site);
+int ts_fault_arm(enum ts_fault_site site, uint64_t nth, int64_t count, int err);
+void ts_fault_disarm(enum ts_fault_site site);
 void ts_fault_reset_all(void);
 /* Calls that passed the site since it was armed or reset, and how many failed. */
-uint64_t ts_fault_calls(enum tier_fault_site site);
-uint64_t ts_fault_fired(enum tier_fault_site site);
+uint64_t ts_fault_calls(enum ts_fault_site site);
+uint64_t ts_fault_fired(enum ts_fault_site site);
 
-const char *ts_fault_site_name(enum tier_fault_site site);
+const char *ts_fault_site_name(enum ts_fault_site site);
 /* The site named @name ("alloc") or numbered ("1"); TIER_FAULT_NONE if none. */
-enum tier_fault_site ts_fault_site_lookup(const char *name);
+enum ts_fault_site ts_fault_site_lookup(const char *name);
 
 /*
  * Arms sites from a TIER_FAULT-style spec: "site:nth[:count[:errno]]",

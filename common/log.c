@@ -20,7 +20,7 @@
 _Atomic int ts_log_level_g = TIER_LL_WARN;
 _Atomic uint32_t ts_log_mask_g = TIER_SS_ALL;
 
-static tier_log_sink_fn g_sink;
+static ts_log_sink_fn g_sink;
 static void *g_sink_arg;
 
 static const char *const level_names[] = { "error", "warn", "info", "debug", "trace" };
@@ -97,7 +97,7 @@ int ts_log_mask_parse(const char *s, uint32_t *mask, char *bad, int badlen)
 	return 0;
 }
 
-void ts_log_set_sink(tier_log_sink_fn fn, void *arg)
+void ts_log_set_sink(ts_log_sink_fn fn, void *arg)
 {
 	g_sink = fn;
 	g_sink_arg = arg;

@@ -13,7 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-enum tier_log_level {
+enum ts_log_level {
 	TIER_LL_ERROR = 0,
 	TIER_LL_WARN = 1,
 	TIER_LL_INFO = 2,
@@ -35,7 +35,7 @@ enum tier_log_level {
 	X(STATS, "stats")                                                      \
 	X(TOOLS, "tools")
 
-enum tier_subsys_bit {
+enum ts_subsys_bit {
 #define X(id, name) TIER_SSB_##id,
 	TIER_SUBSYS_LIST(X)
 #undef X
@@ -50,7 +50,7 @@ TIER_SUBSYS_LIST(X)
 extern _Atomic int ts_log_level_g;
 extern _Atomic uint32_t ts_log_mask_g;
 
-static inline bool tier_log_enabled(int level, uint32_t ss)
+static inline bool ts_log_enabled(int level, uint32_t ss)
 {
 	return level <= atomic_load_explicit(&ts_log_level_g, memory_order_relaxed) &&
 	       (ss & atomic_load_explicit(&ts_log_mask_g, memory_order_relaxed));
@@ -61,7 +61,7 @@ void ts_log_emit(int level, uint32_t ss, const char *file, int line,
 
 #define TIER_LOG(level, ss, ...)                                               \
 	do {                                                                    \
-		if (tier_log_enabled((level), (ss)))                            \
+		if (ts_log_enabled((level), (ss)))                            \
 			ts_log_emit((level), (ss), __FILE__, __LINE__,         \
 				      __VA_ARGS__);                             \
 	} while (0)
@@ -83,7 +83,7 @@ const char *ts_subsys_name(uint32_t ss);
  * Where messages go: stderr unless a test installs a sink.  The sink gets
  * the whole formatted line without the trailing newline.
  */
-typedef void (*tier_log_sink_fn)(int level, uint32_t ss, const char *line, void *arg);
-void ts_log_set_sink(tier_log_sink_fn fn, void *arg);
+typedef void (*ts_log_sink_fn)(int level, uint32_t ss, const char *line, void *arg);
+void ts_log_set_sink(ts_log_sink_fn fn, void *arg);
 
 #endif

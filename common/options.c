@@ -22,9 +22,9 @@
 #include "common/options.h"
 #include "common/units.h"
 
-struct tier_option {
+struct ts_option {
 	const char *name;
-	enum tier_opt_type type;
+	enum ts_opt_type type;
 	const char *env;
 	const char *def;
 	const char *choices;
@@ -38,7 +38,7 @@ struct tier_option {
 	bool from_env;
 };
 
-static struct tier_option g_opts[TIER_OPT__COUNT] = {
+static struct ts_option g_opts[TIER_OPT__COUNT] = {
 #define X(id, name, type, env, def, choices, min, max, desc)                   \
 	[TIER_OPT_##id] = { name, type, env, def, choices, min, max, desc, 0, 0, 0, "", false },
 	TIER_OPTION_LIST(X)
@@ -64,9 +64,9 @@ static int choice_index(const char *choices, const char *v)
 }
 
 /* Parses @v into @o; returns 0 or -EINVAL with @why filled. */
-static int opt_parse(struct tier_option *o, const char *v, char *why, size_t whylen)
+static int opt_parse(struct ts_option *o, const char *v, char *why, size_t whylen)
 {
-	struct tier_size sz;
+	struct ts_size sz;
 	long long n;
 	uint32_t mask;
 	int rc;
@@ -146,7 +146,7 @@ static void options_load(void)
 	char infos[TIER_OPT__COUNT][512];
 
 	for (int i = 0; i < TIER_OPT__COUNT; i++) {
-		struct tier_option *o = &g_opts[i];
+		struct ts_option *o = &g_opts[i];
 		const char *v;
 
 		warnings[i][0] = infos[i][0] = '\0';
@@ -181,7 +181,7 @@ static void options_load(void)
 			TIER_WARN(TIER_SS_COMMON, "%s", tier_last_error());
 		ts_err_clear();
 	}
-	if (tier_log_enabled(TIER_LL_DEBUG, TIER_SS_COMMON)) {
+	if (ts_log_enabled(TIER_LL_DEBUG, TIER_SS_COMMON)) {
 		char *buf = NULL;
 		size_t len = 0;
 		FILE *f = open_memstream(&buf, &len);
@@ -215,47 +215,47 @@ __attribute__((constructor)) static void options_ctor(void)
 	ts_options_init();
 }
 
-long long ts_opt_int(enum tier_opt_id id)
+long long ts_opt_int(enum ts_opt_id id)
 {
 	ts_options_init();
 	return g_opts[id].ival;
 }
 
-double ts_opt_percent(enum tier_opt_id id)
+double ts_opt_percent(enum ts_opt_id id)
 {
 	ts_options_init();
 	return g_opts[id].dval;
 }
 
-uint64_t ts_opt_size(enum tier_opt_id id)
+uint64_t ts_opt_size(enum ts_opt_id id)
 {
 	ts_options_init();
 	return g_opts[id].size;
 }
 
-const char *ts_opt_str(enum tier_opt_id id)
+const char *ts_opt_str(enum ts_opt_id id)
 {
 	ts_options_init();
 	return g_opts[id].sval;
 }
 
-bool ts_opt_from_env(enum tier_opt_id id)
+bool ts_opt_from_env(enum ts_opt_id id)
 {
 	ts_options_init();
 	return g_opts[id].from_env;
 }
 
-const char *ts_opt_name(enum tier_opt_id id)
+const char *ts_opt_name(enum ts_opt_id id)
 {
 	return g_opts[id].name;
 }
 
-const char *ts_opt_env(enum tier_opt_id id)
+const char *ts_opt_env(enum ts_opt_id id)
 {
 	return g_opts[id].env;
 }
 
-static void opt_value_str(const struct tier_option *o, char *buf, size_t len)
+static void opt_value_str(const struct ts_option *o, char *buf, size_t len)
 {
 	switch (o->type) {
 	case TIER_OPT_T_ENUM: {
@@ -318,7 +318,7 @@ static int options_print_table(FILE *out)
 
 	fprintf(out, "%-22s %-8s %-14s %-8s %s\n", "ENV", "TYPE", "VALUE", "SOURCE", "DESCRIPTION");
 	for (int i = 0; i < TIER_OPT__COUNT; i++) {
-		const struct tier_option *o = &g_opts[i];
+		const struct ts_option *o = &g_opts[i];
 
 		opt_value_str(o, val, sizeof(val));
 		fprintf(out, "%-22s %-8s %-14s %-8s %s\n", o->env, type_names[o->type],

@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-enum tier_opt_type {
+enum ts_opt_type {
 	TIER_OPT_T_ENUM,    /* one of a '|'-separated list; value = index */
 	TIER_OPT_T_SUBSYS,  /* a subsystem list ("nvme,prefetch", "all") */
 	TIER_OPT_T_STRING,
@@ -62,7 +62,7 @@ enum tier_opt_type {
 	  "250", NULL, 10, 60000,                                              \
 	  "milliseconds between two publishes of a store's counters")
 
-enum tier_opt_id {
+enum ts_opt_id {
 #define X(id, name, type, env, def, choices, min, max, desc) TIER_OPT_##id,
 	TIER_OPTION_LIST(X)
 #undef X
@@ -78,12 +78,12 @@ void ts_options_init(void);
  */
 void ts_options_reload(void);
 
-long long ts_opt_int(enum tier_opt_id id);      /* INT, ENUM index, SUBSYS mask */
-double ts_opt_percent(enum tier_opt_id id);     /* PERCENT */
-uint64_t ts_opt_size(enum tier_opt_id id);      /* SIZE */
-const char *ts_opt_str(enum tier_opt_id id);    /* STRING; never NULL */
-bool ts_opt_from_env(enum tier_opt_id id);
-const char *ts_opt_name(enum tier_opt_id id);
-const char *ts_opt_env(enum tier_opt_id id);
+long long ts_opt_int(enum ts_opt_id id);      /* INT, ENUM index, SUBSYS mask */
+double ts_opt_percent(enum ts_opt_id id);     /* PERCENT */
+uint64_t ts_opt_size(enum ts_opt_id id);      /* SIZE */
+const char *ts_opt_str(enum ts_opt_id id);    /* STRING; never NULL */
+bool ts_opt_from_env(enum ts_opt_id id);
+const char *ts_opt_name(enum ts_opt_id id);
+const char *ts_opt_env(enum ts_opt_id id);
 
 #endif

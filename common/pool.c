@@ -20,7 +20,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/check.h"
 #include "common/error.h"
 #include "common/fault.h"
 #include "common/log.h"
@@ -44,7 +43,7 @@ struct tier_pool {
 	bool stop;
 	unsigned active;         /* workers still inside the current job */
 	size_t n;                /* the current job: */
-	tier_pool_fn fn;
+	ts_pool_fn fn;
 	void *arg;
 	struct job_ref ancestry[MAX_NEST]; /* the submitter's jobs */
 	unsigned nancestry;
@@ -95,7 +94,7 @@ static void job_leave(void)
 	t_njobs--;
 }
 
-static void run_share(struct tier_pool *p, size_t n, tier_pool_fn fn, void *arg, unsigned id)
+static void run_share(struct tier_pool *p, size_t n, ts_pool_fn fn, void *arg, unsigned id)
 {
 	size_t i;
 
@@ -105,7 +104,7 @@ static void run_share(struct tier_pool *p, size_t n, tier_pool_fn fn, void *arg,
 	job_leave();
 }
 
-static void run_inline(struct tier_pool *p, size_t n, tier_pool_fn fn, void *arg, unsigned id)
+static void run_inline(struct tier_pool *p, size_t n, ts_pool_fn fn, void *arg, unsigned id)
 {
 	job_enter(p, id);
 	for (size_t i = 0; i < n; i++)
@@ -128,7 +127,7 @@ static void *worker_main(void *v)
 			break;
 		seen = p->gen;
 		size_t n = p->n;
-		tier_pool_fn fn = p->fn;
+		ts_pool_fn fn = p->fn;
 		void *arg = p->arg;
 
 		for (unsigned i = 0; i < p->nancestry; i++)
@@ -186,7 +185,7 @@ int tier_pool_create(unsigned nthreads, struct tier_pool **out)
 		}
 		wa->pool = p;
 		wa->id = i;
-		rc = tier_fault_check(TIER_FAULT_THREAD_CREATE);
+		rc = ts_fault_check(TIER_FAULT_THREAD_CREATE);
 		if (rc) {
 			free(wa);
 			ts_err(rc, "thread pool: creating worker %u of %u: %s", i,
@@ -233,7 +232,7 @@ unsigned tier_pool_size(const struct tier_pool *p)
 	return p->started + 1;
 }
 
-int ts_pool_for(struct tier_pool *p, size_t n, tier_pool_fn fn, void *arg)
+int ts_pool_for(struct tier_pool *p, size_t n, ts_pool_fn fn, void *arg)
 {
 	unsigned id;
 

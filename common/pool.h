@@ -17,7 +17,7 @@
 
 #include "tierstore/common.h" /* tier_pool_create, tier_pool_destroy, tier_pool_size */
 
-typedef void (*tier_pool_fn)(void *arg, size_t index, unsigned worker);
+typedef void (*ts_pool_fn)(void *arg, size_t index, unsigned worker);
 
 /*
  * tier_pool_create(n): a pool of @n threads in all, the caller included
@@ -35,6 +35,6 @@ typedef void (*tier_pool_fn)(void *arg, size_t index, unsigned worker);
  * Returns 0, or -EDEADLK (nothing run) for the A -> B -> A case above; @fn
  * reports its own errors through @arg.
  */
-int ts_pool_for(struct tier_pool *pool, size_t n, tier_pool_fn fn, void *arg);
+int ts_pool_for(struct tier_pool *pool, size_t n, ts_pool_fn fn, void *arg);
 
 #endif

@@ -20,14 +20,14 @@
 #include "common/fault.h"
 #include "common/sysinfo.h"
 
-int sys_meminfo(struct tier_meminfo *out)
+int sys_meminfo(struct ts_meminfo *out)
 {
 	char line[256];
 	bool have_total = false, have_avail = false;
 	FILE *f;
 	int rc;
 
-	rc = tier_fault_check(TIER_FAULT_MEMINFO);
+	rc = ts_fault_check(TIER_FAULT_MEMINFO);
 	if (rc)
 		return ts_err(rc, "/proc/meminfo: %s", tier_strerror(rc));
 	f = fopen("/proc/meminfo", "re");
@@ -73,13 +73,13 @@ static uint32_t dev_logical_block_size(dev_t dev)
 	return v;
 }
 
-int sys_fsinfo(const char *path, struct tier_fsinfo *out)
+int sys_fsinfo(const char *path, struct ts_fsinfo *out)
 {
 	struct statvfs vfs;
 	struct stat st;
 	int rc;
 
-	rc = tier_fault_check(TIER_FAULT_STATVFS);
+	rc = ts_fault_check(TIER_FAULT_STATVFS);
 	if (rc)
 		return ts_err(rc, "%s: statvfs: %s", path, tier_strerror(rc));
 	if (statvfs(path, &vfs) != 0)
@@ -100,7 +100,7 @@ int sys_direct_probe(const char *dir)
 	char path[PATH_MAX];
 	int fd, rc;
 
-	rc = tier_fault_check(TIER_FAULT_DIRECT_PROBE);
+	rc = ts_fault_check(TIER_FAULT_DIRECT_PROBE);
 	if (rc)
 		return ts_err(rc, "%s: O_DIRECT probe: %s", dir, tier_strerror(rc));
 	/* Unique per process, thread and call: probes may run concurrently. */
@@ -160,7 +160,7 @@ int sys_pci_numa_node(const char *bus_id)
 	return node;
 }
 
-void sys_hugeinfo(struct tier_hugeinfo *out)
+void sys_hugeinfo(struct ts_hugeinfo *out)
 {
 	char line[256];
 	FILE *f;

@@ -11,15 +11,15 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-struct tier_meminfo {
+struct ts_meminfo {
 	uint64_t total;      /* MemTotal */
 	uint64_t available;  /* MemAvailable */
 };
 
 /* Reads /proc/meminfo.  0, or -errno with the detail message set. */
-int sys_meminfo(struct tier_meminfo *out);
+int sys_meminfo(struct ts_meminfo *out);
 
-struct tier_fsinfo {
+struct ts_fsinfo {
 	uint64_t size;       /* file system size, bytes */
 	uint64_t avail;      /* bytes available to an unprivileged writer */
 	dev_t dev;           /* the file system's device */
@@ -27,7 +27,7 @@ struct tier_fsinfo {
 };
 
 /* statvfs() and stat() of @path (a directory or file). */
-int sys_fsinfo(const char *path, struct tier_fsinfo *out);
+int sys_fsinfo(const char *path, struct ts_fsinfo *out);
 
 /*
  * Whether O_DIRECT works in directory @dir: creates and removes a probe
@@ -43,11 +43,11 @@ bool sys_numa_node_valid(int node);
 /* The NUMA node of PCI device @bus_id ("0000:17:00.0"), or -1. */
 int sys_pci_numa_node(const char *bus_id);
 
-struct tier_hugeinfo {
+struct ts_hugeinfo {
 	uint64_t page_size;  /* default huge page size, bytes (0: none) */
 	uint64_t free_pages; /* free pre-allocated huge pages of that size */
 	bool thp;            /* transparent huge pages: always or madvise */
 };
-void sys_hugeinfo(struct tier_hugeinfo *out);
+void sys_hugeinfo(struct ts_hugeinfo *out);
 
 #endif

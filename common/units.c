@@ -60,7 +60,7 @@ static int why_set(char *why, size_t len, int err, const char *fmt, const char *
 	return err;
 }
 
-int ts_size_parse(const char *s, bool allow_percent, struct tier_size *out,
+int ts_size_parse(const char *s, bool allow_percent, struct ts_size *out,
 		    char *why, size_t whylen)
 {
 	const char *p = s, *num, *u;

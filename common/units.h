@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-struct tier_size {
+struct ts_size {
 	uint64_t bytes;   /* when !is_percent */
 	double percent;   /* when is_percent: in (0, 100] */
 	bool is_percent;
@@ -29,7 +29,7 @@ struct tier_size {
  *   "size must be greater than zero", "negative size", ...), or -ERANGE
  *   when the value does not fit in 64 bits.
  */
-int ts_size_parse(const char *s, bool allow_percent, struct tier_size *out,
+int ts_size_parse(const char *s, bool allow_percent, struct ts_size *out,
 		    char *why, size_t whylen);
 
 /* "1.50 GiB", "512 B": for messages.  Returns @buf. */

@@ -487,7 +487,7 @@ static const gc_launch_fn gc_table[3] = { gc_launch<TIER_FP32>, gc_launch<TIER_B
 static int cuda_fail(cudaError_t e, const char *call)
 {
 	(void)cudaGetLastError();
-	return ts_err(tier_cuda_errno(e), "%s: %s (%s:%d)", call, cudaGetErrorString(e), __FILE__,
+	return ts_err(ts_cuda_errno(e), "%s: %s (%s:%d)", call, cudaGetErrorString(e), __FILE__,
 			__LINE__);
 }
 

@@ -392,10 +392,10 @@ static volatile uint32_t g_probe_sink;
 /* Nanoseconds of one run of @fn over g_probe. */
 static uint64_t probe_ns(uint32_t (*fn)(uint32_t, const void *, size_t))
 {
-	uint64_t t0 = tier_now_ns();
+	uint64_t t0 = ts_now_ns();
 
 	g_probe_sink = fn(g_probe_sink, g_probe, PROBE_LEN);
-	return tier_now_ns() - t0;
+	return ts_now_ns() - t0;
 }
 
 /*

@@ -119,7 +119,7 @@ int la_start(struct lookahead *la, struct tier_store *s, struct la_item *items, 
 int la_take(struct lookahead *la, unsigned lane, struct la_item **out, uint64_t *stall_ns)
 {
 	struct la_item *it = NULL;
-	uint64_t t0 = tier_now_ns();
+	uint64_t t0 = ts_now_ns();
 	int rc;
 
 	*out = NULL;
@@ -160,7 +160,7 @@ int la_take(struct lookahead *la, unsigned lane, struct la_item **out, uint64_t 
 	pthread_mutex_lock(&la->lock);
 	it->state = LA_TAKEN;
 	pthread_mutex_unlock(&la->lock);
-	*stall_ns += tier_now_ns() - t0;
+	*stall_ns += ts_now_ns() - t0;
 	*out = it;
 	return rc;
 }

@@ -121,7 +121,7 @@ int wb_create(struct tier_store *s, unsigned depth, struct wb **out)
 	pthread_mutex_init(&w->lock, NULL);
 	pthread_cond_init(&w->cond, NULL);
 	pthread_cond_init(&w->idle, NULL);
-	rc = tier_fault_check(TIER_FAULT_THREAD_CREATE);
+	rc = ts_fault_check(TIER_FAULT_THREAD_CREATE);
 	if (!rc)
 		rc = -pthread_create(&w->thread, NULL, wb_main, w);
 	if (rc) {

@@ -127,8 +127,8 @@ static void gather(struct live *l)
 
 	memset(o, 0, sizeof(*o));
 	tier_store_get_stats(l->store, &st);
-	o->time_ns = tier_wall_ns();
-	o->mono_ns = tier_now_ns();
+	o->time_ns = ts_wall_ns();
+	o->mono_ns = ts_now_ns();
 	o->uptime_ns = o->mono_ns - l->open_ns;
 	o->publishes = l->publishes + 1;
 	o->objects = st.objects;
@@ -238,7 +238,7 @@ static void *live_main(void *arg)
 		pthread_mutex_unlock(&l->lock);
 		publish(l);
 		pthread_mutex_lock(&l->lock);
-		due = tier_now_ns() + l->interval_ns; /* the cond waits on CLOCK_MONOTONIC */
+		due = ts_now_ns() + l->interval_ns; /* the cond waits on CLOCK_MONOTONIC */
 		ts.tv_sec = (time_t)(due / 1000000000ull);
 		ts.tv_nsec = (long)(due % 1000000000ull);
 		while (!l->stop && pthread_cond_timedwait(&l->cond, &l->lock, &ts) != ETIMEDOUT)
@@ -316,7 +316,7 @@ struct live *live_start(struct tier_store *s, const struct tier_manifest *m)
 		goto warn;
 	}
 	l->store = s;
-	l->open_ns = tier_now_ns();
+	l->open_ns = ts_now_ns();
 	l->interval_ns = (uint64_t)ts_opt_int(TIER_OPT_STATS_INTERVAL) * 1000000ull;
 	pthread_mutex_init(&l->pub_lock, NULL);
 	pthread_mutex_init(&l->lock, NULL);

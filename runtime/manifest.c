@@ -250,7 +250,7 @@ int tier_manifest_parse(const char *text, size_t len, const char *name, unsigned
 		rc = ts_err(-ENOMEM, "%s: out of memory", w.file);
 		goto out;
 	}
-	rc = tier_fault_check(TIER_FAULT_YAML_PARSE);
+	rc = ts_fault_check(TIER_FAULT_YAML_PARSE);
 	if (rc || !yaml_parser_initialize(&parser)) {
 		rc = ts_err(rc ? rc : -ENOMEM, "%s: cannot set up the YAML parser", w.file);
 		goto out;
@@ -351,7 +351,7 @@ int tier_manifest_load_flags(const char *path, unsigned flags, struct tier_manif
 
 	*out = NULL;
 	ts_err_clear();
-	rc = tier_fault_check(TIER_FAULT_MANIFEST_OPEN);
+	rc = ts_fault_check(TIER_FAULT_MANIFEST_OPEN);
 	if (rc)
 		return ts_err(rc, "%s: %s", path, tier_strerror(rc));
 	fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -376,7 +376,7 @@ int tier_manifest_load_flags(const char *path, unsigned flags, struct tier_manif
 			}
 			buf = nb;
 		}
-		rc = tier_fault_check(TIER_FAULT_MANIFEST_READ);
+		rc = ts_fault_check(TIER_FAULT_MANIFEST_READ);
 		if (rc) {
 			ts_err(rc, "%s: read: %s", path, tier_strerror(rc));
 			goto out;
@@ -469,8 +469,8 @@ int tier_manifest_path(const struct tier_manifest *m, unsigned i, struct tier_ma
 int tier_manifest_default_text(char **out)
 {
 	const char *data = ts_opt_str(TIER_OPT_DATA);
-	struct tier_meminfo mem;
-	struct tier_fsinfo fi;
+	struct ts_meminfo mem;
+	struct ts_fsinfo fi;
 	char dir[PATH_MAX], probe[PATH_MAX], quoted[2 * PATH_MAX + 8];
 	uint64_t dram, nvme, cap;
 	bool direct;

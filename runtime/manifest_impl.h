@@ -28,7 +28,7 @@ struct pos {
 
 struct raw_size {
 	struct pos at;
-	struct tier_size v;
+	struct ts_size v;
 };
 
 struct raw_path {
@@ -90,7 +90,7 @@ struct walker {
 
 /* What resolution knows of this machine (nominal under TIER_MANIFEST_NO_PROBE). */
 struct facts {
-	struct tier_meminfo mem;
+	struct ts_meminfo mem;
 	int ngpu;
 	char gpu_why[200];
 };

@@ -51,7 +51,7 @@ static uint64_t resolve_size(const struct raw_size *s, uint64_t whole)
 void mf_resolve_gpu(struct walker *w, const struct facts *f, struct tier_manifest *c)
 {
 	struct raw *r = w->raw;
-	struct tier_gpu_info gi;
+	struct ts_gpu_info gi;
 	char a[32], b[32];
 
 	c->tiers.gpu = -1;
@@ -144,7 +144,7 @@ void mf_resolve_dram(struct walker *w, const struct facts *f, struct tier_manife
 	}
 	c->tiers.huge_pages = r->huge;
 	if (r->huge == TIER_HUGE_ON && !(w->flags & TIER_MANIFEST_NO_PROBE)) {
-		struct tier_hugeinfo hi;
+		struct ts_hugeinfo hi;
 
 		sys_hugeinfo(&hi);
 		if (!hi.thp && hi.free_pages * hi.page_size < c->tiers.dram_capacity)
@@ -214,7 +214,7 @@ struct path_place {
 	char key[64];             /* "nvme.paths[1]", for messages */
 	char dir[PATH_MAX];       /* the directory of the backing file */
 	char probe_dir[PATH_MAX]; /* its nearest existing ancestor */
-	struct tier_fsinfo fi;    /* the file system under probe_dir */
+	struct ts_fsinfo fi;    /* the file system under probe_dir */
 	uint64_t existing;        /* bytes the backing file already holds */
 	bool dir_exists;
 };

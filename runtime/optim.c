@@ -237,7 +237,7 @@ static void hook(void *arg, enum store_event ev, enum tier_level l, const struct
 
 	if (!sh || sh->o != o)
 		return;
-	now = tier_now_ns();
+	now = ts_now_ns();
 	switch (ev) {
 	case STORE_EV_FILL_START:
 		sh->fill_ns[l] = now;
@@ -324,7 +324,7 @@ static int update_item(struct tier_optim *o, unsigned lane, struct la_item *it)
 static void run_lane(struct tier_optim *o, unsigned lane)
 {
 	struct lane *ln = &o->lane[lane];
-	uint64_t t0 = tier_now_ns();
+	uint64_t t0 = ts_now_ns();
 
 	for (;;) {
 		struct la_item *it;
@@ -345,12 +345,12 @@ static void run_lane(struct tier_optim *o, unsigned lane)
 			break;
 		}
 		sh = it->user;
-		u0 = tier_now_ns();
+		u0 = ts_now_ns();
 		if (stall)
 			trace_span(o->trace, TRACE_STALL, sh->index, atomic_load(&o->begun),
 				   u0 - stall, u0, 0);
 		rc = update_item(o, lane, it);
-		u1 = tier_now_ns();
+		u1 = ts_now_ns();
 		trace_span(o->trace, lane ? TRACE_UPDATE_GPU : TRACE_UPDATE_CPU, sh->index,
 			   atomic_load(&o->begun), u0, u1, sh->bytes);
 		if (rc) {
@@ -372,7 +372,7 @@ static void run_lane(struct tier_optim *o, unsigned lane)
 		if (sh->after > o->keep && o->home_nvme)
 			(void)wb_push(o->wb, sh->obj); /* -ENOMEM: it goes down on eviction */
 	}
-	ln->busy_ns = tier_now_ns() - t0;
+	ln->busy_ns = ts_now_ns() - t0;
 }
 
 static void *gpu_main(void *arg)
@@ -417,7 +417,7 @@ static int open_gpu_lane(struct tier_optim *o)
 		if (!(o->host_grad = ts_malloc(bytes)) || !(o->host_out = ts_malloc(bytes)))
 			return ts_err(-ENOMEM, "optimizer: out of memory for staging buffers");
 	}
-	rc = tier_fault_check(TIER_FAULT_THREAD_CREATE);
+	rc = ts_fault_check(TIER_FAULT_THREAD_CREATE);
 	if (!rc)
 		rc = -pthread_create(&o->thread, NULL, gpu_main, o);
 	if (rc)
@@ -826,7 +826,7 @@ int tier_optim_begin(struct tier_optim *o, double lr)
 	}
 	memset(o->lane, 0, sizeof(o->lane));
 	tier_store_get_stats(o->s, &o->st0);
-	o->t0 = tier_now_ns();
+	o->t0 = ts_now_ns();
 	atomic_fetch_add(&o->begun, 1);
 	o->in_step = true;
 	{
@@ -933,7 +933,7 @@ static void fill_result(struct tier_optim *o, struct tier_step_result *res, bool
 		else
 			res->cpu_shards++;
 	}
-	res->step_s = (double)(tier_now_ns() - o->t0) * 1e-9;
+	res->step_s = (double)(ts_now_ns() - o->t0) * 1e-9;
 	res->cpu_stall_s = (double)o->lane[0].stall_ns * 1e-9;
 	res->gpu_stall_s = (double)o->lane[1].stall_ns * 1e-9;
 	res->stall_s = res->cpu_stall_s > res->gpu_stall_s ? res->cpu_stall_s : res->gpu_stall_s;
@@ -1003,7 +1003,7 @@ int tier_optim_end(struct tier_optim *o, struct tier_step_result *res)
 	if (skip || nonfinite) {
 		abandon(o);
 		fill_result(o, res, false, norm, scale, 1.0);
-		trace_span(o->trace, TRACE_STEP, 0, atomic_load(&o->begun), o->t0, tier_now_ns(), 0);
+		trace_span(o->trace, TRACE_STEP, 0, atomic_load(&o->begun), o->t0, ts_now_ns(), 0);
 		TIER_INFO(TIER_SS_OPTIM, "optimizer: step skipped: a gradient holds an inf or nan (loss scale %g, next %g)",
 			  scale, res->next_loss_scale);
 		return 0;
@@ -1035,7 +1035,7 @@ int tier_optim_end(struct tier_optim *o, struct tier_step_result *res)
 	o->applied++;
 	o->ran++;
 	fill_result(o, res, true, norm, scale, clip);
-	trace_span(o->trace, TRACE_STEP, 0, atomic_load(&o->begun), o->t0, tier_now_ns(), 0);
+	trace_span(o->trace, TRACE_STEP, 0, atomic_load(&o->begun), o->t0, ts_now_ns(), 0);
 	for (unsigned l = 0; l < LA_LANES && !rc; l++) {
 		if (o->lane[l].rc) {
 			rc = o->lane[l].rc;

@@ -149,7 +149,7 @@ static void fill_header(struct statseg_header *h, const char *name, const char *
 	h->total_size = total;
 	h->pid = (uint64_t)getpid();
 	h->uid = (uint64_t)geteuid();
-	h->start_ns = tier_wall_ns();
+	h->start_ns = ts_wall_ns();
 	h->proc_start = proc_start_time(getpid());
 	read_boot_id(h->boot_id);
 	snprintf(h->name, sizeof(h->name), "%s", name);
@@ -208,7 +208,7 @@ int statseg_create(const char *name, const char *manifest_text, size_t payload_s
 		}
 		if (access(s->path, F_OK) == 0 && i < CREATE_TRIES)
 			continue; /* left by an earlier process with our pid */
-		rc = tier_fault_check(TIER_FAULT_STATS_OPEN);
+		rc = ts_fault_check(TIER_FAULT_STATS_OPEN);
 		if (rc) {
 			rc = ts_err(rc, "stats segment %s: create: %s", tmp, strerror(-rc));
 			goto fail;
@@ -349,7 +349,7 @@ int statseg_open(const char *path, struct statseg_view **out)
 		return ts_err(-EINVAL, "statseg_open: no path");
 	ts_err_clear();
 
-	rc = tier_fault_check(TIER_FAULT_STATS_OPEN);
+	rc = ts_fault_check(TIER_FAULT_STATS_OPEN);
 	if (rc)
 		return ts_err(rc, "stats segment %s: open: %s", path, strerror(-rc));
 	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);

@@ -49,7 +49,7 @@ void trace_name_shard(struct trace *t, uint32_t shard, const char *name);
 
 /*
  * Records a span of @stage for @shard (ignored for TRACE_STEP) from
- * @begin_ns to @end_ns (tier_now_ns() clock; end < begin is clamped to
+ * @begin_ns to @end_ns (ts_now_ns() clock; end < begin is clamped to
  * begin), in optimizer step @step, moving @bytes (0 when not a transfer).
  */
 void trace_span(struct trace *t, enum trace_stage stage, uint32_t shard, uint64_t step,

@@ -1,6 +1,6 @@
 /*
  * test_clock.c - the monotonic clock helper: it never goes backwards, it
- * advances, and tier_sleep_ns() sleeps at least as long as asked (only the
+ * advances, and ts_sleep_ns() sleeps at least as long as asked (only the
  * lower bound is asserted: a loaded machine may sleep longer).
  */
 #include "config.h"
@@ -14,10 +14,10 @@
 
 START_TEST(monotonic_never_backwards)
 {
-	uint64_t prev = tier_now_ns();
+	uint64_t prev = ts_now_ns();
 
 	for (int i = 0; i < 100000; i++) {
-		uint64_t now = tier_now_ns();
+		uint64_t now = ts_now_ns();
 
 		ck_assert_uint_ge(now, prev);
 		prev = now;
@@ -29,10 +29,10 @@ static const uint64_t sleep_ns[] = { 0, 1000, 1000000, 20000000 };
 
 START_TEST(sleep_at_least)
 {
-	uint64_t t0 = tier_now_ns();
+	uint64_t t0 = ts_now_ns();
 
-	tier_sleep_ns(sleep_ns[_i]);
-	ck_assert_uint_ge(tier_now_ns() - t0, sleep_ns[_i]);
+	ts_sleep_ns(sleep_ns[_i]);
+	ck_assert_uint_ge(ts_now_ns() - t0, sleep_ns[_i]);
 }
 END_TEST
 
@@ -41,13 +41,13 @@ START_TEST(matches_clock_monotonic)
 	struct timespec ts;
 	uint64_t a, b, c;
 
-	a = tier_now_ns();
+	a = ts_now_ns();
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	b = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-	c = tier_now_ns();
+	c = ts_now_ns();
 	ck_assert_uint_le(a, b);
 	ck_assert_uint_le(b, c);
-	ck_assert(tier_ns_to_s(1500000000ull) == 1.5);
+	ck_assert(ts_ns_to_s(1500000000ull) == 1.5);
 }
 END_TEST
 

@@ -266,7 +266,7 @@ static void check_memory(const struct dram_info *in, uint64_t seed)
 /* Whether a hugetlb mapping of @capacity would be used (enough free pages). */
 static bool hugetlb_fits(uint64_t capacity)
 {
-	struct tier_hugeinfo hi;
+	struct ts_hugeinfo hi;
 
 	sys_hugeinfo(&hi);
 	return hi.page_size &&
@@ -307,7 +307,7 @@ START_TEST(test_open)
 {
 	const struct open_case *c = &open_cases[_i];
 	struct dram_params p = params(c->capacity, c->huge);
-	struct tier_hugeinfo hi;
+	struct ts_hugeinfo hi;
 	bool huge = c->huge != TIER_HUGE_OFF && c->capacity && hugetlb_fits(c->capacity);
 	int want = huge && c->rc == -ENOMEM && c->huge == TIER_HUGE_ON ? 0 : c->rc;
 	uint64_t page = huge ? 0 : 4096, align;

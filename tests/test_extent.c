@@ -60,7 +60,7 @@ static uint64_t rnd(uint64_t *s)
 		      __FILE__, __LINE__, (e)->n, (unsigned long long)(e)->avail)
 
 /* The free list is exactly the @n extents given as off, len pairs. */
-static void assert_free_list(const struct tier_extents *e, size_t n, const uint64_t *pairs)
+static void assert_free_list(const struct ts_extents *e, size_t n, const uint64_t *pairs)
 {
 	uint64_t sum = 0;
 
@@ -75,7 +75,7 @@ static void assert_free_list(const struct tier_extents *e, size_t n, const uint6
 	ck_assert_uint_eq(e->avail, sum);
 }
 
-static void assert_whole(const struct tier_extents *e)
+static void assert_whole(const struct ts_extents *e)
 {
 	uint64_t one[2] = { 0, e->total };
 
@@ -108,7 +108,7 @@ static const struct init_case init_cases[] = {
 START_TEST(test_init)
 {
 	const struct init_case *c = &init_cases[_i];
-	struct tier_extents e;
+	struct ts_extents e;
 	uint64_t off = 0;
 	int rc = extents_init(&e, c->total, c->align);
 
@@ -151,7 +151,7 @@ struct held {
 START_TEST(test_fill_and_drain)
 {
 	const struct fill_case *c = &fill_cases[_i];
-	struct tier_extents e;
+	struct ts_extents e;
 	uint64_t s = c->seed * 0x9E3779B97F4A7C15ull + 1;
 	struct held *h = NULL;
 	size_t nh = 0, caph = 0;
@@ -237,7 +237,7 @@ END_TEST
 
 START_TEST(test_first_fit)
 {
-	struct tier_extents e;
+	struct ts_extents e;
 	uint64_t off[6], x;
 
 	ck_assert_int_eq(extents_init(&e, 100 * 4096, 4096), 0);
@@ -299,7 +299,7 @@ static const struct align_case align_cases[] = {
 START_TEST(test_alignment)
 {
 	const struct align_case *c = &align_cases[_i];
-	struct tier_extents e;
+	struct ts_extents e;
 	uint64_t a, b;
 
 	ck_assert_int_eq(extents_init(&e, 16 * c->align + 16 * c->len, c->align), 0);
@@ -329,7 +329,7 @@ END_TEST
 
 START_TEST(test_fragmentation_enospc)
 {
-	struct tier_extents e;
+	struct ts_extents e;
 	uint64_t q = 16 * MiB, off[4], x;
 	size_t n_before;
 
@@ -400,7 +400,7 @@ static const struct bad_free bad_frees[] = {
 START_TEST(test_bad_free)
 {
 	const struct bad_free *c = &bad_frees[_i];
-	struct tier_extents e;
+	struct ts_extents e;
 	uint64_t b = 4096, x[5], off, len;
 	const uint64_t want[] = { 4 * 4096, 4 * 4096, 16 * 4096, 4 * 4096 };
 
@@ -451,7 +451,7 @@ static const struct merge_case merge_cases[] = {
 START_TEST(test_merge)
 {
 	const struct merge_case *c = &merge_cases[_i];
-	struct tier_extents e;
+	struct ts_extents e;
 	uint64_t b = 4096, off[5], want[8];
 
 	ck_assert_int_eq(extents_init(&e, 20 * b, b), 0);
@@ -485,7 +485,7 @@ END_TEST
 
 START_TEST(test_many_holes)
 {
-	struct tier_extents e;
+	struct ts_extents e;
 	uint64_t b = 4096, off[200];
 
 	ck_assert_int_eq(extents_init(&e, 200 * b, b), 0);
@@ -522,7 +522,7 @@ END_TEST
  */
 START_TEST(test_grow_fails)
 {
-	struct tier_extents e;
+	struct ts_extents e;
 	uint64_t b = 4096, off[40];
 	int rc;
 
@@ -581,13 +581,13 @@ static const struct broken_case broken_cases[] = {
 START_TEST(test_valid_detects)
 {
 	const struct broken_case *c = &broken_cases[_i];
-	struct tier_extents e;
+	struct ts_extents e;
 
 	ck_assert_int_eq(extents_init(&e, 65536, 4096), 0);
 	ck_assert(extents_valid(&e));
 	e.n = c->n;
 	for (size_t i = 0; i < c->n; i++)
-		e.free[i] = (struct tier_extent){ c->ext[2 * i], c->ext[2 * i + 1] };
+		e.free[i] = (struct ts_extent){ c->ext[2 * i], c->ext[2 * i + 1] };
 	e.avail = c->avail;
 	ck_assert_msg(!extents_valid(&e), "%s: extents_valid() accepted it", c->name);
 	extents_fini(&e);

@@ -58,13 +58,13 @@ static void teardown(void)
  * Calls @site @n times; returns how many failed (each must fail with @err)
  * and in @first_fail the 1-based number of the first failing call.
  */
-static unsigned check_n(enum tier_fault_site site, unsigned n, int err, unsigned *first_fail)
+static unsigned check_n(enum ts_fault_site site, unsigned n, int err, unsigned *first_fail)
 {
 	unsigned fails = 0;
 
 	*first_fail = 0;
 	for (unsigned call = 1; call <= n; call++) {
-		int rc = tier_fault_check(site);
+		int rc = ts_fault_check(site);
 
 		if (rc == 0)
 			continue;
@@ -107,7 +107,7 @@ START_TEST(arm_modes)
 	ck_assert_uint_eq(ts_fault_calls(QUIET_SITE), 0);
 	ck_assert_uint_eq(ts_fault_fired(QUIET_SITE), 0);
 	for (unsigned call = 1; call <= calls; call++) {
-		int rc = tier_fault_check(QUIET_SITE);
+		int rc = ts_fault_check(QUIET_SITE);
 		int fail = call >= c->nth &&
 			   (c->count < 0 || call < c->nth + (uint64_t)c->count);
 
@@ -129,7 +129,7 @@ START_TEST(arm_one_site_only)
 	for (int s = 1; s < TIER_FAULT__COUNT; s++) {
 		if (s == TIER_FAULT_GPU_PROBE)
 			continue;
-		ck_assert_uint_eq(check_n((enum tier_fault_site)s, 5, 0, &first), 0);
+		ck_assert_uint_eq(check_n((enum ts_fault_site)s, 5, 0, &first), 0);
 	}
 	ck_assert_uint_eq(check_n(TIER_FAULT_GPU_PROBE, 5, -EIO, &first), 5);
 }
@@ -150,7 +150,7 @@ START_TEST(disarm)
 	unsigned first;
 
 	ck_assert_int_eq(ts_fault_arm(QUIET_SITE, 1, TIER_FAULT_PERSISTENT, -EIO), 0);
-	ck_assert_int_eq(tier_fault_check(QUIET_SITE), -EIO);
+	ck_assert_int_eq(ts_fault_check(QUIET_SITE), -EIO);
 	ts_fault_disarm(QUIET_SITE);
 	ck_assert_uint_eq(check_n(QUIET_SITE, 10, 0, &first), 0);
 	ck_assert_uint_eq(ts_fault_fired(QUIET_SITE), 1);
@@ -166,12 +166,12 @@ START_TEST(reset_all)
 
 	ck_assert_int_eq(ts_fault_arm(TIER_FAULT_GPU_PROBE, 1, TIER_FAULT_PERSISTENT, -EIO), 0);
 	ck_assert_int_eq(ts_fault_arm(QUIET_SITE, 2, 1, -ENOMEM), 0);
-	ck_assert_int_eq(tier_fault_check(TIER_FAULT_GPU_PROBE), -EIO);
-	ck_assert_int_eq(tier_fault_check(QUIET_SITE), 0);
+	ck_assert_int_eq(ts_fault_check(TIER_FAULT_GPU_PROBE), -EIO);
+	ck_assert_int_eq(ts_fault_check(QUIET_SITE), 0);
 	ts_fault_reset_all();
 	for (int s = 1; s < TIER_FAULT__COUNT; s++) {
-		ck_assert_uint_eq(ts_fault_calls((enum tier_fault_site)s), 0);
-		ck_assert_uint_eq(ts_fault_fired((enum tier_fault_site)s), 0);
+		ck_assert_uint_eq(ts_fault_calls((enum ts_fault_site)s), 0);
+		ck_assert_uint_eq(ts_fault_fired((enum ts_fault_site)s), 0);
 	}
 	ck_assert_uint_eq(check_n(TIER_FAULT_GPU_PROBE, 5, 0, &first), 0);
 	ck_assert_uint_eq(check_n(QUIET_SITE, 5, 0, &first), 0);
@@ -217,20 +217,20 @@ START_TEST(arm_invalid)
 	const struct bad_arm *c = &bad_arm_cases[_i];
 	unsigned first;
 
-	ck_assert_int_eq(ts_fault_arm((enum tier_fault_site)c->site, c->nth, c->count, c->err),
+	ck_assert_int_eq(ts_fault_arm((enum ts_fault_site)c->site, c->nth, c->count, c->err),
 			 -EINVAL);
 	ck_assert_str_ne(tier_last_error(), "");
 	/* Nothing was armed. */
 	for (int s = 1; s < TIER_FAULT__COUNT; s++)
-		ck_assert_uint_eq(check_n((enum tier_fault_site)s, 3, 0, &first), 0);
+		ck_assert_uint_eq(check_n((enum ts_fault_site)s, 3, 0, &first), 0);
 }
 END_TEST
 
 /* Out-of-range sites pass and count nothing. */
 START_TEST(check_out_of_range)
 {
-	ck_assert_int_eq(tier_fault_check(TIER_FAULT_NONE), 0);
-	ck_assert_int_eq(tier_fault_check(TIER_FAULT__COUNT), 0);
+	ck_assert_int_eq(ts_fault_check(TIER_FAULT_NONE), 0);
+	ck_assert_int_eq(ts_fault_check(TIER_FAULT__COUNT), 0);
 	ck_assert_uint_eq(ts_fault_calls(TIER_FAULT_NONE), 0);
 	ck_assert_uint_eq(ts_fault_fired(TIER_FAULT__COUNT), 0);
 }
@@ -240,7 +240,7 @@ END_TEST
 
 struct lookup_case {
 	const char *in;
-	enum tier_fault_site want;
+	enum ts_fault_site want;
 };
 
 static const struct lookup_case lookup_cases[] = {
@@ -286,13 +286,13 @@ START_TEST(site_names_roundtrip)
 		char num[16];
 
 		snprintf(num, sizeof(num), "%d", s);
-		ck_assert_int_eq(ts_fault_site_lookup(ts_fault_site_name((enum tier_fault_site)s)), s);
+		ck_assert_int_eq(ts_fault_site_lookup(ts_fault_site_name((enum ts_fault_site)s)), s);
 		ck_assert_int_eq(ts_fault_site_lookup(num), s);
 	}
 	ck_assert_str_eq(ts_fault_site_name(TIER_FAULT_NONE), "none");
 	ck_assert_str_eq(ts_fault_site_name(TIER_FAULT_ALLOC), "alloc");
 	ck_assert_str_eq(ts_fault_site_name(TIER_FAULT__COUNT), "?");
-	ck_assert_str_eq(ts_fault_site_name((enum tier_fault_site)-1), "?");
+	ck_assert_str_eq(ts_fault_site_name((enum ts_fault_site)-1), "?");
 }
 END_TEST
 
@@ -300,7 +300,7 @@ END_TEST
 
 /* One armed site expected after a spec: calls 1..40 fail at nth..nth+count-1. */
 struct spec_expect {
-	enum tier_fault_site site;
+	enum ts_fault_site site;
 	unsigned nth;
 	int count;          /* -1: persistent */
 	int err;
@@ -339,7 +339,7 @@ START_TEST(arm_spec_valid)
 			int fail = call >= e->nth &&
 				   (e->count < 0 || call < e->nth + (unsigned)e->count);
 
-			ck_assert_msg(tier_fault_check(e->site) == (fail ? e->err : 0),
+			ck_assert_msg(ts_fault_check(e->site) == (fail ? e->err : 0),
 				      "'%s': site %s call %u", c->spec,
 				      ts_fault_site_name(e->site), call);
 		}
@@ -390,9 +390,9 @@ START_TEST(arm_spec_all_or_nothing)
 {
 	ts_fault_reset_all();
 	ck_assert_int_eq(ts_fault_arm_spec("mkdir:1,bogus:1"), -EINVAL);
-	ck_assert_int_eq(tier_fault_check(TIER_FAULT_MKDIR), 0);
+	ck_assert_int_eq(ts_fault_check(TIER_FAULT_MKDIR), 0);
 	ck_assert_int_eq(ts_fault_arm_spec("mkdir:1,alloc:1:1:EIO:x"), -EINVAL);
-	ck_assert_int_eq(tier_fault_check(TIER_FAULT_MKDIR), 0);
+	ck_assert_int_eq(ts_fault_check(TIER_FAULT_MKDIR), 0);
 	ck_assert_uint_eq(ts_fault_fired(TIER_FAULT_MKDIR), 0);
 }
 END_TEST
@@ -441,8 +441,8 @@ START_TEST(env_arms_sites)
 	p = ts_malloc(16);
 	ck_assert_ptr_nonnull(p);
 	free(p);
-	ck_assert_int_eq(tier_fault_check(TIER_FAULT_STATVFS), -EACCES);
-	ck_assert_int_eq(tier_fault_check(TIER_FAULT_STATVFS), -EACCES);
+	ck_assert_int_eq(ts_fault_check(TIER_FAULT_STATVFS), -EACCES);
+	ck_assert_int_eq(ts_fault_check(TIER_FAULT_STATVFS), -EACCES);
 	ck_assert_uint_eq(ts_fault_fired(TIER_FAULT_ALLOC), 1);
 }
 END_TEST
@@ -613,7 +613,7 @@ END_TEST
 
 START_TEST(meminfo_site)
 {
-	struct tier_meminfo mi;
+	struct ts_meminfo mi;
 
 	ck_assert_int_eq(ts_fault_arm(TIER_FAULT_MEMINFO, 1, 1, -EIO), 0);
 	ck_assert_int_eq(sys_meminfo(&mi), -EIO);
@@ -630,7 +630,7 @@ END_TEST
 
 START_TEST(statvfs_site)
 {
-	struct tier_fsinfo fi;
+	struct ts_fsinfo fi;
 
 	ck_assert_int_eq(ts_fault_arm(TIER_FAULT_STATVFS, 1, TIER_FAULT_PERSISTENT, -EACCES), 0);
 	ck_assert_int_eq(sys_fsinfo("/", &fi), -EACCES);
@@ -706,7 +706,7 @@ END_TEST
 #define HAMMER_CALLS 10000
 
 struct hammer {
-	enum tier_fault_site site;
+	enum ts_fault_site site;
 	unsigned fails;
 	int wrong_err;
 };
@@ -719,7 +719,7 @@ static void *hammer_main(void *v)
 
 	pthread_barrier_wait(&g_start);
 	for (int i = 0; i < HAMMER_CALLS; i++) {
-		int rc = tier_fault_check(h->site);
+		int rc = ts_fault_check(h->site);
 
 		if (rc)
 			h->fails++;
@@ -729,7 +729,7 @@ static void *hammer_main(void *v)
 	return NULL;
 }
 
-static unsigned hammer(enum tier_fault_site site)
+static unsigned hammer(enum ts_fault_site site)
 {
 	pthread_t th[HAMMER_THREADS];
 	struct hammer h[HAMMER_THREADS];

@@ -915,22 +915,22 @@ START_TEST(test_bandwidth)
 	double secs;
 
 	ck_assert(src && sink);
-	t0 = tier_now_ns();
+	t0 = ts_now_ns();
 	for (int k = 0; k < N; k++) {
 		submit(ops, d, r, &o[2 * k], HBM_H2D, (uint64_t)k * len, src, len);
 		submit(ops, d, r, &o[2 * k + 1], HBM_D2H, 64 * MiB + (uint64_t)k * len, sink, len);
 	}
 	rec_wait(r, 1);
-	first_done = tier_now_ns() - t0;
+	first_done = ts_now_ns() - t0;
 	rec_wait(r, 2 * N);
-	t_all = tier_now_ns() - t0;
-	secs = tier_ns_to_s(t_all);
+	t_all = ts_now_ns() - t0;
+	secs = ts_ns_to_s(t_all);
 	rec_check(r);
 	printf("host at %.0f MB/s: 2 x %llu bytes in %.3f s (first copy after %.3f s)\n", bw / 1e6,
-	       U64(N * len), secs, tier_ns_to_s(first_done));
+	       U64(N * len), secs, ts_ns_to_s(first_done));
 	/* Each copy of 4 MB occupies the link 20 ms. */
-	ck_assert_msg(tier_ns_to_s(first_done) >= 0.018, "first 4 MB copy done after %.4f s",
-		      tier_ns_to_s(first_done));
+	ck_assert_msg(ts_ns_to_s(first_done) >= 0.018, "first 4 MB copy done after %.4f s",
+		      ts_ns_to_s(first_done));
 	ck_assert_msg(secs >= 0.18, "40 MB each way at 200 MB/s took only %.3f s", secs);
 	/* Upper bound 10x, and shows the directions do not share one budget. */
 	ck_assert_msg(secs < 4.0, "40 MB each way at 200 MB/s took %.3f s", secs);
@@ -1022,7 +1022,7 @@ END_TEST
 
 /* HBM_ALLOC (_i % 2 == 0) or THREAD_CREATE (the 1st or 2nd thread) in open(). */
 struct open_fault {
-	enum tier_fault_site site;
+	enum ts_fault_site site;
 	unsigned nth;
 	int err;
 	const char *needle;

@@ -5,7 +5,7 @@
  *  - ts_log_level_parse() and ts_log_level_name();
  *  - ts_log_mask_parse(): lists, "all", "^list" exclusions, and the bad
  *    word reported in @bad; ts_subsys_name();
- *  - tier_log_enabled() against the level and the subsystem mask;
+ *  - ts_log_enabled() against the level and the subsystem mask;
  *  - the line format through ts_log_set_sink(): "tierstore[PID] LEVEL
  *    SUBSYS: message", with "(file.c:LINE)" on errors and warnings only;
  *  - that a disabled level or subsystem produces nothing and does not even
@@ -247,7 +247,7 @@ START_TEST(log_enabled)
 	const struct enabled_case *c = &enabled_cases[_i];
 
 	set_log(c->set_level, c->set_mask);
-	ck_assert_msg(tier_log_enabled(c->level, c->ss) == (c->want != 0),
+	ck_assert_msg(ts_log_enabled(c->level, c->ss) == (c->want != 0),
 		      "level %d mask %#x: enabled(%d, %#x) should be %d", c->set_level,
 		      c->set_mask, c->level, c->ss, c->want);
 }

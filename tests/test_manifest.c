@@ -328,7 +328,7 @@ START_TEST(test_empty_mapping_defaults)
 {
 	struct tier_manifest *m = NULL;
 	const struct tier_manifest *c;
-	struct tier_meminfo mi;
+	struct ts_meminfo mi;
 
 	ck_assert_int_eq(load_text("{}\n", &m), 0);
 	c = m;
@@ -352,7 +352,7 @@ START_TEST(test_full_manifest)
 {
 	struct tier_manifest *m = NULL;
 	const struct tier_manifest *c;
-	struct tier_meminfo mi;
+	struct ts_meminfo mi;
 	char want[1024];
 
 	setenv("TIER_TEST_SUB", "sub", 1);
@@ -653,7 +653,7 @@ END_TEST
 /* ------------------------------------------------------------ faults */
 
 struct fault_case {
-	enum tier_fault_site site;
+	enum ts_fault_site site;
 	int err;
 	const char *needle;
 };

@@ -288,7 +288,7 @@ static void check_range(struct tier_nvme *t, struct tier_nvme_obj *o, const unsi
 	free(b);
 }
 
-static void read_header(const char *file, struct tier_nvme_header *h)
+static void read_header(const char *file, struct ts_nvme_header *h)
 {
 	int fd = open(file, O_RDONLY | O_CLOEXEC);
 	ssize_t n;
@@ -401,7 +401,7 @@ static void waiter_wait(struct waiter *w)
 
 /* ------------------------------------------------------ file format */
 
-static void check_header(const struct tier_nvme_header *h, const char *file, unsigned idx,
+static void check_header(const struct ts_nvme_header *h, const char *file, unsigned idx,
 			 unsigned npaths, uint64_t unit, uint64_t capacity, bool csum, bool clean,
 			 const char *name)
 {
@@ -447,7 +447,7 @@ START_TEST(test_header_round_trip)
 			  .capacity = c->capacity, .name = c->name };
 	const char *name = c->name ? c->name : "tierstore";
 	struct tier_manifest *m = manifest_for(&o);
-	struct tier_nvme_header h, first;
+	struct ts_nvme_header h, first;
 
 	memset(&first, 0, sizeof(first));
 	struct tier_nvme *t;
@@ -531,7 +531,7 @@ START_TEST(test_header_created_ns_kept)
 {
 	struct mopt o = { .npaths = 1 };
 	struct tier_manifest *m = manifest_for(&o);
-	struct tier_nvme_header h;
+	struct ts_nvme_header h;
 	struct tier_nvme *t = open_tier(m, 0);
 	uint64_t created;
 
@@ -564,7 +564,7 @@ START_TEST(test_header_capacity_kept)
 	struct mopt o = { .npaths = 1, .unit = 256 * KiB, .capacity = 64 * MiB + 32 * KiB };
 	struct tier_manifest *m = manifest_for(&o);
 	struct tier_nvme *t = open_tier(m, 0);
-	struct tier_nvme_header h;
+	struct ts_nvme_header h;
 	struct stat st;
 	uint64_t at_open;
 
@@ -598,7 +598,7 @@ START_TEST(test_scratch_kept_file_clean)
 	struct mopt o = { .npaths = 1 };
 	struct tier_manifest *m = manifest_for(&o);
 	struct tier_nvme *t = open_tier(m, 0);
-	struct tier_nvme_header h;
+	struct ts_nvme_header h;
 
 	close_tier(t);
 	t = open_tier(m, TIER_NVME_SCRATCH);
@@ -621,20 +621,20 @@ struct corrupt_case {
 static const struct corrupt_case corrupt_cases[] = {
 	{ 0, -ENOMSG },
 	{ 7, -ENOMSG },
-	{ offsetof(struct tier_nvme_header, version), -EPROTO },
-	{ offsetof(struct tier_nvme_header, header_size) + 1, -EPROTO },
-	{ offsetof(struct tier_nvme_header, store_uuid) + 5, -EBADMSG },
-	{ offsetof(struct tier_nvme_header, store_name), -EBADMSG },
-	{ offsetof(struct tier_nvme_header, path_index), -EBADMSG },
-	{ offsetof(struct tier_nvme_header, npaths), -EBADMSG },
-	{ offsetof(struct tier_nvme_header, stripe_unit) + 2, -EBADMSG },
-	{ offsetof(struct tier_nvme_header, capacity) + 3, -EBADMSG },
-	{ offsetof(struct tier_nvme_header, checksum), -EBADMSG },
-	{ offsetof(struct tier_nvme_header, flags), -EBADMSG },
-	{ offsetof(struct tier_nvme_header, closed_ns) + 7, -EBADMSG },
+	{ offsetof(struct ts_nvme_header, version), -EPROTO },
+	{ offsetof(struct ts_nvme_header, header_size) + 1, -EPROTO },
+	{ offsetof(struct ts_nvme_header, store_uuid) + 5, -EBADMSG },
+	{ offsetof(struct ts_nvme_header, store_name), -EBADMSG },
+	{ offsetof(struct ts_nvme_header, path_index), -EBADMSG },
+	{ offsetof(struct ts_nvme_header, npaths), -EBADMSG },
+	{ offsetof(struct ts_nvme_header, stripe_unit) + 2, -EBADMSG },
+	{ offsetof(struct ts_nvme_header, capacity) + 3, -EBADMSG },
+	{ offsetof(struct ts_nvme_header, checksum), -EBADMSG },
+	{ offsetof(struct ts_nvme_header, flags), -EBADMSG },
+	{ offsetof(struct ts_nvme_header, closed_ns) + 7, -EBADMSG },
 	{ 2000, -EBADMSG },
 	{ TIER_NVME_HEADER_SIZE - 5, -EBADMSG },
-	{ offsetof(struct tier_nvme_header, header_crc), -EBADMSG },
+	{ offsetof(struct ts_nvme_header, header_crc), -EBADMSG },
 	{ TIER_NVME_HEADER_SIZE - 1, -EBADMSG },
 };
 
@@ -643,7 +643,7 @@ START_TEST(test_header_corrupt)
 	const struct corrupt_case *c = &corrupt_cases[_i];
 	struct mopt o = { .npaths = 1 };
 	struct tier_manifest *m = manifest_for(&o);
-	struct tier_nvme_header h;
+	struct ts_nvme_header h;
 	struct tier_nvme *t = open_tier(m, 0);
 	unsigned char *raw = (unsigned char *)&h;
 	int rc;
@@ -718,7 +718,7 @@ static size_t make_foreign(int kind, unsigned char *buf)
 		fill_rand(buf, 8192, &s);
 		return 8192;
 	default: {
-		struct tier_nvme_header h;
+		struct ts_nvme_header h;
 
 		memset(&h, 0, sizeof(h));
 		memcpy(h.magic, TIER_NVME_MAGIC, 8);
@@ -854,7 +854,7 @@ START_TEST(test_file_mode_size)
 
 	umask(old);
 	for (unsigned i = 0; i < c->npaths; i++) {
-		struct tier_nvme_header h;
+		struct ts_nvme_header h;
 		struct stat st;
 
 		ck_assert_int_eq(stat(file_of(m, i), &st), 0);
@@ -911,7 +911,7 @@ START_TEST(test_manifest_freed_after_open)
 	char file0[4096];
 	struct tier_nvme *t = open_tier(m, 0);
 	struct tier_nvme_obj *ob;
-	struct tier_nvme_header h;
+	struct ts_nvme_header h;
 	unsigned char *a = abuf(200 * KiB);
 	uint64_t s = 3;
 
@@ -1219,7 +1219,7 @@ static void check_layout(const struct tier_manifest *m, const unsigned char *ref
 	int fd[3], rot = -1;
 
 	for (unsigned p = 0; p < np; p++) {
-		struct tier_nvme_header h;
+		struct ts_nvme_header h;
 
 		read_header(file_of(m, p), &h);
 		doff[p] = h.data_offset;
@@ -2075,7 +2075,7 @@ START_TEST(test_submit_fails)
 END_TEST
 
 struct open_fault_case {
-	enum tier_fault_site site;
+	enum ts_fault_site site;
 	int err;
 	unsigned nth, npaths;
 	const char *needle;

@@ -1413,7 +1413,7 @@ START_TEST(tier_failure)
 	struct world w;
 	struct tier_step_result r;
 	struct ref_res rr;
-	enum tier_fault_site site = c->one_fill ? TIER_FAULT_STORE_IO : TIER_FAULT_NVME_IO_ERR;
+	enum ts_fault_site site = c->one_fill ? TIER_FAULT_STORE_IO : TIER_FAULT_NVME_IO_ERR;
 	uint32_t nshards;
 	int rc, rc2;
 	const char *d;

@@ -87,7 +87,7 @@ static int cap_count(int level, const char *a, const char *b, const char *c)
 static void unset_all(void)
 {
 	for (int i = 0; i < TIER_OPT__COUNT; i++)
-		unsetenv(ts_opt_env((enum tier_opt_id)i));
+		unsetenv(ts_opt_env((enum ts_opt_id)i));
 }
 
 /* Every test starts from the defaults, whatever the caller's environment. */
@@ -122,7 +122,7 @@ struct opt_value {
 	int from_env;
 };
 
-static void opt_get(enum tier_opt_id id, struct opt_value *v)
+static void opt_get(enum ts_opt_id id, struct opt_value *v)
 {
 	v->i = ts_opt_int(id);
 	v->d = ts_opt_percent(id);
@@ -174,7 +174,7 @@ enum kind { K_INT, K_PERCENT, K_SIZE, K_STR };
 
 struct env_ok {
 	const char *env, *val;
-	enum tier_opt_id id;
+	enum ts_opt_id id;
 	enum kind kind;
 	long long i;          /* K_INT: ts_opt_int() (enum index, mask, int) */
 	double d;             /* K_PERCENT */
@@ -238,8 +238,8 @@ START_TEST(env_valid)
 	/* Only that option came from the environment. */
 	for (int i = 0; i < TIER_OPT__COUNT; i++)
 		if (i != (int)c->id)
-			ck_assert_msg(!ts_opt_from_env((enum tier_opt_id)i), "%s: from env",
-				      ts_opt_env((enum tier_opt_id)i));
+			ck_assert_msg(!ts_opt_from_env((enum ts_opt_id)i), "%s: from env",
+				      ts_opt_env((enum ts_opt_id)i));
 	/* The log settings reach the logger. */
 	level = atomic_load(&ts_log_level_g);
 	mask = atomic_load(&ts_log_mask_g);
@@ -263,7 +263,7 @@ END_TEST
 
 struct env_bad {
 	const char *env, *val;
-	enum tier_opt_id id;
+	enum ts_opt_id id;
 	const char *reason;
 };
 
@@ -402,10 +402,10 @@ START_TEST(env_debug_prints_table)
 		char env[64];
 		bool found = false;
 
-		snprintf(env, sizeof(env), "debug common:   %s ", ts_opt_env((enum tier_opt_id)i));
+		snprintf(env, sizeof(env), "debug common:   %s ", ts_opt_env((enum ts_opt_id)i));
 		for (int j = idx + 1; j < g_cap.n && j < CAP_LINES; j++)
 			found |= strstr(g_cap.line[j], env) != NULL;
-		ck_assert_msg(found, "the logged table lacks %s", ts_opt_env((enum tier_opt_id)i));
+		ck_assert_msg(found, "the logged table lacks %s", ts_opt_env((enum ts_opt_id)i));
 	}
 	unsetenv("TIER_LOG");
 }
@@ -453,7 +453,7 @@ START_TEST(startup_debug_table)
 	for (int i = 0; i < TIER_OPT__COUNT; i++) {
 		char env[64];
 
-		snprintf(env, sizeof(env), " debug common:   %s ", ts_opt_env((enum tier_opt_id)i));
+		snprintf(env, sizeof(env), " debug common:   %s ", ts_opt_env((enum ts_opt_id)i));
 		ck_assert_msg(strstr(out, env) != NULL, "the table lacks %s:\n%s", env, out);
 	}
 }
@@ -485,7 +485,7 @@ END_TEST
 /* -------------------------------------------------------------- the table */
 
 struct default_row {
-	enum tier_opt_id id;
+	enum ts_opt_id id;
 	const char *name, *env, *type, *value;
 };
 
@@ -560,7 +560,7 @@ START_TEST(print_env_sources)
 	ts_options_reload();
 	table = print_table();
 	for (int i = 0; i < TIER_OPT__COUNT; i++) {
-		const char *env = ts_opt_env((enum tier_opt_id)i);
+		const char *env = ts_opt_env((enum ts_opt_id)i);
 		const char *shown = NULL;
 
 		for (size_t j = 0; j < ARRAY_SIZE(set); j++)
@@ -592,7 +592,7 @@ END_TEST
 START_TEST(env_names_follow_option_names)
 {
 	for (int i = 0; i < TIER_OPT__COUNT; i++) {
-		const char *name = ts_opt_name((enum tier_opt_id)i);
+		const char *name = ts_opt_name((enum ts_opt_id)i);
 		char want[64];
 		size_t k;
 
@@ -600,7 +600,7 @@ START_TEST(env_names_follow_option_names)
 		for (const char *p = name; *p && k + 1 < sizeof(want); p++)
 			want[k++] = (char)toupper((unsigned char)*p);
 		want[k] = '\0';
-		ck_assert_str_eq(ts_opt_env((enum tier_opt_id)i), want);
+		ck_assert_str_eq(ts_opt_env((enum ts_opt_id)i), want);
 	}
 }
 END_TEST

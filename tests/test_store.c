@@ -1435,7 +1435,7 @@ END_TEST
 
 struct fill_fault {
 	const char *name;
-	enum tier_fault_site site;
+	enum ts_fault_site site;
 	enum tier_level level;  /* the level whose fill fails */
 	enum tier_level acquire; /* the level acquired */
 	bool csum;
@@ -1545,7 +1545,7 @@ END_TEST
 
 struct flush_fault {
 	const char *name;
-	enum tier_fault_site site;
+	enum ts_fault_site site;
 	bool all;               /* tier_store_flush, else tier_obj_flush */
 };
 
@@ -1611,9 +1611,9 @@ END_TEST
 START_TEST(test_hbm_writeback_error)
 {
 	NEED_FAULTS();
-	static const enum tier_fault_site sites[] = { TIER_FAULT_HBM_COPY, TIER_FAULT_STORE_IO };
+	static const enum ts_fault_site sites[] = { TIER_FAULT_HBM_COPY, TIER_FAULT_STORE_IO };
 	static const struct cfg c = { .nvme = true, .hbm = "host", .policy = TIER_POLICY_LRU };
-	enum tier_fault_site site = sites[_i];
+	enum ts_fault_site site = sites[_i];
 	struct tier_store_stats st0, st1;
 	struct tier_obj *o, *more[HBM_OBJS];
 	struct env e;
@@ -1694,10 +1694,10 @@ END_TEST
 START_TEST(test_eviction_writeback_error)
 {
 	NEED_FAULTS();
-	static const enum tier_fault_site sites[] = { TIER_FAULT_NVME_IO_ERR, TIER_FAULT_STORE_IO };
+	static const enum ts_fault_site sites[] = { TIER_FAULT_NVME_IO_ERR, TIER_FAULT_STORE_IO };
 	static const struct cfg c = { .nvme = true, .hbm = "none", .csum = true,
 				      .policy = TIER_POLICY_LRU };
-	enum tier_fault_site site = sites[_i];
+	enum ts_fault_site site = sites[_i];
 	struct tier_obj *o[DRAM_OBJS + 1];
 	struct tier_store_stats st0, st1;
 	struct env e;

@@ -88,7 +88,7 @@ static const struct size_ok size_ok_cases[] = {
 START_TEST(size_parse_ok)
 {
 	const struct size_ok *c = &size_ok_cases[_i];
-	struct tier_size sz;
+	struct ts_size sz;
 	char why[256] = "untouched";
 	int rc;
 
@@ -157,7 +157,7 @@ static const struct size_bad size_bad_cases[] = {
 START_TEST(size_parse_bad)
 {
 	const struct size_bad *c = &size_bad_cases[_i];
-	struct tier_size sz;
+	struct ts_size sz;
 	char why[256] = "";
 	int rc;
 
@@ -174,7 +174,7 @@ END_TEST
 /* The list of units in the message offers '%' only where it is allowed. */
 START_TEST(size_parse_bad_unit_lists_units)
 {
-	struct tier_size sz;
+	struct ts_size sz;
 	char why[256];
 
 	ck_assert_int_eq(ts_size_parse("3 parsecs", false, &sz, why, sizeof(why)), -EINVAL);
@@ -189,7 +189,7 @@ END_TEST
 /* @why may be NULL or short: the code is still right and nothing overflows. */
 START_TEST(size_parse_why_optional)
 {
-	struct tier_size sz;
+	struct ts_size sz;
 	char why[8];
 
 	ck_assert_int_eq(ts_size_parse("12XB", false, &sz, NULL, 0), -EINVAL);
@@ -240,7 +240,7 @@ static const struct int_case int_cases[] = {
 /* A fraction reads the same whatever the C locale's decimal point is. */
 START_TEST(size_parse_locale_independent)
 {
-	struct tier_size sz;
+	struct ts_size sz;
 	char why[128];
 
 	/* The locale may be missing on this machine; the check still holds in "C". */
@@ -314,7 +314,7 @@ static const uint64_t roundtrip_sizes[] = {
 START_TEST(size_fmt_roundtrip)
 {
 	uint64_t bytes = roundtrip_sizes[_i];
-	struct tier_size sz;
+	struct ts_size sz;
 	char buf[32], why[128];
 
 	ts_size_fmt(bytes, buf, sizeof(buf));

@@ -12,7 +12,7 @@
 
 #include "common/error.h"
 
-static inline int tier_cuda_errno(cudaError_t e)
+static inline int ts_cuda_errno(cudaError_t e)
 {
 	switch (e) {
 	case cudaSuccess:
@@ -32,12 +32,12 @@ static inline int tier_cuda_errno(cudaError_t e)
 
 #define TIER_CUDA_CHECK_GOTO(call, rc, label)                                  \
 	do {                                                                    \
-		cudaError_t tier_cu_e_ = (call);                                \
-		if (tier_cu_e_ != cudaSuccess) {                                \
+		cudaError_t ts_cu_e_ = (call);                                \
+		if (ts_cu_e_ != cudaSuccess) {                                \
 			(void)cudaGetLastError();                               \
-			(rc) = ts_err(tier_cuda_errno(tier_cu_e_),            \
+			(rc) = ts_err(ts_cuda_errno(ts_cu_e_),            \
 					"%s: %s (%s:%d)", #call,                \
-					cudaGetErrorString(tier_cu_e_),         \
+					cudaGetErrorString(ts_cu_e_),         \
 					__FILE__, __LINE__);                    \
 			goto label;                                             \
 		}                                                               \

@@ -129,7 +129,7 @@ static void *map_plain(uint64_t size, bool thp_align)
 static int arena_map(struct dram_arena *a, const struct dram_params *p)
 {
 	struct dram_info *in = &a->info;
-	struct tier_hugeinfo hi;
+	struct ts_hugeinfo hi;
 	uint64_t small = (uint64_t)sysconf(_SC_PAGESIZE);
 	bool try_huge = false;
 	char sz[32], hsz[32];
@@ -157,7 +157,7 @@ static int arena_map(struct dram_arena *a, const struct dram_params *p)
 				"(0 free; set huge_pages: auto)");
 	}
 
-	rc = tier_fault_check(TIER_FAULT_DRAM_MAP);
+	rc = ts_fault_check(TIER_FAULT_DRAM_MAP);
 	if (rc)
 		return ts_err(rc, "dram: mapping %s: %s",
 				ts_size_fmt(p->capacity, sz, sizeof(sz)), tier_strerror(rc));
@@ -212,7 +212,7 @@ static void arena_bind(struct dram_arena *a, int node)
 	struct dram_info *in = &a->info;
 	unsigned long mask[MAX_NODES / (8 * sizeof(unsigned long))] = { 0 };
 	char why[160];
-	int rc = tier_fault_check(TIER_FAULT_DRAM_PIN);
+	int rc = ts_fault_check(TIER_FAULT_DRAM_PIN);
 
 	if (rc) {
 		snprintf(why, sizeof(why), "%s", tier_strerror(rc));
@@ -284,7 +284,7 @@ static void arena_prefault(struct dram_arena *a)
 		parts[i] = (struct prefault_part){ (volatile char *)in->base + first * stride,
 						   count * stride, stride };
 		/* Part 0 is this thread's own. */
-		if (i > 0 && tier_fault_check(TIER_FAULT_THREAD_CREATE) == 0)
+		if (i > 0 && ts_fault_check(TIER_FAULT_THREAD_CREATE) == 0)
 			started[i] = pthread_create(&th[i], NULL, prefault_main, &parts[i]) == 0;
 	}
 	for (unsigned i = 0; i < n; i++)
@@ -314,7 +314,7 @@ static void arena_lock(struct dram_arena *a)
 	struct dram_info *in = &a->info;
 	char sz[32], lim[32] = "unlimited";
 	struct rlimit rl;
-	int rc = tier_fault_check(TIER_FAULT_DRAM_PIN);
+	int rc = ts_fault_check(TIER_FAULT_DRAM_PIN);
 
 	if (rc == 0 && in->hugetlb) {
 		in->locked = true;      /* hugetlb pages are never swapped */
@@ -347,7 +347,7 @@ static void arena_lock(struct dram_arena *a)
 static void arena_register(struct dram_arena *a, int gpu)
 {
 	struct dram_info *in = &a->info;
-	int rc = tier_fault_check(TIER_FAULT_DRAM_PIN);
+	int rc = ts_fault_check(TIER_FAULT_DRAM_PIN);
 
 	if (rc == 0) {
 		rc = gpu_host_register(in->base, in->size, gpu);

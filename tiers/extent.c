@@ -16,7 +16,7 @@
 #include "common/fault.h"
 #include "tiers/extent.h"
 
-int extents_init(struct tier_extents *e, uint64_t total, uint64_t align)
+int extents_init(struct ts_extents *e, uint64_t total, uint64_t align)
 {
 	memset(e, 0, sizeof(*e));
 	if (align == 0 || (align & (align - 1)))
@@ -29,26 +29,26 @@ int extents_init(struct tier_extents *e, uint64_t total, uint64_t align)
 	if (!e->free)
 		return ts_err(-ENOMEM, "extent allocator: out of memory");
 	if (e->total) {
-		e->free[0] = (struct tier_extent){ 0, e->total };
+		e->free[0] = (struct ts_extent){ 0, e->total };
 		e->n = 1;
 	}
 	e->avail = e->total;
 	return 0;
 }
 
-void extents_fini(struct tier_extents *e)
+void extents_fini(struct ts_extents *e)
 {
 	free(e->free);
 	memset(e, 0, sizeof(*e));
 }
 
-int extents_alloc(struct tier_extents *e, uint64_t len, uint64_t *off)
+int extents_alloc(struct ts_extents *e, uint64_t len, uint64_t *off)
 {
 	if (len == 0 || len > e->total)
 		return len ? -ENOSPC : -EINVAL;
 	len = (len + e->align - 1) / e->align * e->align;
 	for (size_t i = 0; i < e->n; i++) {
-		struct tier_extent *x = &e->free[i];
+		struct ts_extent *x = &e->free[i];
 
 		if (x->len < len)
 			continue;
@@ -65,7 +65,7 @@ int extents_alloc(struct tier_extents *e, uint64_t len, uint64_t *off)
 	return -ENOSPC;
 }
 
-int extents_free(struct tier_extents *e, uint64_t off, uint64_t len)
+int extents_free(struct ts_extents *e, uint64_t off, uint64_t len)
 {
 	size_t lo = 0, hi = e->n, i;
 	bool merge_prev, merge_next;
@@ -100,7 +100,7 @@ int extents_free(struct tier_extents *e, uint64_t off, uint64_t len)
 		e->free[i].len += len;
 	} else {
 		if (e->n == e->cap) {
-			struct tier_extent *nf = ts_realloc(e->free, e->cap * 2 * sizeof(*nf));
+			struct ts_extent *nf = ts_realloc(e->free, e->cap * 2 * sizeof(*nf));
 
 			if (!nf)
 				return -ENOMEM;
@@ -108,14 +108,14 @@ int extents_free(struct tier_extents *e, uint64_t off, uint64_t len)
 			e->cap *= 2;
 		}
 		memmove(&e->free[i + 1], &e->free[i], (e->n - i) * sizeof(e->free[0]));
-		e->free[i] = (struct tier_extent){ off, len };
+		e->free[i] = (struct ts_extent){ off, len };
 		e->n++;
 	}
 	e->avail += len;
 	return 0;
 }
 
-uint64_t extents_largest(const struct tier_extents *e)
+uint64_t extents_largest(const struct ts_extents *e)
 {
 	uint64_t best = 0;
 
@@ -125,12 +125,12 @@ uint64_t extents_largest(const struct tier_extents *e)
 	return best;
 }
 
-bool extents_valid(const struct tier_extents *e)
+bool extents_valid(const struct ts_extents *e)
 {
 	uint64_t sum = 0;
 
 	for (size_t i = 0; i < e->n; i++) {
-		const struct tier_extent *x = &e->free[i];
+		const struct ts_extent *x = &e->free[i];
 
 		if (x->len == 0 || x->off % e->align || x->len % e->align ||
 		    x->off > e->total || x->len > e->total - x->off)

@@ -12,12 +12,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct tier_extent {
+struct ts_extent {
 	uint64_t off, len;
 };
 
-struct tier_extents {
-	struct tier_extent *free;  /* sorted by off; disjoint, never adjacent */
+struct ts_extents {
+	struct ts_extent *free;  /* sorted by off; disjoint, never adjacent */
 	size_t n, cap;
 	uint64_t total;            /* size of the space */
 	uint64_t avail;            /* sum of free lengths */
@@ -25,19 +25,19 @@ struct tier_extents {
 };
 
 /* A space of @total bytes (rounded down to @align), all free. */
-int extents_init(struct tier_extents *e, uint64_t total, uint64_t align);
-void extents_fini(struct tier_extents *e);
+int extents_init(struct ts_extents *e, uint64_t total, uint64_t align);
+void extents_fini(struct ts_extents *e);
 
 /* First fit for @len (rounded up to align): 0 and *off, -ENOSPC, -ENOMEM, -EINVAL. */
-int extents_alloc(struct tier_extents *e, uint64_t len, uint64_t *off);
+int extents_alloc(struct ts_extents *e, uint64_t len, uint64_t *off);
 
 /* Returns [off, off + len) (len rounded up to align); -EINVAL if any of it is free already or outside. */
-int extents_free(struct tier_extents *e, uint64_t off, uint64_t len);
+int extents_free(struct ts_extents *e, uint64_t off, uint64_t len);
 
 /* The largest free extent. */
-uint64_t extents_largest(const struct tier_extents *e);
+uint64_t extents_largest(const struct ts_extents *e);
 
 /* The invariant: sorted, disjoint, non-adjacent, aligned, inside, sums to avail. */
-bool extents_valid(const struct tier_extents *e);
+bool extents_valid(const struct ts_extents *e);
 
 #endif

@@ -22,7 +22,7 @@ extern "C" int gpu_count(int *count, char *why, int whylen)
 	cudaError_t e;
 
 	*count = 0;
-	rc = tier_fault_check(TIER_FAULT_GPU_PROBE);
+	rc = ts_fault_check(TIER_FAULT_GPU_PROBE);
 	if (rc)
 		return ts_err(rc, "cudaGetDeviceCount: %s", tier_strerror(rc));
 	e = cudaGetDeviceCount(&n);
@@ -38,7 +38,7 @@ extern "C" int gpu_count(int *count, char *why, int whylen)
 	return 0;
 }
 
-extern "C" int gpu_info(int index, struct tier_gpu_info *out)
+extern "C" int gpu_info(int index, struct ts_gpu_info *out)
 {
 	cudaDeviceProp prop;
 	int n = 0, rc = 0;

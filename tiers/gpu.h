@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-struct tier_gpu_info {
+struct ts_gpu_info {
 	int index;
 	char name[256];
 	uint64_t total_mem;    /* bytes */
@@ -30,7 +30,7 @@ struct tier_gpu_info {
 int gpu_count(int *count, char *why, int whylen);
 
 /* Properties of device @index.  -ENODEV if there is no such device. */
-int gpu_info(int index, struct tier_gpu_info *out);
+int gpu_info(int index, struct ts_gpu_info *out);
 
 /*
  * Exercises device @index end to end: allocates device memory, runs a

@@ -14,7 +14,7 @@
 
 int gpu_count(int *count, char *why, int whylen)
 {
-	int rc = tier_fault_check(TIER_FAULT_GPU_PROBE);
+	int rc = ts_fault_check(TIER_FAULT_GPU_PROBE);
 
 	*count = 0;
 	if (rc)
@@ -24,7 +24,7 @@ int gpu_count(int *count, char *why, int whylen)
 	return 0;
 }
 
-int gpu_info(int index, struct tier_gpu_info *out)
+int gpu_info(int index, struct ts_gpu_info *out)
 {
 	(void)out;
 	return ts_err(-ENODEV, "GPU %d: this build has no CUDA support", index);

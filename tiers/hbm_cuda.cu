@@ -219,7 +219,7 @@ static int cuda_open(const struct hbm_params *p, struct hbm_dev **out)
 				U64(p->capacity));
 	if (p->gpu < 0)
 		return ts_err(-ENODEV, "hbm cuda: no GPU (device %d)", p->gpu);
-	rc = tier_fault_check(TIER_FAULT_HBM_ALLOC);
+	rc = ts_fault_check(TIER_FAULT_HBM_ALLOC);
 	if (rc)
 		return ts_err(rc, "hbm cuda: GPU %d: allocating the %llu-byte arena: %s", p->gpu,
 				U64(p->capacity), tier_strerror(rc));
@@ -250,7 +250,7 @@ static int cuda_open(const struct hbm_params *p, struct hbm_dev **out)
 	for (int i = 0; i < 2; i++) {
 		struct cuda_queue *q = &d->q[i];
 
-		rc = tier_fault_check(TIER_FAULT_THREAD_CREATE);
+		rc = ts_fault_check(TIER_FAULT_THREAD_CREATE);
 		if (!rc)
 			rc = -pthread_create(&q->thread, NULL, completion_main, q);
 		if (rc) {
@@ -325,7 +325,7 @@ static int cuda_copy(struct hbm_dev *d, enum hbm_dir dir, uint64_t off, void *ho
 	r->arg = arg;
 	device_enter(d->gpu, &prev);
 	pthread_mutex_lock(&q->submit);
-	r->fault = tier_fault_check(TIER_FAULT_HBM_COPY);
+	r->fault = ts_fault_check(TIER_FAULT_HBM_COPY);
 	if (!r->fault && len) {
 		if (!r->ev)
 			TIER_CUDA_CHECK_GOTO(cudaEventCreateWithFlags(&r->ev, cudaEventDisableTiming |
@@ -341,7 +341,7 @@ static int cuda_copy(struct hbm_dev *d, enum hbm_dir dir, uint64_t off, void *ho
 		if (e != cudaSuccess) {
 			/* The copy is issued: let it finish before the caller's buffer is theirs again. */
 			(void)cudaGetLastError();
-			rc = ts_err(tier_cuda_errno(e), "cudaEventRecord: %s", cudaGetErrorString(e));
+			rc = ts_err(ts_cuda_errno(e), "cudaEventRecord: %s", cudaGetErrorString(e));
 			(void)cudaStreamSynchronize(q->stream);
 			(void)cudaGetLastError();
 			goto fail;

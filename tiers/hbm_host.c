@@ -111,7 +111,7 @@ static int engine_do(struct host_engine *e, const struct host_req *r, char *deta
 		return r->fault;
 	}
 	if (d->bandwidth > 0 && r->len) {
-		now = tier_now_ns();
+		now = ts_now_ns();
 		if (e->next_free_ns < now)
 			e->next_free_ns = now;
 		e->next_free_ns += link_ns(r->len, d->bandwidth);
@@ -123,9 +123,9 @@ static int engine_do(struct host_engine *e, const struct host_req *r, char *deta
 			memcpy(r->host, d->base + r->off, r->len);
 	}
 	if (d->bandwidth > 0 && r->len) {
-		now = tier_now_ns();
+		now = ts_now_ns();
 		if (e->next_free_ns > now)
-			tier_sleep_ns(e->next_free_ns - now);
+			ts_sleep_ns(e->next_free_ns - now);
 	}
 	atomic_fetch_add_explicit(&e->bytes, r->len, memory_order_relaxed);
 	return 0;
@@ -208,7 +208,7 @@ static int host_open(const struct hbm_params *p, struct hbm_dev **out)
 	if (!(p->bandwidth >= 0) || isinf(p->bandwidth))
 		return ts_err(-EINVAL, "hbm host: bandwidth %g bytes/s is not a finite number >= 0",
 				p->bandwidth);
-	rc = tier_fault_check(TIER_FAULT_HBM_ALLOC);
+	rc = ts_fault_check(TIER_FAULT_HBM_ALLOC);
 	if (rc)
 		return ts_err(rc, "hbm host: allocating the %llu-byte arena: %s", U64(p->capacity),
 				tier_strerror(rc));
@@ -240,7 +240,7 @@ static int host_open(const struct hbm_params *p, struct hbm_dev **out)
 	for (int i = 0; i < 2; i++) {
 		struct host_engine *e = &d->eng[i];
 
-		rc = tier_fault_check(TIER_FAULT_THREAD_CREATE);
+		rc = ts_fault_check(TIER_FAULT_THREAD_CREATE);
 		if (!rc)
 			rc = -pthread_create(&e->thread, NULL, engine_main, e);
 		if (rc) {
@@ -303,7 +303,7 @@ static int host_copy(struct hbm_dev *d, enum hbm_dir dir, uint64_t off, void *ho
 	}
 	*r = (struct host_req){
 		.off = off, .len = len, .host = host, .cb = cb, .arg = arg,
-		.fault = tier_fault_check(TIER_FAULT_HBM_COPY),
+		.fault = ts_fault_check(TIER_FAULT_HBM_COPY),
 	};
 	pthread_mutex_lock(&d->lock);
 	*e->tail = r;

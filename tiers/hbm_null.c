@@ -132,7 +132,7 @@ static int null_open(const struct hbm_params *p, struct hbm_dev **out)
 		return ts_err(-EINVAL, "hbm null: no parameters");
 	if (p->capacity == 0)
 		return ts_err(-EINVAL, "hbm null: capacity 0");
-	rc = tier_fault_check(TIER_FAULT_HBM_ALLOC);
+	rc = ts_fault_check(TIER_FAULT_HBM_ALLOC);
 	if (rc)
 		return ts_err(rc, "hbm null: allocating the %llu-byte arena: %s", U64(p->capacity),
 				tier_strerror(rc));
@@ -145,7 +145,7 @@ static int null_open(const struct hbm_params *p, struct hbm_dev **out)
 	pthread_cond_init(&d->idle, NULL);
 	d->cap = p->capacity;
 	d->tail = &d->head;
-	rc = tier_fault_check(TIER_FAULT_THREAD_CREATE);
+	rc = ts_fault_check(TIER_FAULT_THREAD_CREATE);
 	if (!rc)
 		rc = -pthread_create(&d->thread, NULL, completion_main, d);
 	if (rc) {
@@ -203,7 +203,7 @@ static int null_copy(struct hbm_dev *d, enum hbm_dir dir, uint64_t off, void *ho
 	}
 	*r = (struct null_req){
 		.dir = dir, .off = off, .len = len, .cb = cb, .arg = arg,
-		.fault = tier_fault_check(TIER_FAULT_HBM_COPY),
+		.fault = ts_fault_check(TIER_FAULT_HBM_COPY),
 	};
 	pthread_mutex_lock(&d->lock);
 	*d->tail = r;

@@ -79,27 +79,27 @@ static int path_lbs(int fd)
 
 /* ------------------------------------------------------------ headers */
 
-void nvme_header_seal(struct tier_nvme_header *h)
+void nvme_header_seal(struct ts_nvme_header *h)
 {
-	h->header_crc = ts_crc32c(0, h, offsetof(struct tier_nvme_header, header_crc));
+	h->header_crc = ts_crc32c(0, h, offsetof(struct ts_nvme_header, header_crc));
 }
 
-int nvme_header_check(const struct tier_nvme_header *h, const char *file)
+int nvme_header_check(const struct ts_nvme_header *h, const char *file)
 {
 	if (memcmp(h->magic, TIER_NVME_MAGIC, 8) != 0)
 		return ts_err(-ENOMSG, "%s: not a tierstore backing file (no header)", file);
 	if (h->version != TIER_NVME_FORMAT_VERSION || h->header_size != TIER_NVME_HEADER_SIZE)
 		return ts_err(-EPROTO, "%s: tierstore backing file of format version %u (this library writes version %u)",
 				file, h->version, TIER_NVME_FORMAT_VERSION);
-	if (ts_crc32c(0, h, offsetof(struct tier_nvme_header, header_crc)) != h->header_crc)
+	if (ts_crc32c(0, h, offsetof(struct ts_nvme_header, header_crc)) != h->header_crc)
 		return ts_err(-EBADMSG, "%s: the header is damaged (crc32c mismatch)", file);
 	return 0;
 }
 
-static int header_io(struct nvme_path *p, struct tier_nvme_header *h, bool write)
+static int header_io(struct nvme_path *p, struct ts_nvme_header *h, bool write)
 {
 	ssize_t n;
-	int rc = tier_fault_check(TIER_FAULT_NVME_HEADER);
+	int rc = ts_fault_check(TIER_FAULT_NVME_HEADER);
 
 	if (rc)
 		return ts_err(rc, "nvme%d (%s): header %s: %s", p->index, p->file,
@@ -116,15 +116,8 @@ static int header_io(struct nvme_path *p, struct tier_nvme_header *h, bool write
 	return 0;
 }
 
-static uint64_t realtime_ns(void)
-{
-	struct timespec ts;
 
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static void fill_header(struct tier_nvme *t, struct nvme_path *p, struct tier_nvme_header *h,
+static void fill_header(struct tier_nvme *t, struct nvme_path *p, struct ts_nvme_header *h,
 			uint64_t capacity, bool clean)
 {
 	memset(h, 0, sizeof(*h));
@@ -142,9 +135,9 @@ static void fill_header(struct tier_nvme *t, struct nvme_path *p, struct tier_nv
 	h->checksum = t->csum ? 1 : 0;
 	h->flags = clean ? TIER_NVME_HDR_CLEAN : 0;
 	if (!p->created_ns)
-		p->created_ns = realtime_ns();
+		p->created_ns = ts_wall_ns();
 	h->created_ns = p->created_ns;
-	h->closed_ns = clean ? realtime_ns() : 0;
+	h->closed_ns = clean ? ts_wall_ns() : 0;
 	nvme_header_seal(h);
 }
 
@@ -153,7 +146,7 @@ static void fill_header(struct tier_nvme *t, struct nvme_path *p, struct tier_nv
 static int mkdir_p(const char *dir)
 {
 	char buf[PATH_MAX];
-	int rc = tier_fault_check(TIER_FAULT_MKDIR);
+	int rc = ts_fault_check(TIER_FAULT_MKDIR);
 
 	if (rc)
 		return ts_err(rc, "%s: mkdir: %s", dir, tier_strerror(rc));
@@ -174,7 +167,7 @@ static int mkdir_p(const char *dir)
 /* Opens (creating if need be) and preallocates one backing file. */
 static int path_open(struct tier_nvme *t, struct nvme_path *p, const struct tiers_path_cfg *pc)
 {
-	struct tier_nvme_header *h = NULL;
+	struct ts_nvme_header *h = NULL;
 	uint64_t size;
 	struct stat st;
 	bool existed;
@@ -201,7 +194,7 @@ static int path_open(struct tier_nvme *t, struct nvme_path *p, const struct tier
 				return rc;
 		}
 	}
-	rc = tier_fault_check(TIER_FAULT_NVME_OPEN);
+	rc = ts_fault_check(TIER_FAULT_NVME_OPEN);
 	if (rc)
 		return ts_err(rc, "nvme%d (%s): open: %s", p->index, p->file, tier_strerror(rc));
 	existed = stat(p->file, &st) == 0;
@@ -251,7 +244,7 @@ static int path_open(struct tier_nvme *t, struct nvme_path *p, const struct tier
 		TIER_WARN(TIER_SS_NVME, "nvme%d (%s): chmod 0600: %s", p->index, p->file,
 			  tier_strerror(errno));
 	size = p->data_off + pc->capacity;
-	rc = tier_fault_check(TIER_FAULT_NVME_FALLOCATE);
+	rc = ts_fault_check(TIER_FAULT_NVME_FALLOCATE);
 	if (rc == 0 && fallocate(p->fd, 0, 0, (off_t)size) != 0)
 		rc = -errno;
 	if (rc == -EOPNOTSUPP) {
@@ -299,7 +292,7 @@ int tier_nvme_close(struct tier_nvme *t)
 			/* A clean header only on files that are ours, after an
 			 * open that completed (t->opened), unless about to go. */
 			if (p->owned && t->opened && !((t->flags & TIER_NVME_SCRATCH) && p->created)) {
-				struct tier_nvme_header *h = NULL;
+				struct ts_nvme_header *h = NULL;
 
 				if (posix_memalign((void **)&h, 4096, sizeof(*h)) == 0) {
 					fill_header(t, p, h, p->capacity, true);
@@ -360,7 +353,7 @@ int nvme_open(const struct tiers_cfg *c, unsigned flags, struct tier_nvme **out)
 	if (t->align < t->block)
 		t->align = t->block;
 	if (getrandom(t->uuid, sizeof(t->uuid), 0) != (ssize_t)sizeof(t->uuid)) {
-		uint64_t x = tier_now_ns() ^ (uint64_t)getpid() << 32;
+		uint64_t x = ts_now_ns() ^ (uint64_t)getpid() << 32;
 
 		memcpy(t->uuid, &x, 8);
 	}

@@ -14,7 +14,7 @@
 #define TIER_NVME_FORMAT_VERSION 1
 #define TIER_NVME_HEADER_SIZE 4096
 
-struct tier_nvme_header {
+struct ts_nvme_header {
 	char magic[8];            /* "TIERNVME" */
 	uint32_t version;         /* TIER_NVME_FORMAT_VERSION */
 	uint32_t header_size;     /* 4096 */
@@ -34,19 +34,19 @@ struct tier_nvme_header {
 	uint32_t header_crc;      /* crc32c of the bytes before it */
 };
 
-_Static_assert(sizeof(struct tier_nvme_header) == TIER_NVME_HEADER_SIZE,
+_Static_assert(sizeof(struct ts_nvme_header) == TIER_NVME_HEADER_SIZE,
 	       "the header is one 4 KiB block");
 
 #define TIER_NVME_HDR_CLEAN 1u
 
 /* Fills the crc; the header is then ready to write. */
-void nvme_header_seal(struct tier_nvme_header *h);
+void nvme_header_seal(struct ts_nvme_header *h);
 
 /*
  * Checks magic, version, size and crc.  0, -ENOMSG (not a tierstore file:
  * no magic), -EPROTO (a tierstore file of another format version), or
  * -EBADMSG (damaged: crc mismatch), with the detail message naming @file.
  */
-int nvme_header_check(const struct tier_nvme_header *h, const char *file);
+int nvme_header_check(const struct ts_nvme_header *h, const char *file);
 
 #endif

@@ -72,7 +72,7 @@ struct nvme_path {
 	uint64_t capacity;        /* data area bytes, as the header says */
 	uint64_t created_ns;      /* kept across header rewrites */
 	uint64_t data_off;        /* file offset of the data area */
-	struct tier_extents alloc;
+	struct ts_extents alloc;
 	struct io_uring ring;
 	bool ring_ok;
 	pthread_t thread;

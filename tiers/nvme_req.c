@@ -125,7 +125,7 @@ static int make_sub(struct tier_nvme *t, struct nvme_req *r, uint64_t u, uint32_
 		s->buf_index = fixed_index(t, buf, ulen);
 	} else {
 		if (posix_memalign((void **)&s->bounce, path->block, dev_len) != 0 ||
-		    tier_fault_check(TIER_FAULT_ALLOC)) {
+		    ts_fault_check(TIER_FAULT_ALLOC)) {
 			free(s->bounce);
 			free(s);
 			return -ENOMEM;

@@ -69,7 +69,7 @@ static void prep(struct nvme_path *p, struct subio *s)
 		sqe->flags |= IOSQE_FIXED_FILE;
 	io_uring_sqe_set_data(sqe, s);
 #if TIER_STATS_BUILD
-	s->t_sub = tier_now_ns();
+	s->t_sub = ts_now_ns();
 #endif
 }
 
@@ -104,7 +104,7 @@ static void pump(struct nvme_path *p, struct subio **failed)
 	}
 	if (!prepared)
 		return;
-	rc = tier_fault_check(TIER_FAULT_NVME_SUBMIT);
+	rc = ts_fault_check(TIER_FAULT_NVME_SUBMIT);
 	if (rc == 0) {
 		do {
 			rc = io_uring_submit(&p->ring);
@@ -274,7 +274,7 @@ static void sub_complete(struct tier_nvme *t, struct subio *s)
 		return;
 	}
 	atomic_fetch_add(&t->bytes_read, s->dev_len);
-	if (tier_fault_check(TIER_FAULT_NVME_BITFLIP))
+	if (ts_fault_check(TIER_FAULT_NVME_BITFLIP))
 		s->dev_buf[(s->dev_len < s->unit_len ? s->dev_len : s->unit_len) / 2] ^= 0x10;
 	if (!s->bounce && !(t->csum && s->full_unit && s->req->obj->crc_ok[s->unit])) {
 		sub_done(s); /* nothing to check or copy */
@@ -295,7 +295,7 @@ static void sub_complete(struct tier_nvme *t, struct subio *s)
 /* One device operation's entry in the path's live counters. */
 static void path_count(struct nvme_path *p, const struct subio *s, int res)
 {
-	uint64_t ns = tier_now_ns() - s->t_sub;
+	uint64_t ns = ts_now_ns() - s->t_sub;
 
 	atomic_fetch_add_explicit(&p->c_lat_hist[tier_lat_bucket(ns)], 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&p->c_lat_sum_ns, ns, memory_order_relaxed);
@@ -317,18 +317,18 @@ static void handle_cqe(struct tier_nvme *t, struct nvme_path *p, struct subio *s
 	int inj;
 
 	atomic_fetch_add(&t->ios, 1);
-	inj = tier_fault_check(TIER_FAULT_NVME_IO_ERR);
+	inj = ts_fault_check(TIER_FAULT_NVME_IO_ERR);
 	if (inj)
 		res = inj;
-	if (res > 0 && tier_fault_check(TIER_FAULT_NVME_SHORT)) {
+	if (res > 0 && ts_fault_check(TIER_FAULT_NVME_SHORT)) {
 		/* Half the bytes, in whole blocks (O_DIRECT transfers are). */
 		int half = (int)((unsigned)res / 2 / p->block * p->block);
 
 		if (half > 0)
 			res = half;
 	}
-	if (tier_fault_check(TIER_FAULT_NVME_DELAY))
-		tier_sleep_ns(20 * 1000000ull);
+	if (ts_fault_check(TIER_FAULT_NVME_DELAY))
+		ts_sleep_ns(20 * 1000000ull);
 #if TIER_STATS_BUILD
 	path_count(p, s, res);
 #endif
@@ -382,7 +382,7 @@ static void *ring_main(void *v)
 		if (rc < 0) {
 			TIER_ERROR(TIER_SS_NVME, "nvme%d: io_uring_wait_cqe: %s", p->index,
 				   tier_strerror(rc));
-			tier_sleep_ns(1000000);
+			ts_sleep_ns(1000000);
 			continue;
 		}
 		do {
@@ -416,7 +416,7 @@ int nvme_ring_open(struct tier_nvme *t, struct nvme_path *p, const struct tiers_
 		params.flags |= IORING_SETUP_SQPOLL;
 		params.sq_thread_idle = 50;
 	}
-	rc = tier_fault_check(TIER_FAULT_NVME_RING);
+	rc = ts_fault_check(TIER_FAULT_NVME_RING);
 	if (rc == 0)
 		rc = io_uring_queue_init_params(pc->queue_depth, &p->ring, &params);
 	if (rc == -EPERM && t->cfg->sqpoll) {
@@ -429,7 +429,7 @@ int nvme_ring_open(struct tier_nvme *t, struct nvme_path *p, const struct tiers_
 		return ts_err(rc, "nvme%d (%s): io_uring_queue_init (depth %u): %s", p->index,
 				p->file, pc->queue_depth, tier_strerror(rc));
 	p->ring_ok = true;
-	rc = tier_fault_check(TIER_FAULT_NVME_REGISTER);
+	rc = ts_fault_check(TIER_FAULT_NVME_REGISTER);
 	if (rc == 0)
 		rc = io_uring_register_files(&p->ring, &p->fd, 1);
 	if (rc) {
@@ -518,7 +518,7 @@ int tier_nvme_register_buffer(struct tier_nvme *t, void *base, size_t len)
 
 		if (t->nfixed > 1)
 			io_uring_unregister_buffers(&p->ring);
-		rc = tier_fault_check(TIER_FAULT_NVME_REGISTER);
+		rc = ts_fault_check(TIER_FAULT_NVME_REGISTER);
 		if (rc == 0)
 			rc = io_uring_register_buffers(&p->ring, t->fixed, t->nfixed);
 	}

@@ -61,7 +61,7 @@ static bool xfer_issue(struct xfer *x)
 	struct tier_store *s = x->s;
 	struct tier_obj *o = x->o;
 	char *dram = s->dram_base + o->lv[TIER_DRAM].off;
-	int rc = tier_fault_check(TIER_FAULT_STORE_IO);
+	int rc = ts_fault_check(TIER_FAULT_STORE_IO);
 
 	x->sync_detail[0] = 0;
 	if (rc) {

@@ -23,7 +23,7 @@
 
 START_TEST(test_discovery)
 {
-	struct tier_gpu_info gi;
+	struct ts_gpu_info gi;
 	char why[200] = "";
 	int n = -1;
 
@@ -54,7 +54,7 @@ END_TEST
 START_TEST(test_manifest_gpu)
 {
 	struct tier_manifest *m = NULL;
-	struct tier_gpu_info gi;
+	struct ts_gpu_info gi;
 	const struct tier_manifest *c;
 	const char *auto_text = "gpu:\n  device: auto\ndram:\n  capacity: 512MiB\n";
 	const char *pct_text = "gpu:\n  device: 0\n  capacity: 50%\ndram:\n  capacity: 512MiB\n";
