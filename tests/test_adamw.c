@@ -1142,6 +1142,8 @@ static const struct bad_case bad_cases[] = {
 	{ "grad_scale nan", BAD_PARAMS, -EINVAL, "grad_scale" },
 	{ "grad_scale -inf", BAD_PARAMS, -EINVAL, "grad_scale" },
 	{ "step 0", BAD_PARAMS, -EINVAL, "step 0" },
+	{ "size 0", BAD_PARAMS, -EINVAL, "not initialised" },
+	{ "size of another header", BAD_PARAMS, -EINVAL, "another tierstore.h" },
 };
 
 /* _i = case: each bad value on otherwise good arguments, nothing written. */
@@ -1185,6 +1187,8 @@ START_TEST(bad_arguments)
 	case 23: h.grad_scale = (double)NAN; break;
 	case 24: h.grad_scale = -(double)INFINITY; break;
 	case 25: h.step = 0; break;
+	case 26: h.size = 0; break;
+	case 27: h.size += 16; break;
 	default: ck_abort_msg("no case %d", _i);
 	}
 	rc = tier_adam_step(NULL, hpp, tp);

@@ -324,6 +324,49 @@ END_TEST
 
 /* ------------------------------------------------------ valid manifests */
 
+/*
+ * The public view of the effective configuration (tier_manifest_info,
+ * tier_manifest_path) reports what the manifest resolved to.
+ */
+static void assert_info_matches(const struct tier_manifest *m)
+{
+	struct tier_manifest_info in;
+	struct tier_manifest_path p;
+	uint64_t total = 0;
+
+	ck_assert_int_eq(tier_manifest_info(m, &in), 0);
+	ck_assert_str_eq(in.source, tier_manifest_source(m));
+	ck_assert_str_eq(in.name, m->tiers.name);
+	ck_assert_int_eq(in.gpu, m->tiers.gpu);
+	ck_assert_uint_eq(in.hbm_capacity, m->tiers.gpu >= 0 ? m->tiers.hbm_capacity : 0);
+	ck_assert_uint_eq(in.dram_capacity, m->tiers.dram_capacity);
+	ck_assert_int_eq(in.numa_node, m->tiers.numa_node);
+	ck_assert_uint_eq(in.npaths, m->tiers.npaths);
+	ck_assert_uint_eq(in.stripe_unit, m->tiers.stripe_unit);
+	ck_assert(in.checksum == (m->tiers.checksum == TIER_CSUM_CRC32C));
+	ck_assert_uint_eq(in.lookahead, m->lookahead);
+	ck_assert_uint_eq(in.write_behind, m->write_behind);
+	ck_assert(in.offload_fraction == (m->offload_auto ? TIER_OFFLOAD_AUTO : m->offload_fraction));
+	ck_assert_int_eq(in.moment_dtype, m->moment_dtype);
+	ck_assert_uint_eq(in.shard_size, m->shard_size);
+	for (unsigned i = 0; i < in.npaths; i++) {
+		ck_assert_int_eq(tier_manifest_path(m, i, &p), 0);
+		ck_assert_str_eq(p.path, m->tiers.paths[i].path);
+		ck_assert_str_eq(p.file, m->tiers.paths[i].file);
+		ck_assert_uint_eq(p.capacity, m->tiers.paths[i].capacity);
+		ck_assert_uint_eq(p.block_size, m->tiers.paths[i].block_size);
+		ck_assert_uint_eq(p.queue_depth, m->tiers.paths[i].queue_depth);
+		ck_assert(p.direct == m->tiers.paths[i].direct);
+		total += p.capacity;
+	}
+	ck_assert_uint_eq(in.nvme_capacity, total);
+	ck_assert_int_eq(tier_manifest_path(m, in.npaths, &p), -ERANGE);
+	ck_assert_ptr_nonnull(strstr(tier_last_error(), "no NVMe path"));
+	ck_assert_int_eq(tier_manifest_info(NULL, &in), -EINVAL);
+	ck_assert_int_eq(tier_manifest_info(m, NULL), -EINVAL);
+	ck_assert_int_eq(tier_manifest_path(m, 0, NULL), -EINVAL);
+}
+
 START_TEST(test_empty_mapping_defaults)
 {
 	struct tier_manifest *m = NULL;
@@ -344,6 +387,7 @@ START_TEST(test_empty_mapping_defaults)
 	ck_assert_uint_le(c->tiers.dram_capacity, mi.available);
 	ck_assert_uint_eq(c->tiers.dram_capacity % 4096, 0);
 	ck_assert_uint_le(c->lookahead, c->tiers.dram_capacity / 2);
+	assert_info_matches(m);
 	tier_manifest_free(m);
 }
 END_TEST
@@ -432,6 +476,7 @@ START_TEST(test_full_manifest)
 	ck_assert(c->offload_fraction == 0.25);
 	ck_assert_int_eq(c->moment_dtype, TIER_BF16);
 	ck_assert_uint_eq(c->shard_size, 1u << 20);
+	assert_info_matches(m);
 	tier_manifest_free(m);
 	unsetenv("TIER_TEST_SUB");
 }

@@ -1584,10 +1584,89 @@ START_TEST(create_errors)
 	ck_assert_int_eq(tier_optim_moment_dtype(o), TIER_FP32); /* the manifest's */
 	ck_assert_int_eq(tier_optim_destroy(o), 0);
 	o = NULL;
+	/* the size field: a struct not initialised, or of another header */
+	hp_base(&hp);
+	hp.size = 0;
+	ASSERT_ERR(tier_optim_create(w.s, &hp, &o), -EINVAL, "params not initialised");
+	ck_assert_msg(strstr(tier_last_error(), "tier_optim_params") &&
+		      strstr(tier_last_error(), "not initialised"), "%s", tier_last_error());
+	hp_base(&hp);
+	hp.size += 8;
+	ASSERT_ERR(tier_optim_create(w.s, &hp, &o), -EINVAL, "params of another size");
+	ck_assert_msg(strstr(tier_last_error(), "another tierstore.h"), "%s", tier_last_error());
 	hp_base(&hp);
 	ASSERT_ERR(tier_optim_create(NULL, &hp, &o), -EINVAL, "create on a NULL store");
 	ASSERT_ERR(tier_optim_create(w.s, &hp, NULL), -EINVAL, "create with NULL out");
 	VALID(w.s);
+	world_close(&w);
+}
+END_TEST
+
+/*
+ * tier_optim_info reports what the optimizer resolved: the shard (elements
+ * a multiple of 64, bytes per element by the moment dtype), the lookahead
+ * window (the manifest's, a quarter of its DRAM tier here, scaled with the
+ * store's DRAM and kept within [one shard, half of DRAM]), the lanes and
+ * the state.
+ */
+struct info_case {
+	uint64_t dram, store_dram;  /* the manifest's, the store's override (0: none) */
+	const char *moment;
+	uint64_t window;            /* expected */
+};
+
+static const struct info_case info_cases[] = {
+	{ 512 * KiB, 0, "fp32", 128 * KiB },          /* dram / 4 */
+	{ 512 * KiB, 0, "bf16", 128 * KiB },
+	{ 512 * KiB, 1 * MiB, "fp32", 256 * KiB },    /* scaled with the store's DRAM */
+	{ 1 * MiB, 512 * KiB, "bf16", 128 * KiB },
+};
+
+START_TEST(optim_info)
+{
+	const struct info_case *c = &info_cases[_i];
+	struct scfg sc = { .dram = c->dram, .hbm = 1 * MiB, .moment = c->moment, .offload = "auto" };
+	struct tier_optim_params hp;
+	struct tier_optim_info in;
+	struct tier_store_params sp;
+	struct tier_store_stats st;
+	struct world w;
+	size_t mb = strcmp(c->moment, "bf16") == 0 ? 2 : 4;
+
+	world_open(&w, "info", &sc);
+	if (c->store_dram) {
+		/* reopen the same manifest with the DRAM tier overridden */
+		ck_assert_int_eq(tier_store_close(w.s), 0);
+		tier_store_params_init(&sp);
+		sp.dram_capacity = c->store_dram;
+		sp.hbm_backend = "host";
+		sp.hbm_capacity = 1 * MiB;
+		sp.flags = TIER_STORE_SCRATCH;
+		ck_assert_int_eq(tier_store_open(w.man, &sp, &w.s), 0);
+	}
+	hp_base(&hp);
+	hp.moment_dtype = TIER_DTYPE_MANIFEST;
+	hp.offload_fraction = TIER_OFFLOAD_MANIFEST;
+	world_create(&w, &hp);
+	world_add(&w, "a", 5000, false, TIER_FP32, TIER_FP32, 1);
+	ck_assert_int_eq(tier_optim_info(w.o, &in), 0);
+	ck_assert_int_eq(in.moment_dtype, mb == 2 ? TIER_BF16 : TIER_FP32);
+	ck_assert_uint_eq(in.bytes_per_elem, 4 + 2 * mb);
+	ck_assert_uint_eq(in.shard_elems, SHARD / (4 + 2 * mb) / 64 * 64);
+	ck_assert_uint_eq(in.shard_bytes, in.shard_elems * in.bytes_per_elem);
+	ck_assert_uint_eq(in.window_bytes, c->window);
+	ck_assert(in.auto_split);
+	ck_assert(in.gpu_lane);
+	tier_store_get_stats(w.s, &st);
+	ck_assert_uint_eq(in.hbm_budget, st.level[TIER_HBM].capacity / 2); /* half the HBM tier */
+	ck_assert_uint_eq(in.write_behind, 4);
+	ck_assert_uint_eq(in.threads, 2);
+	ck_assert(in.cpu_fraction == tier_optim_cpu_fraction(w.o));
+	ck_assert_uint_eq(in.nparams, 1);
+	ck_assert_uint_eq(in.nshards, (5000 + in.shard_elems - 1) / in.shard_elems);
+	ck_assert_uint_eq(in.state_bytes, 5000ull * in.bytes_per_elem);
+	ASSERT_ERR(tier_optim_info(NULL, &in), -EINVAL, "info of NULL");
+	ASSERT_ERR(tier_optim_info(w.o, NULL), -EINVAL, "info into NULL");
 	world_close(&w);
 }
 END_TEST
@@ -1682,6 +1761,7 @@ static Suite *optim_suite(void)
 	tcase_add_test(tc, params_defaults);
 	tcase_add_test(tc, manifest_values);
 	tcase_add_test(tc, create_errors);
+	tcase_add_loop_test(tc, optim_info, 0, (int)ARRAY_SIZE(info_cases));
 	tcase_add_test(tc, add_errors);
 	return s;
 }

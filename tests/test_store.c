@@ -1228,6 +1228,17 @@ START_TEST(test_no_hbm)
 	p.policy = TIER_POLICY_LRU;
 	p.flags = 0x80;
 	ck_assert_int_eq(tier_store_open(e.m, &p, &s2), -EINVAL);
+	p.flags = 0;
+	/* the size field: not initialised, or of another header */
+	p.size = 0;
+	ck_assert_int_eq(tier_store_open(e.m, &p, &s2), -EINVAL);
+	ck_assert_ptr_null(s2);
+	ck_assert_msg(strstr(tier_last_error(), "tier_store_params") &&
+		      strstr(tier_last_error(), "not initialised"), "%s", tier_last_error());
+	p.size = (uint32_t)sizeof(p) - 8;
+	ck_assert_int_eq(tier_store_open(e.m, &p, &s2), -EINVAL);
+	ck_assert_msg(strstr(tier_last_error(), "another tierstore.h"), "%s", tier_last_error());
+	p.size = (uint32_t)sizeof(p);
 	ck_assert_int_eq(tier_store_open(NULL, &p, &s2), -EINVAL);
 	ck_assert_int_eq(tier_store_close(NULL), 0);
 	tier_manifest_free(e.m);

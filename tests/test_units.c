@@ -10,7 +10,12 @@
  *    its errno and a reason that names both the problem and the input;
  *  - ts_int_parse(): strict whole-string base-10 parsing and range limits;
  *  - ts_size_fmt(): the human-readable form, and that it parses back;
- *  - ts_edit_distance(): Levenshtein distance, case-insensitive, capped.
+ *  - ts_edit_distance(): Levenshtein distance, case-insensitive, capped;
+ *  - the element types (common/dtype.c): tier_dtype_size, _name and _parse
+ *    for every dtype, and their refusals;
+ *  - the version (common/version.c): tier_version_number against the
+ *    header's, and tier_version_check's answer for every kind of header
+ *    version (same, older and newer minor, other major).
  */
 #include "config.h"
 
@@ -20,6 +25,7 @@
 #include <locale.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "common/units.h"
@@ -378,6 +384,98 @@ START_TEST(edit_distance)
 }
 END_TEST
 
+/* ------------------------------------------------------ element types */
+
+struct dtype_case {
+	int dtype;
+	const char *name;   /* NULL: no dtype */
+	size_t size;
+};
+
+static const struct dtype_case dtype_cases[] = {
+	{ TIER_FP32, "fp32", 4 },
+	{ TIER_BF16, "bf16", 2 },
+	{ TIER_FP16, "fp16", 2 },
+	{ -1, NULL, 0 },
+	{ 3, NULL, 0 },
+	{ 1000, NULL, 0 },
+};
+
+START_TEST(dtype_table)
+{
+	const struct dtype_case *c = &dtype_cases[_i];
+	enum tier_dtype d = (enum tier_dtype)c->dtype;
+	enum tier_dtype back = (enum tier_dtype)-7;
+
+	ck_assert_uint_eq(tier_dtype_size(d), c->size);
+	if (!c->name) {
+		ck_assert_ptr_null(tier_dtype_name(d));
+		return;
+	}
+	ck_assert_str_eq(tier_dtype_name(d), c->name);
+	ck_assert_int_eq(tier_dtype_parse(c->name, &back), 0);
+	ck_assert_int_eq(back, d);
+}
+END_TEST
+
+START_TEST(dtype_parse_refusals)
+{
+	static const char *const bad[] = { "", "FP32", "fp64", "bf16 ", "float", "int8" };
+	enum tier_dtype d = TIER_BF16;
+
+	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+		ck_assert_int_eq(tier_dtype_parse(bad[i], &d), -EINVAL);
+		ck_assert_msg(strstr(tier_last_error(), bad[i]) && strstr(tier_last_error(), "fp32"),
+			      "'%s': %s", bad[i], tier_last_error());
+		ck_assert_int_eq(d, TIER_BF16); /* untouched */
+	}
+	ck_assert_int_eq(tier_dtype_parse(NULL, &d), -EINVAL);
+}
+END_TEST
+
+/* ------------------------------------------------------------ version */
+
+struct version_case {
+	int dmajor, dminor;  /* the header's version, relative to the library's */
+	int want;
+};
+
+static const struct version_case version_cases[] = {
+	{ 0, 0, 0 },
+	{ 0, -1, -EPROTO },  /* before 1.0 a minor may change the ABI */
+	{ 0, 1, -EPROTO },   /* a newer header than the library */
+	{ 1, 0, -EPROTO },
+	{ -1, 0, -EPROTO },
+};
+
+START_TEST(version_check)
+{
+	const struct version_case *c = &version_cases[_i];
+	unsigned major = (unsigned)(TIER_VERSION_MAJOR + c->dmajor);
+	unsigned minor = (unsigned)(TIER_VERSION_MINOR + c->dminor);
+	char want[32];
+
+	ck_assert_int_eq(tier_version_check(major, minor), c->want);
+	if (c->want) {
+		snprintf(want, sizeof(want), "%u.%u", major, minor);
+		ck_assert_msg(strstr(tier_last_error(), want) && strstr(tier_last_error(), tier_version()),
+			      "%s", tier_last_error());
+	}
+}
+END_TEST
+
+START_TEST(version_number)
+{
+	char text[32];
+
+	ck_assert_uint_eq(tier_version_number(), TIER_VERSION_NUMBER);
+	ck_assert_int_eq(TIER_VERSION_CHECK(), 0);
+	snprintf(text, sizeof(text), "%d.%d.%d", TIER_VERSION_MAJOR, TIER_VERSION_MINOR,
+		 TIER_VERSION_PATCH);
+	ck_assert_str_eq(tier_version(), text);
+}
+END_TEST
+
 static Suite *units_suite(void)
 {
 	Suite *s = suite_create("units");
@@ -403,6 +501,16 @@ static Suite *units_suite(void)
 
 	tc = tcase_create("edit_distance");
 	tcase_add_loop_test(tc, edit_distance, 0, (int)ARRAY_SIZE(dist_cases));
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("dtype");
+	tcase_add_loop_test(tc, dtype_table, 0, (int)ARRAY_SIZE(dtype_cases));
+	tcase_add_test(tc, dtype_parse_refusals);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("version");
+	tcase_add_loop_test(tc, version_check, 0, (int)ARRAY_SIZE(version_cases));
+	tcase_add_test(tc, version_number);
 	suite_add_tcase(s, tc);
 
 	return s;
