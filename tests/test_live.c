@@ -3,7 +3,7 @@
  * stats segment (mode, owner, removal, TIER_STATS=off, a segment that
  * cannot be created), tier-stat's output against the store's own
  * counters, stale segments, refusals, and consistent snapshots under a
- * publishing store.
+ * publishing store, and payloads of another layout.
  *
  * The tool's output is checked by tests/live_check.py (python3), which
  * this suite runs with tier-stat ($TIER_STAT) while the store is open:
@@ -31,6 +31,7 @@
 #include "common/error.h"
 #include "common/fault.h"
 #include "common/options.h"
+#include "runtime/statseg.h"
 #include "t_helpers.h"
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
@@ -346,6 +347,8 @@ START_TEST(tier_stat_matches_store)
 	/* What a reader of the segment sees, through the public API. */
 	ck_assert_int_eq(tier_live_open(tier_store_stats_path(w.s), &l), 0);
 	ck_assert_int_eq(tier_live_read(l, live), 0);
+	ck_assert_uint_eq(live->version, TIER_LIVE_VERSION);
+	ck_assert_uint_eq(live->size, sizeof(*live));
 	ck_assert_uint_eq(live->level[TIER_DRAM].hits, st.level[TIER_DRAM].hits);
 	ck_assert_uint_eq(live->level[TIER_DRAM].misses, st.level[TIER_DRAM].misses);
 	ck_assert_uint_gt(live->level[TIER_DRAM].evictions, 0);
@@ -525,6 +528,72 @@ START_TEST(refusals)
 }
 END_TEST
 
+/*
+ * Payloads of another layout are refused with -EPROTO and a detail that
+ * names theirs and this build's: a payload size no number of paths gives
+ * (at open), another version or size in the payload itself (at read).
+ * Before the first publish a segment reads as zeros.
+ */
+START_TEST(payload_refusals)
+{
+	struct tier_live_stats *st = calloc(1, sizeof(*st)), *back = calloc(1, sizeof(*back));
+	size_t fixed = offsetof(struct tier_live_stats, path);
+	struct statseg *seg;
+	struct tier_live *l;
+	char want[2][96];
+
+	ck_assert_ptr_nonnull(st);
+	ck_assert_ptr_nonnull(back);
+	ck_assert_int_eq(statseg_create("odd", "", fixed + 8, &seg), 0);
+	ck_assert_int_eq(tier_live_open(statseg_path(seg), &l), -EPROTO);
+	snprintf(want[0], sizeof(want[0]), "a payload of %zu bytes", fixed + 8);
+	snprintf(want[1], sizeof(want[1]), "%zu bytes and %zu per NVMe path", fixed,
+		 sizeof(struct tier_live_path));
+	for (int i = 0; i < 2; i++)
+		ck_assert_msg(strstr(tier_last_error(), want[i]), "'%s' not in '%s'", want[i],
+			      tier_last_error());
+	statseg_close(seg);
+
+	ck_assert_int_eq(statseg_create("other", "", fixed + sizeof(struct tier_live_path), &seg), 0);
+	ck_assert_int_eq(tier_live_open(statseg_path(seg), &l), 0);
+	ck_assert_int_eq(tier_live_read(l, back), 0);
+	ck_assert_uint_eq(back->publishes, 0);
+	st->version = TIER_LIVE_VERSION;
+	st->size = sizeof(*st);
+	st->publishes = 1;
+	st->npaths = 1;
+	statseg_publish(seg, st);
+	ck_assert_int_eq(tier_live_read(l, back), 0);
+	ck_assert_uint_eq(back->publishes, 1);
+	ck_assert_uint_eq(back->npaths, 1);
+
+	for (int k = 0; k < 2; k++) {
+		if (k == 0) {
+			st->version = TIER_LIVE_VERSION + 1;
+			snprintf(want[0], sizeof(want[0]), "layout version %u and size %zu",
+				 TIER_LIVE_VERSION + 1, sizeof(*st));
+		} else {
+			st->version = TIER_LIVE_VERSION;
+			st->size = (uint32_t)sizeof(*st) + 8;
+			snprintf(want[0], sizeof(want[0]), "layout version %u and size %zu",
+				 TIER_LIVE_VERSION, sizeof(*st) + 8);
+		}
+		snprintf(want[1], sizeof(want[1]), "reads version %u and size %zu",
+			 TIER_LIVE_VERSION, sizeof(*st));
+		statseg_publish(seg, st);
+		ck_assert_int_eq(tier_live_read(l, back), -EPROTO);
+		for (int i = 0; i < 2; i++)
+			ck_assert_msg(strstr(tier_last_error(), want[i]), "'%s' not in '%s'",
+				      want[i], tier_last_error());
+		ck_assert_uint_eq(back->publishes, 0); /* nothing of it kept */
+	}
+	tier_live_close(l);
+	statseg_close(seg);
+	free(st);
+	free(back);
+}
+END_TEST
+
 /* A device error and a checksum failure land in the path's counters. */
 START_TEST(path_error_counters)
 {
@@ -697,6 +766,7 @@ static Suite *live_suite(void)
 	tcase_add_test(tc, tier_stat_matches_store);
 	tcase_add_test(tc, stale_segment);
 	tcase_add_test(tc, refusals);
+	tcase_add_test(tc, payload_refusals);
 	tcase_add_test(tc, path_error_counters);
 	tcase_add_test(tc, no_torn_snapshot);
 	suite_add_tcase(s, tc);
