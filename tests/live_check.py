@@ -216,6 +216,7 @@ def cmd_report(a):
         for fam, key in (("capacity_bytes", "capacity_bytes"), ("used_bytes", "used_bytes"),
                          ("dirty_bytes", "dirty_bytes"), ("hits_total", "hits"),
                          ("misses_total", "misses"), ("evictions_total", "evictions"),
+                         ("prefetch_skipped_total", "prefetch_skipped"),
                          ("in_bytes_total", "bytes_in"), ("out_bytes_total", "bytes_out")):
             checks.append((f"tierstore_tier_{fam}", {"tier": tier}, t[key]))
     for name, labels, want in checks:

@@ -33,6 +33,7 @@
 #include "common/options.h"
 #include "runtime/statseg.h"
 #include "t_helpers.h"
+#include "tiers/store.h"
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define KiB (1ull << 10)
@@ -259,20 +260,45 @@ static void json_level(FILE *f, const char *key, const struct tier_level_stats *
 	fprintf(f, "\"%s\":{\"backend\":\"%s\",\"capacity_bytes\":%llu,\"used_bytes\":%llu,"
 		"\"pinned_bytes\":%llu,\"dirty_bytes\":%llu,\"objects\":%llu,\"hits\":%llu,"
 		"\"misses\":%llu,\"evictions\":%llu,\"writebacks\":%llu,\"prefetches\":%llu,"
-		"\"errors\":%llu,\"bytes_in\":%llu,\"bytes_out\":%llu,"
+		"\"prefetch_skipped\":%llu,\"errors\":%llu,\"bytes_in\":%llu,\"bytes_out\":%llu,"
 		"\"in_bytes_per_second\":0,\"out_bytes_per_second\":0}%s",
 		key, l->backend, U64(l->capacity), U64(l->used), U64(l->pinned), U64(l->dirty),
 		U64(l->objects), U64(l->hits), U64(l->misses), U64(l->evictions),
-		U64(l->writebacks), U64(l->prefetches), U64(l->errors), U64(l->bytes_in),
-		U64(l->bytes_out), last ? "" : ",");
+		U64(l->writebacks), U64(l->prefetches), U64(l->prefetch_skipped), U64(l->errors),
+		U64(l->bytes_in), U64(l->bytes_out), last ? "" : ",");
+}
+
+/* Pins objects in DRAM until it is full, and prefetches one more there:
+ * skipped (prefetch_skipped). */
+static void prefetch_into_pinned(struct tier_store *s)
+{
+	struct tier_obj *o[12];
+	unsigned n = 0;
+	void *p;
+
+	for (unsigned i = 0; i < 12; i++) {
+		char name[16];
+
+		snprintf(name, sizeof(name), "obj%u", i);
+		o[i] = tier_obj_find(s, name);
+		ck_assert_ptr_nonnull(o[i]);
+	}
+	while (n < 11 && tier_obj_acquire(s, o[n], TIER_DRAM, TIER_ACQUIRE_READ, &p) == 0)
+		n++;
+	ck_assert_uint_gt(n, 0);
+	ck_assert_uint_lt(n, 11);
+	ck_assert_int_eq(tier_obj_prefetch(s, o[n], TIER_DRAM), 0);
+	store_quiesce(s);
+	while (n--)
+		ck_assert_int_eq(tier_obj_release(s, o[n], TIER_DRAM, false), 0);
 }
 
 /*
  * The acceptance test: a store does known work (objects written, read
- * back through a DRAM tier smaller than them, flushed; an optimizer runs
- * steps, one of them skipped), then stays quiet.  tier-stat --json must
- * give exactly the store's own counters, and --prometheus the same in
- * parseable form.
+ * back through a DRAM tier smaller than them, flushed, a prefetch
+ * skipped; an optimizer runs steps, one of them skipped), then stays
+ * quiet.  tier-stat --json must give exactly the store's own counters,
+ * and --prometheus the same in parseable form.
  */
 START_TEST(tier_stat_matches_store)
 {
@@ -293,6 +319,7 @@ START_TEST(tier_stat_matches_store)
 	ck_assert_ptr_nonnull(live);
 	world_open_hbm(&w, "live-acceptance", 1 * MiB, 2 * MiB, true);
 	do_work(w.s, 12, 256 * KiB); /* 3 MiB through 1 MiB of DRAM */
+	prefetch_into_pinned(w.s);
 	for (int k = 0; k < 2; k++) {
 		/* up to the HBM tier: misses, then hits; one comes back dirty */
 		for (unsigned i = 8; i < 12; i++) {
@@ -351,6 +378,9 @@ START_TEST(tier_stat_matches_store)
 	ck_assert_uint_eq(live->size, sizeof(*live));
 	ck_assert_uint_eq(live->level[TIER_DRAM].hits, st.level[TIER_DRAM].hits);
 	ck_assert_uint_eq(live->level[TIER_DRAM].misses, st.level[TIER_DRAM].misses);
+	ck_assert_uint_gt(st.level[TIER_DRAM].prefetch_skipped, 0);
+	ck_assert_uint_eq(live->level[TIER_DRAM].prefetch_skipped,
+			  st.level[TIER_DRAM].prefetch_skipped);
 	ck_assert_uint_gt(live->level[TIER_DRAM].evictions, 0);
 	ck_assert_uint_eq(live->path[0].bytes_read, ns.bytes_read);
 	ck_assert_uint_eq(live->path[0].bytes_written, ns.bytes_written);

@@ -130,6 +130,8 @@ TIER_API uint64_t tier_lat_quantile_ns(const uint64_t hist[TIER_LAT_BUCKETS], do
 	  "Write-backs of dirty bytes to the tier below.") \
 	X(prefetches, u64, count, counter, stats, "prefetches", "prefetches", NONE, \
 	  "Fills started by a prefetch.") \
+	X(prefetch_skipped, u64, count, counter, stats, "prefetch_skipped", "prefetch_skipped", \
+	  NONE, "Prefetches skipped: no slot the policy would give.") \
 	X(errors, u64, count, counter, stats, "errors", "errors", NONE, \
 	  "Failed fills and write-backs.") \
 	X(bytes_in, u64, bytes, counter, stats, "bytes_in", "in_bytes", NONE, \
