@@ -1,6 +1,6 @@
 /*
  * live.c - the stats publisher of a store, and the reader side of the
- * public live view (tierstore.h, "the live view"; docs/tier-stat.md).
+ * public live view (tierstore/live.h; docs/tier-stat.md).
  *
  * The publisher is one thread per store.  Every TIER_STATS_INTERVAL ms it
  * takes the store's counters (tier_store_get_stats: a short hold of the
@@ -9,7 +9,9 @@
  * the last second from a ring of earlier samples, and publishes the whole
  * struct tier_live_stats through the segment's seqlock.  Nothing on a hot
  * path waits for it: the counters it reads are kept anyway (store, NVMe
- * totals) or are relaxed atomic adds (per path, the feed).
+ * totals) or are relaxed atomic adds (per path, the feed).  What it copies
+ * from the store's stats and from the feed follows from the counter lists
+ * (the entries of src stats and feed).
  */
 #include "config.h"
 
@@ -36,10 +38,48 @@
 
 _Static_assert(TIER_LIVE_VERSION == STATSEG_VERSION,
 	       "the payload layout is part of the segment's version");
-/* A change of size means a change of layout: bump TIER_LIVE_VERSION. */
-_Static_assert(sizeof(struct tier_live_path) == 2392, "tier_live_path layout changed");
-_Static_assert(offsetof(struct tier_live_stats, path) == 624, "tier_live_stats layout changed");
-_Static_assert(sizeof(struct tier_live_stats) == 624 + 64 * 2392, "tier_live_stats layout changed");
+
+/*
+ * No padding anywhere in the payload: each structure is its fixed fields
+ * and then its list's fields, back to back, so the offsets follow from the
+ * lists (docs/tier-stat.md) and the payload is whole 8-byte words.  A
+ * change of size is told to readers by tier_live_stats.size; one that
+ * keeps the size bumps TIER_LIVE_VERSION.
+ */
+#define ENTRY_SIZE(name, type, ...) + ENTRY_SIZE_##type
+#define ENTRY_SIZE_u64 8
+#define ENTRY_SIZE_double 8
+#define ENTRY_SIZE_hist (8 * TIER_LAT_BUCKETS)
+_Static_assert(sizeof(struct tier_live_level) == 24 TIER_LIVE_LEVEL_COUNTERS(ENTRY_SIZE),
+	       "padding in tier_live_level");
+_Static_assert(sizeof(struct tier_live_path) == 256 TIER_LIVE_PATH_COUNTERS(ENTRY_SIZE),
+	       "padding in tier_live_path");
+_Static_assert(sizeof(struct tier_live_prefetch) == 0 TIER_LIVE_PREFETCH_COUNTERS(ENTRY_SIZE),
+	       "padding in tier_live_prefetch");
+_Static_assert(sizeof(struct tier_live_optim) == 8 TIER_LIVE_OPTIM_COUNTERS(ENTRY_SIZE),
+	       "padding in tier_live_optim");
+_Static_assert(offsetof(struct tier_live_stats, npaths) == 8 TIER_LIVE_STORE_COUNTERS(ENTRY_SIZE) &&
+	       offsetof(struct tier_live_stats, level) == offsetof(struct tier_live_stats, npaths) + 8 &&
+	       offsetof(struct tier_live_stats, path) ==
+		       offsetof(struct tier_live_stats, level) +
+			       TIER_LEVELS * sizeof(struct tier_live_level) +
+			       sizeof(struct tier_live_prefetch) + sizeof(struct tier_live_optim) &&
+	       offsetof(struct tier_live_stats, path) % 8 == 0,
+	       "padding in tier_live_stats");
+
+/*
+ * The publisher's copy of one list entry into @dst: from the field of the
+ * same name of @rec, the store's stats (src stats), the feed (src feed) or
+ * a path's counters (src nvme, tier_nvme_get_path_stats); the rates (src
+ * pub) are worked out after.
+ */
+#define COPY_stats(type, dst, rec, name) (dst)->name = (rec)->name;
+#define COPY_feed(type, dst, rec, name) (dst)->name = feed_##type(&(rec)->name);
+#define COPY_nvme(type, dst, rec, name) COPY_NVME_##type(dst, rec, name)
+#define COPY_NVME_u64(dst, rec, name) (dst)->name = (rec)->name;
+#define COPY_NVME_hist(dst, rec, name) memcpy((dst)->name, (rec)->name, sizeof((dst)->name));
+#define COPY_pub(type, dst, rec, name)
+#define COPY(name, type, unit, kind, src, ...) COPY_##src(type, dst, rec, name)
 
 #define RATE_WINDOW_NS 1000000000ull /* "current" bandwidth: over the last second */
 #define RING 64                      /* samples kept for it */
@@ -78,7 +118,7 @@ void live_set_double(_Atomic uint64_t *w, double v)
 	atomic_store_explicit(w, b, memory_order_relaxed);
 }
 
-static double get_double(_Atomic uint64_t *w)
+static double feed_double(_Atomic uint64_t *w)
 {
 	uint64_t b = atomic_load_explicit(w, memory_order_relaxed);
 	double v;
@@ -87,7 +127,7 @@ static double get_double(_Atomic uint64_t *w)
 	return v;
 }
 
-static uint64_t ld(_Atomic uint64_t *w)
+static uint64_t feed_u64(_Atomic uint64_t *w)
 {
 	return atomic_load_explicit(w, memory_order_relaxed);
 }
@@ -98,22 +138,14 @@ static double rate(uint64_t now_v, uint64_t then_v, double dt)
 }
 
 /* Path @i's counters into the segment's record of it. */
-static void path_copy(struct tier_nvme *nvme, unsigned i, struct tier_live_path *d)
+static void path_copy(struct tier_nvme *nvme, unsigned i, struct tier_live_path *dst)
 {
 	struct tier_nvme_path_stats ps;
+	const struct tier_nvme_path_stats *rec = &ps;
 
 	tier_nvme_get_path_stats(nvme, i, &ps);
-	memcpy(d->file, ps.file, sizeof(d->file));
-	d->inflight = ps.inflight;
-	d->reads = ps.reads;
-	d->writes = ps.writes;
-	d->bytes_read = ps.bytes_read;
-	d->bytes_written = ps.bytes_written;
-	d->errors = ps.errors;
-	d->csum_errors = ps.csum_errors;
-	d->lat_count = ps.lat_count;
-	d->lat_sum_ns = ps.lat_sum_ns;
-	memcpy(d->lat_hist, ps.lat_hist, sizeof(d->lat_hist));
+	memcpy(dst->file, ps.file, sizeof(dst->file));
+	TIER_LIVE_PATH_COUNTERS(COPY)
 }
 
 /* Builds l->snap from the store's counters now.  pub_lock held. */
@@ -127,33 +159,28 @@ static void gather(struct live *l)
 
 	memset(o, 0, sizeof(*o));
 	tier_store_get_stats(l->store, &st);
+	o->version = TIER_LIVE_VERSION;
+	o->size = (uint32_t)sizeof(*o);
 	o->time_ns = ts_wall_ns();
 	o->mono_ns = ts_now_ns();
 	o->uptime_ns = o->mono_ns - l->open_ns;
 	o->publishes = l->publishes + 1;
-	o->objects = st.objects;
-	for (int i = 0; i < TIER_LEVELS; i++) {
-		const struct tier_level_stats *s = &st.level[i];
-		struct tier_live_level *d = &o->level[i];
+	{
+		struct tier_live_stats *dst = o;
+		const struct tier_store_stats *rec = &st;
 
-		d->present = s->present;
-		if (!s->present)
+		TIER_LIVE_STORE_COUNTERS(COPY)
+	}
+	for (int i = 0; i < TIER_LEVELS; i++) {
+		const struct tier_level_stats *rec = &st.level[i];
+		struct tier_live_level *dst = &o->level[i];
+
+		dst->present = rec->present;
+		if (!rec->present)
 			continue;
-		memcpy(d->backend, s->backend, sizeof(d->backend));
-		d->backend[sizeof(d->backend) - 1] = '\0';
-		d->capacity = s->capacity;
-		d->used = s->used;
-		d->pinned = s->pinned;
-		d->dirty = s->dirty;
-		d->objects = s->objects;
-		d->hits = s->hits;
-		d->misses = s->misses;
-		d->evictions = s->evictions;
-		d->writebacks = s->writebacks;
-		d->prefetches = s->prefetches;
-		d->errors = s->errors;
-		d->bytes_in = s->bytes_in;
-		d->bytes_out = s->bytes_out;
+		memcpy(dst->backend, rec->backend, sizeof(dst->backend));
+		dst->backend[sizeof(dst->backend) - 1] = '\0';
+		TIER_LIVE_LEVEL_COUNTERS(COPY)
 	}
 	if (nvme) {
 		struct tier_nvme_stats ns;
@@ -164,22 +191,19 @@ static void gather(struct live *l)
 		for (uint32_t p = 0; p < o->npaths; p++)
 			path_copy(nvme, p, &o->path[p]);
 	}
-	o->prefetch.window_bytes = ld(&f->pf_window);
-	o->prefetch.ahead_bytes = ld(&f->pf_ahead_bytes);
-	o->prefetch.shards_ahead = ld(&f->pf_shards_ahead);
-	o->prefetch.stall_ns = ld(&f->pf_stall_ns);
-	o->prefetch.active = ld(&f->pf_active);
-	o->optim.present = ld(&f->optim_present);
-	o->optim.step = ld(&f->step);
-	o->optim.skipped = ld(&f->skipped);
-	o->optim.params = ld(&f->params);
-	o->optim.shards = ld(&f->shards);
-	o->optim.state_bytes = ld(&f->state_bytes);
-	o->optim.last_step_ns = ld(&f->last_step_ns);
-	o->optim.last_stall_ns = ld(&f->last_stall_ns);
-	o->optim.cpu_fraction = get_double(&f->cpu_fraction);
-	o->optim.loss_scale = get_double(&f->loss_scale);
-	o->optim.grad_norm = get_double(&f->grad_norm);
+	{
+		struct tier_live_prefetch *dst = &o->prefetch;
+		struct live_feed_prefetch *rec = &f->prefetch;
+
+		TIER_LIVE_PREFETCH_COUNTERS(COPY)
+	}
+	{
+		struct tier_live_optim *dst = &o->optim;
+		struct live_feed_optim *rec = &f->optim;
+
+		dst->present = feed_u64(&rec->present);
+		TIER_LIVE_OPTIM_COUNTERS(COPY)
+	}
 
 	/* Rates: against the newest sample at least a second old, else the
 	 * oldest there is. */
@@ -412,10 +436,13 @@ int tier_live_open(const char *path, struct tier_live **out)
 	ps = (size_t)statseg_view_header(v)->payload_size;
 	if (ps < fixed || ps > sizeof(struct tier_live_stats) ||
 	    (ps - fixed) % sizeof(struct tier_live_path)) {
+		unsigned version = statseg_view_header(v)->version;
+
 		statseg_view_close(v);
-		return ts_err(-EBADMSG, "%s: a payload of %zu bytes is not a layout %u store "
-				"record (%zu bytes and %zu per NVMe path)", path, ps,
-				TIER_LIVE_VERSION, fixed, sizeof(struct tier_live_path));
+		return ts_err(-EPROTO, "%s: a payload of %zu bytes in layout version %u; this build "
+				"reads version %u: %zu bytes and %zu per NVMe path, up to %u paths",
+				path, ps, version, TIER_LIVE_VERSION, fixed,
+				sizeof(struct tier_live_path), TIER_LIVE_MAX_PATHS);
 	}
 	l = ts_calloc(1, sizeof(*l));
 	if (!l) {
@@ -438,6 +465,16 @@ int tier_live_read(const struct tier_live *l, struct tier_live_stats *out)
 	rc = statseg_read(l->v, out, l->payload);
 	if (rc)
 		return rc;
+	if (out->publishes == 0 && out->version == 0 && out->size == 0)
+		return 0; /* nothing published yet: all zero */
+	if (out->version != TIER_LIVE_VERSION || out->size != sizeof(*out)) {
+		uint32_t version = out->version, size = out->size;
+
+		memset(out, 0, sizeof(*out));
+		return ts_err(-EPROTO, "%s: a payload of layout version %u and size %u; this build "
+				"reads version %u and size %zu", statseg_view_path(l->v), version,
+				size, TIER_LIVE_VERSION, sizeof(*out));
+	}
 	if (out->npaths > (l->payload - offsetof(struct tier_live_stats, path)) /
 			  sizeof(struct tier_live_path))
 		return ts_err(-EBADMSG, "%s: %u NVMe paths claimed, room for fewer",

@@ -16,12 +16,30 @@
 
 #include "tierstore.h"
 
-/* Doubles travel as their bits (live_set_double / live_get_double). */
+/*
+ * An entry of a counter list (tierstore/live.h) that the optimizer feeds
+ * (src feed) as a field of the feed; the others add nothing.  Doubles
+ * travel as their bits (live_set_double).
+ */
+#define LIVE_FEED_FIELD(name, type, unit, kind, src, ...) LIVE_FEED_##src(name)
+#define LIVE_FEED_feed(name) _Atomic uint64_t name;
+#define LIVE_FEED_stats(name)
+#define LIVE_FEED_nvme(name)
+#define LIVE_FEED_pub(name)
+
+struct live_feed_optim {
+	_Atomic uint64_t present;
+	TIER_LIVE_OPTIM_COUNTERS(LIVE_FEED_FIELD)
+};
+
+struct live_feed_prefetch {
+	TIER_LIVE_PREFETCH_COUNTERS(LIVE_FEED_FIELD)
+};
+
 struct live_feed {
 	_Atomic uintptr_t owner;   /* the optimizer that writes the optim part */
-	_Atomic uint64_t optim_present, step, skipped, params, shards, state_bytes,
-		last_step_ns, last_stall_ns, cpu_fraction, loss_scale, grad_norm;
-	_Atomic uint64_t pf_window, pf_ahead_bytes, pf_shards_ahead, pf_stall_ns, pf_active;
+	struct live_feed_optim optim;
+	struct live_feed_prefetch prefetch;
 };
 
 struct live;

@@ -164,24 +164,24 @@ static void feed_update(struct tier_optim *o, const struct tier_step_result *res
 	if (!f || atomic_load_explicit(&f->owner, memory_order_relaxed) != (uintptr_t)o)
 		return;
 	if (!res) {
-		atomic_store_explicit(&f->params, o->nparams, memory_order_relaxed);
-		atomic_store_explicit(&f->shards, o->nshards, memory_order_relaxed);
-		atomic_store_explicit(&f->state_bytes, state_bytes(o), memory_order_relaxed);
+		atomic_store_explicit(&f->optim.params, o->nparams, memory_order_relaxed);
+		atomic_store_explicit(&f->optim.shards, o->nshards, memory_order_relaxed);
+		atomic_store_explicit(&f->optim.state_bytes, state_bytes(o), memory_order_relaxed);
 	}
-	atomic_store_explicit(&f->step, o->applied, memory_order_relaxed);
-	atomic_store_explicit(&f->pf_window, o->lookahead, memory_order_relaxed);
-	live_set_double(&f->cpu_fraction, o->cpu_fraction);
-	live_set_double(&f->loss_scale, o->p.dynamic_loss_scale ? o->scaler.scale : o->p.loss_scale);
+	atomic_store_explicit(&f->optim.step, o->applied, memory_order_relaxed);
+	atomic_store_explicit(&f->prefetch.window_bytes, o->lookahead, memory_order_relaxed);
+	live_set_double(&f->optim.cpu_fraction, o->cpu_fraction);
+	live_set_double(&f->optim.loss_scale, o->p.dynamic_loss_scale ? o->scaler.scale : o->p.loss_scale);
 	if (res) {
 		if (!res->applied)
-			atomic_fetch_add_explicit(&f->skipped, 1, memory_order_relaxed);
-		atomic_store_explicit(&f->last_step_ns, (uint64_t)(res->step_s * 1e9),
+			atomic_fetch_add_explicit(&f->optim.skipped, 1, memory_order_relaxed);
+		atomic_store_explicit(&f->optim.last_step_ns, (uint64_t)(res->step_s * 1e9),
 				      memory_order_relaxed);
-		atomic_store_explicit(&f->last_stall_ns, (uint64_t)(res->stall_s * 1e9),
+		atomic_store_explicit(&f->optim.last_stall_ns, (uint64_t)(res->stall_s * 1e9),
 				      memory_order_relaxed);
-		live_set_double(&f->grad_norm, res->grad_norm);
+		live_set_double(&f->optim.grad_norm, res->grad_norm);
 	}
-	atomic_store_explicit(&f->optim_present, 1, memory_order_relaxed);
+	atomic_store_explicit(&f->optim.present, 1, memory_order_relaxed);
 }
 
 static bool dtype_ok(int d)
@@ -336,7 +336,7 @@ static void run_lane(struct tier_optim *o, unsigned lane)
 			break;
 		ln->stall_ns += stall;
 		if (stall && o->feed)
-			atomic_fetch_add_explicit(&o->feed->pf_stall_ns, stall, memory_order_relaxed);
+			atomic_fetch_add_explicit(&o->feed->prefetch.stall_ns, stall, memory_order_relaxed);
 		if (rc) {
 			snprintf(ln->err, sizeof(ln->err), "%s", tier_last_error());
 			ln->rc = rc;
@@ -562,11 +562,11 @@ int tier_optim_create(struct tier_store *s, const struct tier_optim_params *p,
 	o->feed = live_feed(s);
 	if (o->feed) {
 		atomic_store_explicit(&o->feed->owner, (uintptr_t)o, memory_order_relaxed);
-		atomic_store_explicit(&o->feed->skipped, 0, memory_order_relaxed);
-		atomic_store_explicit(&o->feed->pf_stall_ns, 0, memory_order_relaxed);
-		atomic_store_explicit(&o->feed->last_step_ns, 0, memory_order_relaxed);
-		atomic_store_explicit(&o->feed->last_stall_ns, 0, memory_order_relaxed);
-		live_set_double(&o->feed->grad_norm, 0.0);
+		atomic_store_explicit(&o->feed->optim.skipped, 0, memory_order_relaxed);
+		atomic_store_explicit(&o->feed->prefetch.stall_ns, 0, memory_order_relaxed);
+		atomic_store_explicit(&o->feed->optim.last_step_ns, 0, memory_order_relaxed);
+		atomic_store_explicit(&o->feed->optim.last_stall_ns, 0, memory_order_relaxed);
+		live_set_double(&o->feed->optim.grad_norm, 0.0);
 		feed_update(o, NULL);
 	}
 	*out = o;
@@ -833,9 +833,9 @@ int tier_optim_begin(struct tier_optim *o, double lr)
 		struct la_watch w = { NULL, NULL };
 
 		if (o->feed) {
-			w.bytes = &o->feed->pf_ahead_bytes;
-			w.items = &o->feed->pf_shards_ahead;
-			atomic_store_explicit(&o->feed->pf_active, 1, memory_order_relaxed);
+			w.bytes = &o->feed->prefetch.ahead_bytes;
+			w.items = &o->feed->prefetch.shards_ahead;
+			atomic_store_explicit(&o->feed->prefetch.active, 1, memory_order_relaxed);
 		}
 		return la_start(&o->la, o->s, o->items, n, o->lookahead, o->hbm_budget, &w);
 	}
@@ -909,7 +909,7 @@ static void abandon(struct tier_optim *o)
 	o->in_step = false;
 	o->synced = false; /* the window stopped part way through the schedule */
 	if (o->feed)
-		atomic_store_explicit(&o->feed->pf_active, 0, memory_order_relaxed);
+		atomic_store_explicit(&o->feed->prefetch.active, 0, memory_order_relaxed);
 }
 
 static void fill_result(struct tier_optim *o, struct tier_step_result *res, bool applied,
@@ -952,7 +952,7 @@ static void fill_result(struct tier_optim *o, struct tier_step_result *res, bool
 		res->d2h_Bps = (double)res->d2h_bytes / res->step_s;
 	}
 	if (o->feed)
-		atomic_store_explicit(&o->feed->pf_active, 0, memory_order_relaxed);
+		atomic_store_explicit(&o->feed->prefetch.active, 0, memory_order_relaxed);
 	feed_update(o, res);
 }
 
@@ -1128,7 +1128,7 @@ int tier_optim_destroy(struct tier_optim *o)
 	if (o->trace)
 		store_set_hook(o->s, NULL, NULL);
 	if (o->feed && atomic_load_explicit(&o->feed->owner, memory_order_relaxed) == (uintptr_t)o) {
-		atomic_store_explicit(&o->feed->optim_present, 0, memory_order_relaxed);
+		atomic_store_explicit(&o->feed->optim.present, 0, memory_order_relaxed);
 		atomic_store_explicit(&o->feed->owner, 0, memory_order_relaxed);
 	}
 	rc2 = trace_close(o->trace);

@@ -24,7 +24,7 @@
 #include <stdint.h>
 
 #define STATSEG_MAGIC "TIERSTAT"          /* 8 bytes, no NUL in the file */
-#define STATSEG_VERSION 1u
+#define STATSEG_VERSION 2u                /* = TIER_LIVE_VERSION (runtime/live.c) */
 #define STATSEG_NAME_MAX 64               /* name[] bytes, NUL included */
 #define STATSEG_BOOT_ID_MAX 40            /* boot_id[] bytes, NUL included */
 #define STATSEG_MAX_SIZE (64ull << 20)    /* a reader refuses bigger files */

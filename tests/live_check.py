@@ -216,6 +216,7 @@ def cmd_report(a):
         for fam, key in (("capacity_bytes", "capacity_bytes"), ("used_bytes", "used_bytes"),
                          ("dirty_bytes", "dirty_bytes"), ("hits_total", "hits"),
                          ("misses_total", "misses"), ("evictions_total", "evictions"),
+                         ("prefetch_skipped_total", "prefetch_skipped"),
                          ("in_bytes_total", "bytes_in"), ("out_bytes_total", "bytes_out")):
             checks.append((f"tierstore_tier_{fam}", {"tier": tier}, t[key]))
     for name, labels, want in checks:
@@ -257,13 +258,15 @@ def cmd_stale(a):
 
 def cmd_refuse(a):
     data = open(a.path, "rb").read()
-    # another layout version: the header's version word at offset 8
+    # another layout version: the header's version word at offset 8, one
+    # past the store's
+    other = int.from_bytes(data[8:12], "little") + 1
     try:
         with open(a.path, "r+b") as f:
             f.seek(8)
-            f.write((2).to_bytes(4, "little"))
+            f.write(other.to_bytes(4, "little"))
         rc, out, err = run([str(a.pid)], a.tier_stat, a.dir)
-        if rc != 1 or "version 2" not in err:
+        if rc != 1 or f"version {other}" not in err:
             fail(f"another version: exit {rc} (want 1), stderr {err!r}")
         rc, out, err = run([], a.tier_stat, a.dir)
         if rc != 0 or "other version" not in out:

@@ -3,7 +3,7 @@
  * stats segment (mode, owner, removal, TIER_STATS=off, a segment that
  * cannot be created), tier-stat's output against the store's own
  * counters, stale segments, refusals, and consistent snapshots under a
- * publishing store.
+ * publishing store, and payloads of another layout.
  *
  * The tool's output is checked by tests/live_check.py (python3), which
  * this suite runs with tier-stat ($TIER_STAT) while the store is open:
@@ -31,7 +31,9 @@
 #include "common/error.h"
 #include "common/fault.h"
 #include "common/options.h"
+#include "runtime/statseg.h"
 #include "t_helpers.h"
+#include "tiers/store.h"
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define KiB (1ull << 10)
@@ -258,20 +260,45 @@ static void json_level(FILE *f, const char *key, const struct tier_level_stats *
 	fprintf(f, "\"%s\":{\"backend\":\"%s\",\"capacity_bytes\":%llu,\"used_bytes\":%llu,"
 		"\"pinned_bytes\":%llu,\"dirty_bytes\":%llu,\"objects\":%llu,\"hits\":%llu,"
 		"\"misses\":%llu,\"evictions\":%llu,\"writebacks\":%llu,\"prefetches\":%llu,"
-		"\"errors\":%llu,\"bytes_in\":%llu,\"bytes_out\":%llu,"
+		"\"prefetch_skipped\":%llu,\"errors\":%llu,\"bytes_in\":%llu,\"bytes_out\":%llu,"
 		"\"in_bytes_per_second\":0,\"out_bytes_per_second\":0}%s",
 		key, l->backend, U64(l->capacity), U64(l->used), U64(l->pinned), U64(l->dirty),
 		U64(l->objects), U64(l->hits), U64(l->misses), U64(l->evictions),
-		U64(l->writebacks), U64(l->prefetches), U64(l->errors), U64(l->bytes_in),
-		U64(l->bytes_out), last ? "" : ",");
+		U64(l->writebacks), U64(l->prefetches), U64(l->prefetch_skipped), U64(l->errors),
+		U64(l->bytes_in), U64(l->bytes_out), last ? "" : ",");
+}
+
+/* Pins objects in DRAM until it is full, and prefetches one more there:
+ * skipped (prefetch_skipped). */
+static void prefetch_into_pinned(struct tier_store *s)
+{
+	struct tier_obj *o[12];
+	unsigned n = 0;
+	void *p;
+
+	for (unsigned i = 0; i < 12; i++) {
+		char name[16];
+
+		snprintf(name, sizeof(name), "obj%u", i);
+		o[i] = tier_obj_find(s, name);
+		ck_assert_ptr_nonnull(o[i]);
+	}
+	while (n < 11 && tier_obj_acquire(s, o[n], TIER_DRAM, TIER_ACQUIRE_READ, &p) == 0)
+		n++;
+	ck_assert_uint_gt(n, 0);
+	ck_assert_uint_lt(n, 11);
+	ck_assert_int_eq(tier_obj_prefetch(s, o[n], TIER_DRAM), 0);
+	store_quiesce(s);
+	while (n--)
+		ck_assert_int_eq(tier_obj_release(s, o[n], TIER_DRAM, false), 0);
 }
 
 /*
  * The acceptance test: a store does known work (objects written, read
- * back through a DRAM tier smaller than them, flushed; an optimizer runs
- * steps, one of them skipped), then stays quiet.  tier-stat --json must
- * give exactly the store's own counters, and --prometheus the same in
- * parseable form.
+ * back through a DRAM tier smaller than them, flushed, a prefetch
+ * skipped; an optimizer runs steps, one of them skipped), then stays
+ * quiet.  tier-stat --json must give exactly the store's own counters,
+ * and --prometheus the same in parseable form.
  */
 START_TEST(tier_stat_matches_store)
 {
@@ -292,6 +319,7 @@ START_TEST(tier_stat_matches_store)
 	ck_assert_ptr_nonnull(live);
 	world_open_hbm(&w, "live-acceptance", 1 * MiB, 2 * MiB, true);
 	do_work(w.s, 12, 256 * KiB); /* 3 MiB through 1 MiB of DRAM */
+	prefetch_into_pinned(w.s);
 	for (int k = 0; k < 2; k++) {
 		/* up to the HBM tier: misses, then hits; one comes back dirty */
 		for (unsigned i = 8; i < 12; i++) {
@@ -346,8 +374,13 @@ START_TEST(tier_stat_matches_store)
 	/* What a reader of the segment sees, through the public API. */
 	ck_assert_int_eq(tier_live_open(tier_store_stats_path(w.s), &l), 0);
 	ck_assert_int_eq(tier_live_read(l, live), 0);
+	ck_assert_uint_eq(live->version, TIER_LIVE_VERSION);
+	ck_assert_uint_eq(live->size, sizeof(*live));
 	ck_assert_uint_eq(live->level[TIER_DRAM].hits, st.level[TIER_DRAM].hits);
 	ck_assert_uint_eq(live->level[TIER_DRAM].misses, st.level[TIER_DRAM].misses);
+	ck_assert_uint_gt(st.level[TIER_DRAM].prefetch_skipped, 0);
+	ck_assert_uint_eq(live->level[TIER_DRAM].prefetch_skipped,
+			  st.level[TIER_DRAM].prefetch_skipped);
 	ck_assert_uint_gt(live->level[TIER_DRAM].evictions, 0);
 	ck_assert_uint_eq(live->path[0].bytes_read, ns.bytes_read);
 	ck_assert_uint_eq(live->path[0].bytes_written, ns.bytes_written);
@@ -525,6 +558,72 @@ START_TEST(refusals)
 }
 END_TEST
 
+/*
+ * Payloads of another layout are refused with -EPROTO and a detail that
+ * names theirs and this build's: a payload size no number of paths gives
+ * (at open), another version or size in the payload itself (at read).
+ * Before the first publish a segment reads as zeros.
+ */
+START_TEST(payload_refusals)
+{
+	struct tier_live_stats *st = calloc(1, sizeof(*st)), *back = calloc(1, sizeof(*back));
+	size_t fixed = offsetof(struct tier_live_stats, path);
+	struct statseg *seg;
+	struct tier_live *l;
+	char want[2][96];
+
+	ck_assert_ptr_nonnull(st);
+	ck_assert_ptr_nonnull(back);
+	ck_assert_int_eq(statseg_create("odd", "", fixed + 8, &seg), 0);
+	ck_assert_int_eq(tier_live_open(statseg_path(seg), &l), -EPROTO);
+	snprintf(want[0], sizeof(want[0]), "a payload of %zu bytes", fixed + 8);
+	snprintf(want[1], sizeof(want[1]), "%zu bytes and %zu per NVMe path", fixed,
+		 sizeof(struct tier_live_path));
+	for (int i = 0; i < 2; i++)
+		ck_assert_msg(strstr(tier_last_error(), want[i]), "'%s' not in '%s'", want[i],
+			      tier_last_error());
+	statseg_close(seg);
+
+	ck_assert_int_eq(statseg_create("other", "", fixed + sizeof(struct tier_live_path), &seg), 0);
+	ck_assert_int_eq(tier_live_open(statseg_path(seg), &l), 0);
+	ck_assert_int_eq(tier_live_read(l, back), 0);
+	ck_assert_uint_eq(back->publishes, 0);
+	st->version = TIER_LIVE_VERSION;
+	st->size = sizeof(*st);
+	st->publishes = 1;
+	st->npaths = 1;
+	statseg_publish(seg, st);
+	ck_assert_int_eq(tier_live_read(l, back), 0);
+	ck_assert_uint_eq(back->publishes, 1);
+	ck_assert_uint_eq(back->npaths, 1);
+
+	for (int k = 0; k < 2; k++) {
+		if (k == 0) {
+			st->version = TIER_LIVE_VERSION + 1;
+			snprintf(want[0], sizeof(want[0]), "layout version %u and size %zu",
+				 TIER_LIVE_VERSION + 1, sizeof(*st));
+		} else {
+			st->version = TIER_LIVE_VERSION;
+			st->size = (uint32_t)sizeof(*st) + 8;
+			snprintf(want[0], sizeof(want[0]), "layout version %u and size %zu",
+				 TIER_LIVE_VERSION, sizeof(*st) + 8);
+		}
+		snprintf(want[1], sizeof(want[1]), "reads version %u and size %zu",
+			 TIER_LIVE_VERSION, sizeof(*st));
+		statseg_publish(seg, st);
+		ck_assert_int_eq(tier_live_read(l, back), -EPROTO);
+		for (int i = 0; i < 2; i++)
+			ck_assert_msg(strstr(tier_last_error(), want[i]), "'%s' not in '%s'",
+				      want[i], tier_last_error());
+		ck_assert_uint_eq(back->publishes, 0); /* nothing of it kept */
+	}
+	tier_live_close(l);
+	statseg_close(seg);
+	free(st);
+	free(back);
+}
+END_TEST
+
 /* A device error and a checksum failure land in the path's counters. */
 START_TEST(path_error_counters)
 {
@@ -697,6 +796,7 @@ static Suite *live_suite(void)
 	tcase_add_test(tc, tier_stat_matches_store);
 	tcase_add_test(tc, stale_segment);
 	tcase_add_test(tc, refusals);
+	tcase_add_test(tc, payload_refusals);
 	tcase_add_test(tc, path_error_counters);
 	tcase_add_test(tc, no_torn_snapshot);
 	suite_add_tcase(s, tc);

@@ -164,7 +164,7 @@ START_TEST(header_fields)
 	h = statseg_view_header(v);
 	ck_assert_int_eq(stat(statseg_path(s), &st), 0);
 	ck_assert(memcmp(h->magic, "TIERSTAT", 8) == 0);
-	ck_assert_uint_eq(h->version, 1);
+	ck_assert_uint_eq(h->version, STATSEG_VERSION);
 	ck_assert_uint_eq(h->header_size, sizeof(*h));
 	ck_assert_uint_eq(h->total_size, (uint64_t)st.st_size);
 	ck_assert_uint_eq(h->pid, (uint64_t)getpid());
@@ -425,7 +425,7 @@ static void edit_magic(struct statseg_header *h, size_t *size)
 static void edit_version(struct statseg_header *h, size_t *size)
 {
 	(void)size;
-	h->version = 2;
+	h->version = 99; /* not STATSEG_VERSION, whatever that is */
 }
 
 static void edit_header_size(struct statseg_header *h, size_t *size)
@@ -478,7 +478,7 @@ static const struct {
 	const char *detail;
 } open_cases[] = {
 	{ "bad magic", edit_magic, 0600, -EBADMSG, "magic" },
-	{ "version 2", edit_version, 0600, -EPROTO, "version 2" },
+	{ "version 99", edit_version, 0600, -EPROTO, "version 99" },
 	{ "header size", edit_header_size, 0600, -EBADMSG, "header" },
 	{ "manifest offset", edit_offsets, 0600, -EBADMSG, "corrupt" },
 	{ "payload size", edit_payload, 0600, -EBADMSG, "corrupt" },

@@ -1,8 +1,9 @@
 /*
  * stat_live.c - tier-stat's live view: reads the stats segments that open
- * stores publish (tierstore.h, "the live view") and prints them as a list,
- * a report per store, JSON or the Prometheus text format, once or every
- * -w seconds.  docs/tier-stat.md and tier-stat(1) describe the output.
+ * stores publish (tierstore/live.h) and prints them as a list, a report
+ * per store, JSON or the Prometheus text format, once or every -w seconds.
+ * The counters themselves are laid out by stat_fields.c, from the counter
+ * lists.  docs/tier-stat.md and tier-stat(1) describe the output.
  *
  * Everything here goes through the public reader API (tier_live_*): the
  * tool sees exactly what any other reader would.
@@ -18,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "stat_fields.h"
 #include "stat_live.h"
 #include "tierstore.h"
 
@@ -221,62 +223,7 @@ static const char *seg_state(const struct seg *s, char *buf, size_t len)
 	return s->stale ? "stale" : "running";
 }
 
-/* ------------------------------------------------------------ formatting */
-
-static const char *fmt_bytes(double v, char *buf, size_t len)
-{
-	static const char *const u[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
-	int i = 0;
-
-	while (v >= 1024.0 && i < 5) {
-		v /= 1024.0;
-		i++;
-	}
-	if (i == 0)
-		snprintf(buf, len, "%.0f B", v);
-	else
-		snprintf(buf, len, "%.1f %s", v, u[i]);
-	return buf;
-}
-
-static const char *fmt_rate(double v, char *buf, size_t len)
-{
-	size_t n = strlen(fmt_bytes(v, buf, len));
-
-	if (n + 3 <= len)
-		memcpy(buf + n, "/s", 3);
-	return buf;
-}
-
-static const char *fmt_ns(uint64_t ns, char *buf, size_t len)
-{
-	if (ns == 0)
-		snprintf(buf, len, "-");
-	else if (ns < 10000)
-		snprintf(buf, len, "%.1f us", (double)ns / 1e3);
-	else if (ns < 1000000)
-		snprintf(buf, len, "%.0f us", (double)ns / 1e3);
-	else if (ns < 10000000000ull)
-		snprintf(buf, len, "%.2f ms", (double)ns / 1e6);
-	else
-		snprintf(buf, len, "%.1f s", (double)ns / 1e9);
-	return buf;
-}
-
-static const char *fmt_uptime(uint64_t ns, char *buf, size_t len)
-{
-	uint64_t s = ns / 1000000000ull;
-
-	if (s >= 86400)
-		snprintf(buf, len, "%" PRIu64 "d%02" PRIu64 "h", s / 86400, s / 3600 % 24);
-	else if (s >= 3600)
-		snprintf(buf, len, "%" PRIu64 "h%02" PRIu64 "m", s / 3600, s / 60 % 60);
-	else if (s >= 60)
-		snprintf(buf, len, "%" PRIu64 "m%02" PRIu64 "s", s / 60, s % 60);
-	else
-		snprintf(buf, len, "%.1fs", (double)ns / 1e9);
-	return buf;
-}
+/* ------------------------------------------------------------------ view */
 
 static uint64_t realtime_ns(void)
 {
@@ -292,52 +239,41 @@ static double rate(uint64_t now, uint64_t then, double dt)
 }
 
 /*
- * What a report shows of @s: the counters, with rates and latency
- * percentiles either as published (over the publisher's last second, and
- * since open) or, under -w with a previous snapshot, over the interval.
+ * What a report shows of @s: the counters, with the rates and latency
+ * histograms either as published (rates over the publisher's last second,
+ * histograms since open) or, under -w with a previous snapshot, over the
+ * interval.
  */
 struct view {
-	const struct tier_live_stats *st;
+	struct tier_live_stats st;
 	double interval_s;         /* 0: as published */
-	double in_Bps[TIER_LEVELS], out_Bps[TIER_LEVELS];
-	double rd_Bps[TIER_LIVE_MAX_PATHS], wr_Bps[TIER_LIVE_MAX_PATHS];
-	uint64_t p50[TIER_LIVE_MAX_PATHS], p99[TIER_LIVE_MAX_PATHS];
 };
 
 static void make_view(const struct seg *s, bool interval, struct view *v)
 {
 	const struct tier_live_stats *c = s->st, *p = s->prev;
-	uint64_t hist[TIER_LAT_BUCKETS];
+	double dt;
 
-	memset(v, 0, sizeof(*v));
-	v->st = c;
+	v->st = *c;
+	v->interval_s = 0;
 	if (interval && s->have_prev && c->mono_ns > p->mono_ns)
 		v->interval_s = (double)(c->mono_ns - p->mono_ns) * 1e-9;
+	dt = v->interval_s;
+	if (dt <= 0)
+		return;
 	for (int l = 0; l < TIER_LEVELS; l++) {
-		v->in_Bps[l] = v->interval_s > 0 ? rate(c->level[l].bytes_in, p->level[l].bytes_in,
-							 v->interval_s)
-						  : c->level[l].in_Bps;
-		v->out_Bps[l] = v->interval_s > 0 ? rate(c->level[l].bytes_out,
-							  p->level[l].bytes_out, v->interval_s)
-						   : c->level[l].out_Bps;
+		v->st.level[l].in_Bps = rate(c->level[l].bytes_in, p->level[l].bytes_in, dt);
+		v->st.level[l].out_Bps = rate(c->level[l].bytes_out, p->level[l].bytes_out, dt);
 	}
 	for (uint32_t i = 0; i < c->npaths && i < TIER_LIVE_MAX_PATHS; i++) {
 		const struct tier_live_path *cp = &c->path[i], *pp = &p->path[i];
+		struct tier_live_path *vp = &v->st.path[i];
 
-		if (v->interval_s > 0) {
-			v->rd_Bps[i] = rate(cp->bytes_read, pp->bytes_read, v->interval_s);
-			v->wr_Bps[i] = rate(cp->bytes_written, pp->bytes_written, v->interval_s);
-			for (unsigned b = 0; b < TIER_LAT_BUCKETS; b++)
-				hist[b] = cp->lat_hist[b] >= pp->lat_hist[b]
+		vp->read_Bps = rate(cp->bytes_read, pp->bytes_read, dt);
+		vp->write_Bps = rate(cp->bytes_written, pp->bytes_written, dt);
+		for (unsigned b = 0; b < TIER_LAT_BUCKETS; b++)
+			vp->lat_hist[b] = cp->lat_hist[b] >= pp->lat_hist[b]
 						  ? cp->lat_hist[b] - pp->lat_hist[b] : 0;
-			v->p50[i] = tier_lat_quantile_ns(hist, 0.5);
-			v->p99[i] = tier_lat_quantile_ns(hist, 0.99);
-		} else {
-			v->rd_Bps[i] = cp->read_Bps;
-			v->wr_Bps[i] = cp->write_Bps;
-			v->p50[i] = tier_lat_quantile_ns(cp->lat_hist, 0.5);
-			v->p99[i] = tier_lat_quantile_ns(cp->lat_hist, 0.99);
-		}
 	}
 }
 
@@ -360,7 +296,7 @@ static int print_list(const struct segs *ss, const char *dir)
 		char step[24] = "-", up[24] = "-";
 
 		if (s->l && !s->stale && !s->rc) {
-			fmt_uptime(s->st->uptime_ns, up, sizeof(up));
+			stat_fmt_uptime(s->st->uptime_ns, up, sizeof(up));
 			if (s->st->optim.present)
 				snprintf(step, sizeof(step), "%" PRIu64, s->st->optim.step);
 		}
@@ -378,203 +314,129 @@ static int print_list(const struct segs *ss, const char *dir)
 
 static void print_report(const struct seg *s, const struct view *v)
 {
-	const struct tier_live_stats *st = v->st;
-	char b[8][32];
+	const struct tier_live_stats *st = &v->st;
 	double age = (double)(realtime_ns() - st->time_ns) * 1e-9;
 
-	printf("store '%s'  pid %ld  up %s  objects %" PRIu64, s->info.name, s->pid,
-	       fmt_uptime(st->uptime_ns, b[0], sizeof(b[0])), st->objects);
+	printf("store '%s'  pid %ld", s->info.name, s->pid);
+	stat_text_line(stdout, STAT_STORE, st);
 	if (v->interval_s > 0)
 		printf("  (rates over %.2f s)\n", v->interval_s);
 	else
 		printf("  (published %.1f s ago)\n", age < 0 ? 0.0 : age);
-	printf("%-5s %-8s %10s %10s %10s %10s %8s %10s %10s %10s %13s %13s\n", "TIER", "BACKEND",
-	       "CAPACITY", "USED", "PINNED", "DIRTY", "OBJECTS", "HITS", "MISSES", "EVICTIONS",
-	       "IN/s", "OUT/s");
-	for (int l = 0; l < TIER_LEVELS; l++) {
-		const struct tier_live_level *t = &st->level[l];
+	printf("%-5s %-8s", "TIER", "BACKEND");
+	stat_text_cols(stdout, STAT_LEVEL, NULL);
+	putchar('\n');
+	for (unsigned l = 0; l < TIER_LEVELS; l++) {
+		const struct tier_live_level *t = stat_group_rec(STAT_LEVEL, st, l);
 
-		if (!t->present)
+		if (!t)
 			continue;
-		printf("%-5s %-8s %10s %10s %10s %10s %8" PRIu64 " %10" PRIu64 " %10" PRIu64
-		       " %10" PRIu64 " %13s %13s\n",
-		       tier_level_name((enum tier_level)l), t->backend,
-		       fmt_bytes((double)t->capacity, b[0], sizeof(b[0])),
-		       fmt_bytes((double)t->used, b[1], sizeof(b[1])),
-		       fmt_bytes((double)t->pinned, b[2], sizeof(b[2])),
-		       fmt_bytes((double)t->dirty, b[3], sizeof(b[3])), t->objects, t->hits, t->misses,
-		       t->evictions, fmt_rate(v->in_Bps[l], b[4], sizeof(b[4])),
-		       fmt_rate(v->out_Bps[l], b[5], sizeof(b[5])));
+		printf("%-5s %-8s", tier_level_name((enum tier_level)l), t->backend);
+		stat_text_cols(stdout, STAT_LEVEL, t);
+		putchar('\n');
 	}
 	if (st->npaths) {
-		printf("%-5s %-28s %8s %10s %10s %13s %13s %9s %9s %6s %5s\n", "PATH", "FILE",
-		       "INFLIGHT", "READ", "WRITTEN", "READ/s", "WRITE/s", "P50", "P99", "ERRORS",
-		       "CSUM");
-		for (uint32_t i = 0; i < st->npaths; i++) {
-			const struct tier_live_path *p = &st->path[i];
-			char f[32];
-			size_t fl = strlen(p->file);
-
-			/* the end of a long path says most */
-			if (fl > 28) {
-				memcpy(f, "...", 3);
-				memcpy(f + 3, p->file + fl - 25, 26); /* 25 and the NUL */
-			} else {
-				memcpy(f, p->file, fl + 1);
-			}
-			printf("%-5u %-28s %8" PRIu64 " %10s %10s %13s %13s %9s %9s %6" PRIu64 " %5" PRIu64
-			       "\n", i, f, p->inflight, fmt_bytes((double)p->bytes_read, b[0], 32),
-			       fmt_bytes((double)p->bytes_written, b[1], 32),
-			       fmt_rate(v->rd_Bps[i], b[2], 32), fmt_rate(v->wr_Bps[i], b[3], 32),
-			       fmt_ns(v->p50[i], b[4], 32), fmt_ns(v->p99[i], b[5], 32), p->errors,
-			       p->csum_errors);
-		}
+		printf("%-5s %-28s", "PATH", "FILE");
+		stat_text_cols(stdout, STAT_PATH, NULL);
+		putchar('\n');
 	}
-	printf("prefetch: window %s, ahead %s in %" PRIu64 " shard%s, stall %.3f s in total (%s)\n",
-	       fmt_bytes((double)st->prefetch.window_bytes, b[0], 32),
-	       fmt_bytes((double)st->prefetch.ahead_bytes, b[1], 32), st->prefetch.shards_ahead,
-	       st->prefetch.shards_ahead == 1 ? "" : "s", (double)st->prefetch.stall_ns * 1e-9,
-	       st->prefetch.active ? "streaming" : "idle");
+	for (uint32_t i = 0; i < stat_group_count(STAT_PATH, st); i++) {
+		const struct tier_live_path *p = &st->path[i];
+		char f[32];
+		size_t fl = strlen(p->file);
+
+		/* the end of a long path says most */
+		if (fl > 28) {
+			memcpy(f, "...", 3);
+			memcpy(f + 3, p->file + fl - 25, 26); /* 25 and the NUL */
+		} else {
+			memcpy(f, p->file, fl + 1);
+		}
+		printf("%-5u %-28s", i, f);
+		stat_text_cols(stdout, STAT_PATH, p);
+		putchar('\n');
+	}
+	fputs("prefetch: ", stdout);
+	stat_text_line(stdout, STAT_PREFETCH, &st->prefetch);
+	fputs("\noptimizer: ", stdout);
 	if (st->optim.present)
-		printf("optimizer: step %" PRIu64 " (%" PRIu64 " skipped), %" PRIu64 " params in %" PRIu64
-		       " shards, %s of state, last step %.3f s (stall %.3f s), CPU share %.2f, loss scale %g, grad norm %g\n",
-		       st->optim.step, st->optim.skipped, st->optim.params, st->optim.shards,
-		       fmt_bytes((double)st->optim.state_bytes, b[0], 32),
-		       (double)st->optim.last_step_ns * 1e-9, (double)st->optim.last_stall_ns * 1e-9,
-		       st->optim.cpu_fraction, st->optim.loss_scale, st->optim.grad_norm);
+		stat_text_line(stdout, STAT_OPTIM, &st->optim);
 	else
-		printf("optimizer: none\n");
+		fputs("none", stdout);
+	putchar('\n');
 }
 
 /* ------------------------------------------------------------------ JSON */
 
-static void json_str(FILE *f, const char *s)
+/* The JSON object of the records of group @g: {"KEY":{...},...} for the
+ * levels, [{...},...] for the paths. */
+static void json_records(FILE *f, enum stat_group_id g, const struct tier_live_stats *st)
 {
-	fputc('"', f);
-	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-		switch (*p) {
-		case '"': fputs("\\\"", f); break;
-		case '\\': fputs("\\\\", f); break;
-		case '\n': fputs("\\n", f); break;
-		case '\r': fputs("\\r", f); break;
-		case '\t': fputs("\\t", f); break;
-		default:
-			if (*p < 0x20)
-				fprintf(f, "\\u%04x", *p);
-			else
-				fputc(*p, f);
-		}
-	}
-	fputc('"', f);
-}
+	bool first = true;
 
-/* A double as JSON: finite numbers in full precision, else null. */
-static void json_num(FILE *f, double v)
-{
-	if (v != v || v > 1.7976931348623157e308 || v < -1.7976931348623157e308)
-		fputs("null", f);
-	else
-		fprintf(f, "%.17g", v);
+	fputs(g == STAT_LEVEL ? "{" : "[", f);
+	for (unsigned j = 0; j < stat_group_count(g, st); j++) {
+		const void *rec = stat_group_rec(g, st, j);
+
+		if (!rec)
+			continue;
+		if (g == STAT_LEVEL) {
+			fprintf(f, "%s\"%s\":{\"backend\":", first ? "" : ",",
+				tier_level_name((enum tier_level)j));
+			stat_json_str(f, st->level[j].backend);
+		} else {
+			fprintf(f, "%s{\"index\":%u,\"file\":", first ? "" : ",", j);
+			stat_json_str(f, st->path[j].file);
+		}
+		first = false;
+		stat_json_fields(f, g, rec, false);
+		fputs("}", f);
+	}
+	fputs(g == STAT_LEVEL ? "}" : "]", f);
 }
 
 static void json_store(FILE *f, const struct seg *s, const struct view *v)
 {
 	const struct tier_live_stats *st;
-	bool first = true;
 
 	fprintf(f, "{\"pid\":%ld,\"segment\":%u,\"name\":", s->pid, s->n);
-	json_str(f, s->l ? s->info.name : "");
+	stat_json_str(f, s->l ? s->info.name : "");
 	fputs(",\"path\":", f);
-	json_str(f, s->path);
+	stat_json_str(f, s->path);
 	if (!v) {
 		fprintf(f, ",\"stale\":%s", s->stale ? "true" : "false");
 		if (s->rc) {
 			fputs(",\"error\":", f);
-			json_str(f, s->err);
+			stat_json_str(f, s->err);
 		}
 		fputs("}", f);
 		return;
 	}
-	st = v->st;
-	fprintf(f, ",\"uid\":%" PRIu64 ",\"version\":%u,\"stale\":false,\"start_time_ns\":%" PRIu64
-		",\"time_ns\":%" PRIu64 ",\"uptime_s\":", s->info.uid, s->info.version,
-		s->info.start_ns, st->time_ns);
-	json_num(f, (double)st->uptime_ns * 1e-9);
-	fprintf(f, ",\"publishes\":%" PRIu64 ",\"objects\":%" PRIu64 ",\"stripe_unit\":%u",
-		st->publishes, st->objects, st->stripe_unit);
+	st = &v->st;
+	fprintf(f, ",\"uid\":%" PRIu64 ",\"version\":%u,\"stale\":false,\"start_time_ns\":%" PRIu64,
+		s->info.uid, s->info.version, s->info.start_ns);
+	stat_json_fields(f, STAT_STORE, st, false);
+	fprintf(f, ",\"stripe_unit\":%u", st->stripe_unit);
 	if (v->interval_s > 0) {
 		fputs(",\"interval_seconds\":", f);
-		json_num(f, v->interval_s);
+		stat_json_num(f, v->interval_s);
 	}
-	fputs(",\"tiers\":{", f);
-	for (int l = 0; l < TIER_LEVELS; l++) {
-		const struct tier_live_level *t = &st->level[l];
-
-		if (!t->present)
-			continue;
-		fprintf(f, "%s\"%s\":{\"backend\":", first ? "" : ",", tier_level_name((enum tier_level)l));
-		first = false;
-		json_str(f, t->backend);
-		fprintf(f, ",\"capacity_bytes\":%" PRIu64 ",\"used_bytes\":%" PRIu64
-			",\"pinned_bytes\":%" PRIu64 ",\"dirty_bytes\":%" PRIu64 ",\"objects\":%" PRIu64
-			",\"hits\":%" PRIu64 ",\"misses\":%" PRIu64 ",\"evictions\":%" PRIu64
-			",\"writebacks\":%" PRIu64 ",\"prefetches\":%" PRIu64 ",\"errors\":%" PRIu64
-			",\"bytes_in\":%" PRIu64 ",\"bytes_out\":%" PRIu64 ",\"in_bytes_per_second\":",
-			t->capacity, t->used, t->pinned, t->dirty, t->objects, t->hits, t->misses,
-			t->evictions, t->writebacks, t->prefetches, t->errors, t->bytes_in, t->bytes_out);
-		json_num(f, v->in_Bps[l]);
-		fputs(",\"out_bytes_per_second\":", f);
-		json_num(f, v->out_Bps[l]);
-		fputs("}", f);
-	}
-	fputs("},\"paths\":[", f);
-	for (uint32_t i = 0; i < st->npaths; i++) {
-		const struct tier_live_path *p = &st->path[i];
-
-		fprintf(f, "%s{\"index\":%u,\"file\":", i ? "," : "", i);
-		json_str(f, p->file);
-		fprintf(f, ",\"inflight\":%" PRIu64 ",\"reads\":%" PRIu64 ",\"writes\":%" PRIu64
-			",\"bytes_read\":%" PRIu64 ",\"bytes_written\":%" PRIu64 ",\"errors\":%" PRIu64
-			",\"checksum_errors\":%" PRIu64 ",\"latency_count\":%" PRIu64
-			",\"latency_sum_seconds\":", p->inflight, p->reads, p->writes, p->bytes_read,
-			p->bytes_written, p->errors, p->csum_errors, p->lat_count);
-		json_num(f, (double)p->lat_sum_ns * 1e-9);
-		fputs(",\"latency_p50_seconds\":", f);
-		json_num(f, (double)v->p50[i] * 1e-9);
-		fputs(",\"latency_p99_seconds\":", f);
-		json_num(f, (double)v->p99[i] * 1e-9);
-		fputs(",\"read_bytes_per_second\":", f);
-		json_num(f, v->rd_Bps[i]);
-		fputs(",\"write_bytes_per_second\":", f);
-		json_num(f, v->wr_Bps[i]);
-		fputs("}", f);
-	}
-	fprintf(f, "],\"prefetch\":{\"streaming\":%s,\"window_bytes\":%" PRIu64
-		",\"ahead_bytes\":%" PRIu64 ",\"shards_ahead\":%" PRIu64 ",\"stall_seconds\":",
-		st->prefetch.active ? "true" : "false", st->prefetch.window_bytes,
-		st->prefetch.ahead_bytes, st->prefetch.shards_ahead);
-	json_num(f, (double)st->prefetch.stall_ns * 1e-9);
+	fputs(",\"tiers\":", f);
+	json_records(f, STAT_LEVEL, st);
+	fputs(",\"paths\":", f);
+	json_records(f, STAT_PATH, st);
+	fputs(",\"prefetch\":{", f);
+	stat_json_fields(f, STAT_PREFETCH, &st->prefetch, true);
 	fputs("},\"optimizer\":", f);
 	if (st->optim.present) {
-		fprintf(f, "{\"step\":%" PRIu64 ",\"skipped_steps\":%" PRIu64 ",\"params\":%" PRIu64
-			",\"shards\":%" PRIu64 ",\"state_bytes\":%" PRIu64 ",\"last_step_seconds\":",
-			st->optim.step, st->optim.skipped, st->optim.params, st->optim.shards,
-			st->optim.state_bytes);
-		json_num(f, (double)st->optim.last_step_ns * 1e-9);
-		fputs(",\"last_stall_seconds\":", f);
-		json_num(f, (double)st->optim.last_stall_ns * 1e-9);
-		fputs(",\"cpu_fraction\":", f);
-		json_num(f, st->optim.cpu_fraction);
-		fputs(",\"loss_scale\":", f);
-		json_num(f, st->optim.loss_scale);
-		fputs(",\"grad_norm\":", f);
-		json_num(f, st->optim.grad_norm);
+		fputs("{", f);
+		stat_json_fields(f, STAT_OPTIM, &st->optim, true);
 		fputs("}", f);
 	} else {
 		fputs("null", f);
 	}
 	fputs(",\"manifest\":", f);
-	json_str(f, s->info.manifest ? s->info.manifest : "");
+	stat_json_str(f, s->info.manifest ? s->info.manifest : "");
 	fputs("}", f);
 }
 
@@ -617,105 +479,53 @@ static void prom_head(FILE *f, const char *name, const char *type, const char *h
 	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-enum fam_kind { F_STORE, F_TIER, F_PATH, F_PREFETCH, F_OPTIM };
-
-struct family {
-	const char *name, *type, *help;
-	enum fam_kind kind;
-	int field;
-};
-
-/* The value of family field @k for one store (and level or path). */
-static double fam_value(int k, const struct tier_live_stats *st, int idx)
-{
-	const struct tier_live_level *t = idx >= 0 && idx < TIER_LEVELS ? &st->level[idx] : NULL;
-	const struct tier_live_path *p = idx >= 0 ? &st->path[idx] : NULL;
-
-	switch (k) {
-	case 0: return (double)st->uptime_ns * 1e-9;
-	case 1: return (double)st->objects;
-	case 10: return (double)t->capacity;
-	case 11: return (double)t->used;
-	case 12: return (double)t->pinned;
-	case 13: return (double)t->dirty;
-	case 14: return (double)t->objects;
-	case 15: return (double)t->hits;
-	case 16: return (double)t->misses;
-	case 17: return (double)t->evictions;
-	case 18: return (double)t->writebacks;
-	case 19: return (double)t->prefetches;
-	case 20: return (double)t->errors;
-	case 21: return (double)t->bytes_in;
-	case 22: return (double)t->bytes_out;
-	case 23: return t->in_Bps;
-	case 24: return t->out_Bps;
-	case 30: return (double)p->inflight;
-	case 31: return (double)p->reads;
-	case 32: return (double)p->writes;
-	case 33: return (double)p->bytes_read;
-	case 34: return (double)p->bytes_written;
-	case 35: return (double)p->errors;
-	case 36: return (double)p->csum_errors;
-	case 40: return (double)st->prefetch.window_bytes;
-	case 41: return (double)st->prefetch.ahead_bytes;
-	case 42: return (double)st->prefetch.shards_ahead;
-	case 43: return (double)st->prefetch.active;
-	case 44: return (double)st->prefetch.stall_ns * 1e-9;
-	case 50: return (double)st->optim.step;
-	case 51: return (double)st->optim.skipped;
-	case 52: return (double)st->optim.last_step_ns * 1e-9;
-	case 53: return (double)st->optim.last_stall_ns * 1e-9;
-	case 54: return st->optim.cpu_fraction;
-	case 55: return st->optim.loss_scale;
-	case 56: return st->optim.grad_norm;
-	case 57: return (double)st->optim.state_bytes;
-	}
-	return 0;
-}
-
-static const struct family g_fams[] = {
-	{ "tierstore_uptime_seconds", "gauge", "Time since the store opened.", F_STORE, 0 },
-	{ "tierstore_objects", "gauge", "Objects in the store.", F_STORE, 1 },
-	{ "tierstore_tier_capacity_bytes", "gauge", "Capacity of the tier.", F_TIER, 10 },
-	{ "tierstore_tier_used_bytes", "gauge", "Bytes in slots (NVMe: allocated).", F_TIER, 11 },
-	{ "tierstore_tier_pinned_bytes", "gauge", "Bytes of pinned objects.", F_TIER, 12 },
-	{ "tierstore_tier_dirty_bytes", "gauge", "Bytes newer than the tier below.", F_TIER, 13 },
-	{ "tierstore_tier_objects", "gauge", "Objects resident on the tier.", F_TIER, 14 },
-	{ "tierstore_tier_hits_total", "counter", "Acquires that found the object resident.", F_TIER, 15 },
-	{ "tierstore_tier_misses_total", "counter", "Acquires that had to fill the object.", F_TIER, 16 },
-	{ "tierstore_tier_evictions_total", "counter", "Objects evicted from the tier.", F_TIER, 17 },
-	{ "tierstore_tier_writebacks_total", "counter", "Write-backs of dirty bytes to the tier below.", F_TIER, 18 },
-	{ "tierstore_tier_prefetches_total", "counter", "Fills started by a prefetch.", F_TIER, 19 },
-	{ "tierstore_tier_errors_total", "counter", "Failed fills and write-backs.", F_TIER, 20 },
-	{ "tierstore_tier_in_bytes_total", "counter", "Bytes filled into the tier from below (NVMe: written to the devices).", F_TIER, 21 },
-	{ "tierstore_tier_out_bytes_total", "counter", "Bytes written back below (NVMe: read from the devices).", F_TIER, 22 },
-	{ "tierstore_tier_in_bytes_per_second", "gauge", "Fill rate over the last second.", F_TIER, 23 },
-	{ "tierstore_tier_out_bytes_per_second", "gauge", "Write-back rate over the last second.", F_TIER, 24 },
-	{ "tierstore_nvme_path_inflight", "gauge", "Device operations submitted and not completed.", F_PATH, 30 },
-	{ "tierstore_nvme_path_reads_total", "counter", "Read operations completed.", F_PATH, 31 },
-	{ "tierstore_nvme_path_writes_total", "counter", "Write operations completed.", F_PATH, 32 },
-	{ "tierstore_nvme_path_read_bytes_total", "counter", "Bytes read from the device.", F_PATH, 33 },
-	{ "tierstore_nvme_path_written_bytes_total", "counter", "Bytes written to the device.", F_PATH, 34 },
-	{ "tierstore_nvme_path_errors_total", "counter", "Device operations that failed.", F_PATH, 35 },
-	{ "tierstore_nvme_path_checksum_errors_total", "counter", "Stripe units read back with a bad crc32c.", F_PATH, 36 },
-	{ "tierstore_prefetch_window_bytes", "gauge", "The lookahead budget in DRAM.", F_PREFETCH, 40 },
-	{ "tierstore_prefetch_ahead_bytes", "gauge", "State bytes acquired ahead of the update.", F_PREFETCH, 41 },
-	{ "tierstore_prefetch_shards_ahead", "gauge", "Shards acquired and not yet updated.", F_PREFETCH, 42 },
-	{ "tierstore_prefetch_streaming", "gauge", "1 while an optimizer step streams.", F_PREFETCH, 43 },
-	{ "tierstore_prefetch_stall_seconds_total", "counter", "Time the update waited for state.", F_PREFETCH, 44 },
-	{ "tierstore_optimizer_steps_total", "counter", "Optimizer steps applied.", F_OPTIM, 50 },
-	{ "tierstore_optimizer_skipped_steps_total", "counter", "Steps skipped for an inf or nan gradient.", F_OPTIM, 51 },
-	{ "tierstore_optimizer_last_step_seconds", "gauge", "Duration of the last step.", F_OPTIM, 52 },
-	{ "tierstore_optimizer_last_stall_seconds", "gauge", "Stall of the last step.", F_OPTIM, 53 },
-	{ "tierstore_optimizer_cpu_fraction", "gauge", "Share of the shards updated on the CPU.", F_OPTIM, 54 },
-	{ "tierstore_optimizer_loss_scale", "gauge", "Loss scale of the next step.", F_OPTIM, 55 },
-	{ "tierstore_optimizer_grad_norm", "gauge", "Unscaled gradient norm of the last step.", F_OPTIM, 56 },
-	{ "tierstore_optimizer_state_bytes", "gauge", "Bytes of optimizer state.", F_OPTIM, 57 },
-};
-
 static bool readable(const struct seg *s)
 {
 	return s->l && !s->stale && !s->rc;
+}
+
+/* The labels of record @j of group @g after pid and store, and the '}'. */
+static void prom_labels(FILE *f, enum stat_group_id g, const struct tier_live_stats *st,
+			unsigned j)
+{
+	if (g == STAT_LEVEL) {
+		prom_label(f, "tier", tier_level_name((enum tier_level)j));
+		prom_label(f, "backend", st->level[j].backend);
+	} else if (g == STAT_PATH) {
+		fprintf(f, ",path=\"%u\"", j);
+		prom_label(f, "file", st->path[j].file);
+	}
+	fputc('}', f);
+}
+
+/* The family of list entry @d of group @g: a sample per record of every
+ * readable store. */
+static void prom_family(FILE *f, const struct segs *ss, enum stat_group_id g,
+			const struct stat_field *d)
+{
+	bool head = false;
+	char name[128];
+
+	stat_prom_name(g, d, name, sizeof(name));
+	for (size_t i = 0; i < ss->n; i++) {
+		const struct seg *s = &ss->v[i];
+
+		if (!readable(s))
+			continue;
+		for (unsigned j = 0; j < stat_group_count(g, s->st); j++) {
+			const void *rec = stat_group_rec(g, s->st, j);
+
+			if (!rec)
+				continue;
+			if (!head)
+				prom_head(f, name, d->kind == STAT_K_counter ? "counter" : "gauge",
+					  d->help);
+			head = true;
+			prom_base(f, name, s);
+			prom_labels(f, g, s->st, j);
+			prom_val(f, stat_prom_value(d, rec));
+		}
+	}
 }
 
 static void print_prometheus(const struct segs *ss, FILE *f)
@@ -731,43 +541,10 @@ static void print_prometheus(const struct segs *ss, FILE *f)
 		prom_val(f, 1);
 		any = true;
 	}
-	for (size_t k = 0; any && k < sizeof(g_fams) / sizeof(g_fams[0]); k++) {
-		const struct family *fm = &g_fams[k];
-		bool head = false;
-
-		for (size_t i = 0; i < ss->n; i++) {
-			const struct seg *s = &ss->v[i];
-			const struct tier_live_stats *st = s->st;
-			int n = 1;
-
-			if (!readable(s))
-				continue;
-			if (fm->kind == F_OPTIM && !st->optim.present)
-				continue;
-			if (fm->kind == F_TIER)
-				n = TIER_LEVELS;
-			if (fm->kind == F_PATH)
-				n = (int)st->npaths;
-			for (int j = 0; j < n; j++) {
-				if (fm->kind == F_TIER && !st->level[j].present)
-					continue;
-				if (!head) {
-					prom_head(f, fm->name, fm->type, fm->help);
-					head = true;
-				}
-				prom_base(f, fm->name, s);
-				if (fm->kind == F_TIER) {
-					prom_label(f, "tier", tier_level_name((enum tier_level)j));
-					prom_label(f, "backend", st->level[j].backend);
-				} else if (fm->kind == F_PATH) {
-					fprintf(f, ",path=\"%d\"", j);
-					prom_label(f, "file", st->path[j].file);
-				}
-				fputc('}', f);
-				prom_val(f, fam_value(fm->field, st, fm->kind == F_TIER || fm->kind == F_PATH ? j : -1));
-			}
-		}
-	}
+	for (int g = 0; any && g < STAT_GROUPS; g++)
+		for (size_t k = 0; k < stat_groups[g].n; k++)
+			if (*stat_groups[g].f[k].prom)
+				prom_family(f, ss, (enum stat_group_id)g, &stat_groups[g].f[k]);
 	/* the latency summary, since the store opened */
 	for (size_t i = 0, head = 0; any && i < ss->n; i++) {
 		const struct seg *s = &ss->v[i];
@@ -776,28 +553,24 @@ static void print_prometheus(const struct segs *ss, FILE *f)
 			continue;
 		for (uint32_t j = 0; j < s->st->npaths; j++) {
 			const struct tier_live_path *p = &s->st->path[j];
-			static const double qs[] = { 0.5, 0.99 };
 
 			if (!head++)
 				prom_head(f, "tierstore_nvme_path_latency_seconds", "summary",
 					  "Device operation latency, submission to completion, since the store opened.");
-			for (int q = 0; q < 2; q++) {
+			for (int q = 0; q < STAT_QUANTILES; q++) {
 				prom_base(f, "tierstore_nvme_path_latency_seconds", s);
 				fprintf(f, ",path=\"%u\"", j);
 				prom_label(f, "file", p->file);
-				fprintf(f, ",quantile=\"%g\"}", qs[q]);
-				prom_val(f, p->lat_count ? (double)tier_lat_quantile_ns(p->lat_hist, qs[q]) * 1e-9
+				fprintf(f, ",quantile=\"%g\"}", stat_quantiles[q].q);
+				prom_val(f, p->lat_count ? (double)tier_lat_quantile_ns(p->lat_hist,
+											 stat_quantiles[q].q) * 1e-9
 						 : (double)NAN);
 			}
 			prom_base(f, "tierstore_nvme_path_latency_seconds_sum", s);
-			fprintf(f, ",path=\"%u\"", j);
-			prom_label(f, "file", p->file);
-			fputc('}', f);
+			prom_labels(f, STAT_PATH, s->st, j);
 			prom_val(f, (double)p->lat_sum_ns * 1e-9);
 			prom_base(f, "tierstore_nvme_path_latency_seconds_count", s);
-			fprintf(f, ",path=\"%u\"", j);
-			prom_label(f, "file", p->file);
-			fputc('}', f);
+			prom_labels(f, STAT_PATH, s->st, j);
 			prom_val(f, (double)p->lat_count);
 		}
 	}
