@@ -1,5 +1,5 @@
 /*
- * live.h - the store's stats publisher (the live view, issue 7).
+ * live.h - the store's stats publisher (the live view).
  *
  * tier_store_open starts one per store (unless TIER_STATS=off or a build
  * with -Dstats=false): a stats segment (runtime/statseg.h) and a thread

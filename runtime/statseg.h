@@ -1,6 +1,6 @@
 /*
  * statseg.h - the stats segment: a small shared-memory file through which
- * a running store publishes its counters to tier-stat (issue 7).
+ * a running store publishes its counters to tier-stat.
  *
  * A segment is the file DIR/tierstore-PID-N.stats (DIR: $TIER_STATS_DIR,
  * else /dev/shm; N a per-process counter), mode 0600, owned by the

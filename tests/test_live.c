@@ -1,5 +1,5 @@
 /*
- * test_live.c - the live view (issue 7): the latency histogram, a store's
+ * test_live.c - the live view: the latency histogram, a store's
  * stats segment (mode, owner, removal, TIER_STATS=off, a segment that
  * cannot be created), tier-stat's output against the store's own
  * counters, stale segments, refusals, and consistent snapshots under a
