@@ -16,10 +16,12 @@
  *    here, and the header is valid C17 and C++.
  *
  * Its parts follow the library's layers: tierstore/common.h (version,
- * errors, element types, thread pool), tierstore/kernels.h (the AdamW
- * update, gradient checks, loss scaling), tierstore/tiers.h (the NVMe tier
- * and the store) and, here, what takes a manifest or builds on the store:
- * the manifest, opening tiers and stores, the optimizer and the live view.
+ * errors, options, element types, thread pool, tickets, latency
+ * histograms), tierstore/kernels.h (the AdamW update, gradient checks,
+ * loss scaling), tierstore/tiers.h (the NVMe tier and the store), here
+ * what takes a manifest or builds on the store (the manifest, opening
+ * tiers and stores, the optimizer), and tierstore/live.h, included at the
+ * end, the live view.
  */
 #ifndef TIERSTORE_H
 #define TIERSTORE_H
@@ -357,7 +359,8 @@ TIER_API int tier_optim_end(struct tier_optim *o, struct tier_step_result *res);
 TIER_API int tier_optim_read(struct tier_optim *o, uint32_t id, float *master, void *exp_avg,
 			     void *exp_avg_sq);
 
-/* The moment dtype, and the current CPU share of the split. */
+/* The moment dtype, and the current CPU share of the split (TIER_FP32 and
+ * 1 for NULL). */
 TIER_API enum tier_dtype tier_optim_moment_dtype(const struct tier_optim *o);
 TIER_API double tier_optim_cpu_fraction(const struct tier_optim *o);
 

@@ -31,11 +31,6 @@ static void emit_str(FILE *f, const char *s)
 	fputc('"', f);
 }
 
-static const char *dtype_name(enum tier_dtype d)
-{
-	return d == TIER_BF16 ? "bf16" : d == TIER_FP16 ? "fp16" : "fp32";
-}
-
 int tier_manifest_emit(const struct tier_manifest *m, FILE *f)
 {
 	const struct tier_manifest *c = m;
@@ -104,8 +99,8 @@ int tier_manifest_emit(const struct tier_manifest *m, FILE *f)
 		fprintf(f, "  offload_fraction: auto\n");
 	else
 		fprintf(f, "  offload_fraction: %.17g\n", c->offload_fraction);
-	fprintf(f, "  master_dtype: %s\n", dtype_name(c->master_dtype));
-	fprintf(f, "  moment_dtype: %s\n", dtype_name(c->moment_dtype));
+	fprintf(f, "  master_dtype: %s\n", tier_dtype_name(c->master_dtype));
+	fprintf(f, "  moment_dtype: %s\n", tier_dtype_name(c->moment_dtype));
 	fprintf(f, "  shard_size: %llu   # %s\n", (unsigned long long)c->shard_size,
 		ts_size_fmt(c->shard_size, a, sizeof(a)));
 	if (ferror(f))

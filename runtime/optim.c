@@ -712,12 +712,12 @@ size_t tier_optim_param_numel(const struct tier_optim *o, uint32_t id)
 
 enum tier_dtype tier_optim_moment_dtype(const struct tier_optim *o)
 {
-	return o->md;
+	return o ? o->md : TIER_FP32;
 }
 
 double tier_optim_cpu_fraction(const struct tier_optim *o)
 {
-	return o->cpu_fraction;
+	return o ? o->cpu_fraction : 1.0;
 }
 
 int tier_optim_info(const struct tier_optim *o, struct tier_optim_info *out)

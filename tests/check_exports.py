@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """check_exports.py - libtierstore.so exports exactly the functions of the
 public headers (include/tierstore.h and include/tierstore/*.h, each
-declaration marked TIER_API), each in a version node of tierstore.map, and
-the map lists exactly those functions.
+declaration marked TIER_API), each in a version node of tierstore.map; the
+map lists exactly those functions; and docs/api.md documents every one of
+them (and the static inline tier_*_params_init) and no function that is
+not there (a name written with its "(").
 
 Exits 0 when they agree, 1 with one line per difference.
     check_exports.py SRCROOT LIBTIERSTORE.so
@@ -14,15 +16,17 @@ import subprocess
 import sys
 
 DECL = re.compile(r"^TIER_API\b[^(]*?\b(tier_[a-z0-9_]+)\s*\(", re.M)
+INLINE = re.compile(r"^static inline\b[^(]*?\b(tier_[a-z0-9_]+)\s*\(", re.M)
+DOC_CALL = re.compile(r"\b(tier_[a-z0-9_]+)\(")
 
 
-def public_functions(root):
+def public_functions(root, pattern=DECL):
     names = set()
     headers = [os.path.join(root, "include", "tierstore.h")] + \
         sorted(glob.glob(os.path.join(root, "include", "tierstore", "*.h")))
     for h in headers:
         with open(h, encoding="utf-8") as f:
-            names.update(DECL.findall(f.read()))
+            names.update(pattern.findall(f.read()))
     return names
 
 
@@ -73,6 +77,13 @@ def main(argv):
         if syms[s] != nodes[s]:
             problems.append(f"{lib}: {s} has version '{syms[s] or 'none'}', "
                             f"tierstore.map puts it in {nodes[s]}")
+    inline = public_functions(root, INLINE)
+    with open(os.path.join(root, "docs", "api.md"), encoding="utf-8") as f:
+        documented = set(DOC_CALL.findall(f.read()))
+    for s in sorted((public | inline) - documented):
+        problems.append(f"docs/api.md: does not document {s}()")
+    for s in sorted(documented - public - inline):
+        problems.append(f"docs/api.md: documents {s}(), which no public header declares")
     for p in problems:
         print(p)
     print(f"exports: {len(syms)} symbols exported, {len(public)} public functions, "
