@@ -1,20 +1,27 @@
 /*
  * bench.h - what the tier-bench subcommands share (tools/bench_common.c):
- * the clock, command-line parsing of sizes and dtypes, the manifest, medians,
- * the random data of the Adam runs, and the NVMe bandwidth measurement of
- * `tier-bench io`, which `tier-bench step` runs again for its bound.
+ * the clock, command-line parsing of sizes, counts and dtypes, usage
+ * errors, the manifest, medians, the arrays of the Adam runs; and the NVMe
+ * bandwidth measurement of `tier-bench io` (tools/bench_io.c), which
+ * `tier-bench step` runs again for its bound.  Each subcommand has its own
+ * file: bench_io.c, bench_cache.c, bench_adam.c, bench_step*.c.
  * Tools see only include/tierstore.h; this header adds nothing to it.
  */
 #ifndef TIER_BENCH_H
 #define TIER_BENCH_H
 
+#include <getopt.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "tierstore.h"
 
 enum { EXIT_USAGE = 2 };
+
+#define BENCH_STR_(x) #x
+#define BENCH_STR(x) BENCH_STR_(x)
 
 /* CLOCK_MONOTONIC in nanoseconds. */
 uint64_t now_ns(void);
@@ -26,27 +33,94 @@ int parse_bytes(const char *s, uint64_t *out);
 /* tier_manifest_resolve(); on failure prints tier_last_error() to stderr. */
 int load_manifest(const char *file, struct tier_manifest **m);
 
-/*
- * One value of the manifest's effective configuration (tier_manifest_emit):
- * key @key of top-level section @section ("dram", "capacity"), its comment
- * dropped, into @buf.  0, or -ENOENT when the section or key is absent,
- * -ENOMEM / -EIO.
- */
-int manifest_value(const struct tier_manifest *m, const char *section, const char *key,
-		   char *buf, size_t len);
-
-/* The number of NVMe paths of the manifest (0: DRAM is the home). */
-int manifest_nvme_paths(const struct tier_manifest *m, unsigned *out);
-
 /* The median of @n values (n >= 1); @v is left as it was. */
 double median(const double *v, size_t n);
 double min_of(const double *v, size_t n);
 
-/* dtypes on the command line: -1 stands for "none" (no copy-out). */
+/* ------------------------------------------------------ the command line */
+
+/* A subcommand, for its messages and its help. */
+struct bench_cmd {
+	const char *who;               /* "tier-bench io" */
+	void (*usage)(FILE *f);        /* the options: --help, an unknown option */
+	/* after a usage error's message, and in place of usage after an
+	 * unknown option (NULL: nothing, and usage) */
+	void (*after_error)(FILE *f);
+};
+
+/* "WHO: MESSAGE" on stderr, then cmd->after_error(stderr); returns
+ * EXIT_USAGE. */
+__attribute__((format(printf, 2, 3))) int bench_bad_usage(const struct bench_cmd *cmd,
+							  const char *fmt, ...);
+
+/* dtypes on the command line (tier_dtype_*), BENCH_NO_DTYPE standing for
+ * "none" (no copy-out): its name is "none" and its size 0. */
+#define BENCH_NO_DTYPE (-1)
 const char *dtype_name(int d);
 size_t dtype_size(int d);
-/* "fp32", "bf16", "fp16" (and "none" when @allow_none) -> 0, or -EINVAL. */
-int parse_dtype(const char *s, bool allow_none, int *out);
+
+/* Which dtypes an option takes. */
+enum {
+	BENCH_DT_FP32 = 1u << TIER_FP32,
+	BENCH_DT_BF16 = 1u << TIER_BF16,
+	BENCH_DT_FP16 = 1u << TIER_FP16,
+	BENCH_DT_NONE = 1u << 3,       /* "none": BENCH_NO_DTYPE */
+};
+
+/*
+ * An option of a subcommand.  A whole number (parse_bytes: K/M/G suffixes
+ * are binary) within [min, max], a dtype of those in @dtypes (a bad value:
+ * "bad --NAME 'VALUE' RANGE"), or a flag are parsed by bench_options; any
+ * other (BENCH_OTHER) by the subcommand's bench_opt_fn.
+ */
+struct bench_arg {
+	const char *name;   /* "params" for --params */
+	int opt;            /* getopt_long's value for it; not 'h' (--help) */
+	int has_arg;        /* no_argument, required_argument */
+	const char *range;  /* said after a bad value: "(1 to 1024)"; NULL: nothing */
+	uint64_t *num;
+	uint64_t min, max;
+	int *dtype;
+	unsigned dtypes;    /* BENCH_DT_* */
+	bool *flag;         /* set by the option */
+};
+#define BENCH_NUM(opt, name, out, min, max, range) \
+	{ (name), (opt), required_argument, (range), (out), (min), (max), NULL, 0, NULL }
+#define BENCH_DTYPE(opt, name, out, dtypes, range) \
+	{ (name), (opt), required_argument, (range), NULL, 0, 0, (out), (dtypes), NULL }
+#define BENCH_FLAG(opt, name, out) \
+	{ (name), (opt), no_argument, NULL, NULL, 0, 0, NULL, 0, (out) }
+#define BENCH_OTHER(opt, name, has_arg) \
+	{ (name), (opt), (has_arg), NULL, NULL, 0, 0, NULL, 0, NULL }
+
+/* A subcommand's BENCH_OTHER options: 0, or an exit code after a message. */
+typedef int (*bench_opt_fn)(void *ctx, int opt, const char *arg);
+
+/* --help printed: the command exits 0. */
+#define BENCH_HELP (-1)
+
+/*
+ * getopt_long over @argv (argv[0] the subcommand) with the @nargs options
+ * of @args and --help: BENCH_OTHER ones handed to @fn with @ctx.  Refuses
+ * arguments left over.  0 when the command is to run, BENCH_HELP after
+ * --help, or an exit code after a message (EXIT_USAGE, or 1 out of memory).
+ */
+int bench_options(const struct bench_cmd *cmd, int argc, char **argv,
+		  const struct bench_arg *args, size_t nargs, bench_opt_fn fn, void *ctx);
+
+/* ----------------------------------------------------- the Adam arrays */
+
+/*
+ * The arrays of an update of @n elements (tier_adam_step's tensors): fp32
+ * parameters, moments in @moments, the gradient in @grads, and the copy-out
+ * in @copy_out (BENCH_NO_DTYPE: none), each 2 MiB-aligned with huge pages
+ * asked for, filled with random data of realistic magnitude (every page
+ * faulted in before timing; the copy-out zeroed).  0, or -ENOMEM with
+ * nothing left allocated.
+ */
+int adam_arrays(struct tier_adam_tensors *t, size_t n, enum tier_dtype moments,
+		enum tier_dtype grads, int copy_out);
+void adam_arrays_free(struct tier_adam_tensors *t);
 
 /* Random data for the Adam runs. */
 enum adam_fill { FILL_PARAM, FILL_GRAD, FILL_EXP_AVG, FILL_EXP_AVG_SQ };
@@ -102,7 +176,10 @@ int bench_io(const struct tier_manifest *m, const struct bench_io_opts *o,
 
 /* ------------------------------------------------------------ commands */
 
-/* tier-bench step (bench_step.c): argv[0] is "step". */
-int cmd_step(int argc, char **argv);
+/* The subcommands; argv[0] is the subcommand's name.  The exit code. */
+int cmd_io(int argc, char **argv);      /* bench_io.c */
+int cmd_cache(int argc, char **argv);   /* bench_cache.c */
+int cmd_adam(int argc, char **argv);    /* bench_adam.c */
+int cmd_step(int argc, char **argv);    /* bench_step.c */
 
 #endif /* TIER_BENCH_H */

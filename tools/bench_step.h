@@ -1,0 +1,161 @@
+/*
+ * bench_step.h - what the files of `tier-bench step` share: its options,
+ * what the run settled on, the record of each step, the progress line,
+ * and the phases.  bench_step.c: the command line and the setup (the
+ * manifest's values and the optimizer's, read from the library);
+ * bench_step_measure.c: the bound's measurements (NVMe bandwidth, the
+ * in-memory update) and the bounds; bench_step_run.c: the store, the
+ * optimizer, the model, the steps and --verify; bench_step_report.c: the
+ * figures, as text or JSON.
+ */
+#ifndef TIER_BENCH_STEP_H
+#define TIER_BENCH_STEP_H
+
+#include "bench.h"
+
+#define STEP_WHO "tier-bench step"
+#define STEP_NPARAMS 8
+
+struct step_opts {
+	const char *manifest;
+	uint64_t params;        /* elements; 0: state = 2 x DRAM */
+	uint64_t steps;
+	uint64_t dram;          /* 0: min(manifest's, 1 GiB) */
+	double offload;         /* NAN: the manifest's; TIER_OFFLOAD_AUTO */
+	int moments;            /* -1: the manifest's */
+	int copy_out;           /* BENCH_NO_DTYPE: none */
+	uint64_t threads;       /* 0: TIER_THREADS / one per CPU */
+	uint64_t shard_size;    /* 0: the manifest's */
+	uint64_t hbm_capacity;  /* 0: max(DRAM / 4, 2 shards) */
+	double hbm_bandwidth;
+	uint64_t io_size, io_passes;
+	uint64_t update_runs;
+	bool json, verify;
+	int progress;           /* -1 auto, 0 off */
+};
+
+/*
+ * What the run settled on, from the options, the manifest's effective
+ * configuration (tier_manifest_info) and what the optimizer resolved
+ * (tier_optim_info).
+ */
+struct step_setup {
+	char source[256];
+	bool gpu, dram_capped, have_nvme;
+	uint64_t manifest_dram, dram, manifest_lookahead;
+	uint64_t shard_size;    /* the shard size asked for (the manifest's or --shard-size) */
+	uint64_t stripe_unit;   /* the NVMe tier's (1 MiB without one) */
+	uint64_t hbm_capacity;
+	/* the optimizer's: its moments, state bytes per element, elements per
+	 * shard and lookahead window (scaled with the store's DRAM) */
+	enum tier_dtype moments;
+	size_t bpe;
+	uint64_t shard_elems, lookahead;
+	uint64_t numel, state_bytes;
+	size_t sizes[STEP_NPARAMS], max_size;
+	const char *hbm_backend; /* NULL: cuda */
+	char offload_text[96];
+	double offload;
+	unsigned threads;       /* the pool's size */
+	uint64_t io_bs, io_qd, io_size;
+};
+
+struct step_record {
+	struct tier_step_result res;
+	double wall_s;                        /* begin to end, measured here */
+	uint64_t tier_read, tier_written;     /* NVMe tier counters over the step */
+};
+
+/* ----------------------------------------------- bench_step.c: helpers */
+
+/*
+ * On a terminal a bar redrawn in place on stderr; otherwise one line per
+ * phase and per step, unless --json (whose stdout a script reads).
+ */
+struct progress {
+	bool tty, lines;
+	bool drawn;             /* a line on the terminal to clear */
+};
+
+__attribute__((format(printf, 2, 3))) void progress_note(struct progress *p, const char *fmt,
+							 ...);
+void progress_step(struct progress *p, uint64_t done, uint64_t total, double step_s,
+		   double stall_s);
+void progress_done(struct progress *p);
+
+/* A runtime failure: what was being done, and the library's detail.  1. */
+int step_fail(const char *what, int rc);
+
+/* "1.50 GiB", "3.0 MiB", "12.0 KiB" into @buf. */
+const char *human(uint64_t b, char *buf, size_t len);
+
+/* ------------------------------------- bench_step_run.c: store and steps */
+
+/* The store's and the optimizer's parameters, the same for the probe
+ * (step_optim_probe) and the run. */
+void step_store_params(const struct step_opts *o, const struct step_setup *su,
+		       struct tier_store_params *sp);
+void step_optim_params(const struct step_opts *o, struct tier_optim_params *op);
+
+/*
+ * Opens the store and the optimizer the run will open (su's DRAM and HBM
+ * tier), asks tier_optim_info what the optimizer resolved, and closes them
+ * again (the NVMe measurement before the steps needs the tier's files to
+ * itself).  0, or 1 after a message.
+ */
+int step_optim_probe(const struct step_opts *o, const struct tier_manifest *m,
+		     const struct step_setup *su, struct tier_optim_info *info);
+
+/* The measurements, the steps, the report.  0, or 1 after a message. */
+int step_run(const struct step_opts *o, const struct tier_manifest *m, struct step_setup *su,
+	     struct progress *pg);
+
+/* ---------------------------------- bench_step_measure.c: the bound */
+
+/* The NVMe measurements: before the steps (io, into which the passes of
+ * the one after are merged) and after (io2, with the mixed passes; mixed_s
+ * 0: none); per direction, the mean of the fastest pass of each. */
+struct step_nvme {
+	struct bench_io_result io, io2;
+	double read_Bps, write_Bps;   /* 0: no NVMe tier */
+};
+
+/* The bound of a step and the mixed bound (docs/optimizer.md). */
+struct step_bound {
+	double update_s;              /* the in-memory update */
+	double nvme_s, bound_s;
+	double mixed_Bps;             /* 0: no mixed measurement */
+	double mixed_read_share, mixed_nvme_s, mixed_bound_s;
+};
+
+int step_nvme_before(const struct step_opts *o, const struct tier_manifest *m,
+		     const struct step_setup *su, struct progress *pg, struct step_nvme *nv);
+/* The step's median bytes read and written (@rd_b, @wr_b) set the mix. */
+void step_nvme_after(const struct step_opts *o, const struct tier_manifest *m,
+		     const struct step_setup *su, struct progress *pg, double rd_b, double wr_b,
+		     struct step_nvme *nv);
+int step_update_time(const struct step_opts *o, const struct step_setup *su,
+		     struct tier_pool *pool, double *out);
+void step_bounds(const struct step_setup *su, const struct step_nvme *nv, double update_s,
+		 double rd_b, double wr_b, struct step_bound *b);
+
+/* ------------------------------------ bench_step_report.c: the output */
+
+/* The first step counted in the medians: 1 (warm-up left out) with 3
+ * steps or more, else 0. */
+uint64_t step_first_counted(const struct step_opts *o);
+/* Median NVMe bytes a step read and wrote (tier_step_result's). */
+void step_bytes(const struct step_opts *o, const struct step_record *rec, double *rd_b,
+		double *wr_b);
+
+/* The store's side of the report. */
+struct step_store_summary {
+	bool has_hbm;
+	struct tier_store_stats ss;   /* after the steps */
+};
+
+void step_report(const struct step_opts *o, const struct step_setup *su,
+		 const struct step_record *rec, const struct step_nvme *nv,
+		 const struct step_bound *b, const struct step_store_summary *st);
+
+#endif /* TIER_BENCH_STEP_H */

@@ -1,0 +1,142 @@
+/*
+ * bench_step_measure.c - the bound of `tier-bench step`, measured in the
+ * same run: the NVMe tier's bandwidth (bench_io, as `tier-bench io` runs
+ * it, a shard per request, the lookahead's shards in flight) before the
+ * steps and again after them, then also mixed at the step's share of
+ * reads; and the in-memory update (tier_adam_step over the same elements,
+ * threads and dtypes).  From them the bound and the mixed bound.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "bench_step.h"
+
+/* The in-memory update runs over the elements in chunks of at most this
+ * many, reusing one set of arrays: the same elements go through the
+ * kernel, in memory far larger than any cache. */
+#define STEP_UPDATE_CHUNK (64ull << 20)
+
+/*
+ * The in-memory update: tier_adam_step over su->numel elements in chunks
+ * of arrays reused, warm-up pass untimed, then o->update_runs timed
+ * passes; the median pass time in *out.
+ */
+int step_update_time(const struct step_opts *o, const struct step_setup *su,
+		     struct tier_pool *pool, double *out)
+{
+	size_t chunk = su->numel < STEP_UPDATE_CHUNK ? (size_t)su->numel : STEP_UPDATE_CHUNK;
+	struct tier_adam_tensors t = { 0 };
+	struct tier_adam_params hp;
+	double *times = calloc(o->update_runs, sizeof(double));
+	int rc, ret = 1;
+
+	tier_adam_params_init(&hp);
+	if (!times || adam_arrays(&t, chunk, su->moments, TIER_FP32, o->copy_out)) {
+		fprintf(stderr, STEP_WHO ": out of memory for the in-memory update of %zu elements\n",
+			chunk);
+		goto out;
+	}
+	rc = tier_adam_step(pool, &hp, &t);
+	if (rc) {
+		ret = step_fail("in-memory update", rc);
+		goto out;
+	}
+	for (uint64_t r = 0; r < o->update_runs; r++) {
+		uint64_t t0 = now_ns();
+
+		hp.step++;
+		for (uint64_t off = 0; off < su->numel; off += chunk) {
+			t.n = su->numel - off < chunk ? (size_t)(su->numel - off) : chunk;
+			rc = tier_adam_step(pool, &hp, &t);
+			if (rc) {
+				ret = step_fail("in-memory update", rc);
+				goto out;
+			}
+		}
+		times[r] = (double)(now_ns() - t0) * 1e-9;
+	}
+	*out = median(times, o->update_runs);
+	ret = 0;
+out:
+	adam_arrays_free(&t);
+	free(times);
+	return ret;
+}
+
+/* The measurement's shape: su's requests, depth and size, o's passes. */
+static struct bench_io_opts step_io_opts(const struct step_opts *o, const struct step_setup *su,
+					 double mix_read)
+{
+	return (struct bench_io_opts){ .size = su->io_size, .bs = su->io_bs, .qd = su->io_qd,
+				       .who = STEP_WHO, .passes = (unsigned)o->io_passes,
+				       .mix_read = mix_read };
+}
+
+/* The NVMe tier's bandwidth, on a fresh open of the same tier, before the
+ * store holds its files. */
+int step_nvme_before(const struct step_opts *o, const struct tier_manifest *m,
+		     const struct step_setup *su, struct progress *pg, struct step_nvme *nv)
+{
+	struct bench_io_opts io = step_io_opts(o, su, 0);
+	char a[32], b[32];
+
+	progress_note(pg, "measuring NVMe bandwidth (%s, %s requests, %" PRIu64
+		      " in flight, %" PRIu64 " passes)...", human(su->io_size, a, sizeof(a)),
+		      human(su->io_bs, b, sizeof(b)), su->io_qd, o->io_passes);
+	return bench_io(m, &io, &nv->io);
+}
+
+/*
+ * The NVMe bandwidth again, now that the store's files are gone: this
+ * disk's bandwidth drifts, so the bound takes the mean of the times of the
+ * fastest pass before and the fastest pass after the steps.  This time
+ * also the step's traffic as the disk sees it: its read and write bytes in
+ * flight together, at the step's mix.
+ */
+void step_nvme_after(const struct step_opts *o, const struct tier_manifest *m,
+		     const struct step_setup *su, struct progress *pg, double rd_b, double wr_b,
+		     struct step_nvme *nv)
+{
+	double mix_read = rd_b + wr_b > 0 ? rd_b / (rd_b + wr_b) : 0;
+	struct bench_io_opts io = step_io_opts(o, su, mix_read);
+	struct bench_io_result *r = &nv->io, *r2 = &nv->io2;
+
+	progress_note(pg, "measuring NVMe bandwidth again, and mixed at %.0f%% reads...",
+		      100 * mix_read);
+	if (bench_io(m, &io, r2)) {
+		/* (the disk may have filled up meanwhile: the steps ran) */
+		fprintf(stderr, STEP_WHO ": warning: the second NVMe measurement failed (above);"
+			" the bound uses the one before the steps\n");
+		*r2 = *r;
+		r2->passes = 0;
+	}
+	for (unsigned i = 0; i < r2->passes && r->passes < 2 * BENCH_IO_MAX_PASSES; i++) {
+		r->read_pass_s[r->passes] = r2->read_pass_s[i];
+		r->write_pass_s[r->passes++] = r2->write_pass_s[i];
+	}
+	nv->read_Bps = (double)su->io_size / ((r->read_s + r2->read_s) / 2);
+	nv->write_Bps = (double)su->io_size / ((r->write_s + r2->write_s) / 2);
+}
+
+/*
+ * The bound: the larger of the NVMe time of the step's bytes (read bytes /
+ * read bandwidth + write bytes / write bandwidth, one disk serving both)
+ * and the update time.  The mixed bound: the same bytes at the rate the
+ * disk gave them mixed; where it serves reads and writes at once faster
+ * than one after the other, this is the tighter floor (then efficiency > 1).
+ */
+void step_bounds(const struct step_setup *su, const struct step_nvme *nv, double update_s,
+		 double rd_b, double wr_b, struct step_bound *b)
+{
+	const struct bench_io_result *r2 = &nv->io2;
+
+	b->update_s = update_s;
+	b->nvme_s = (nv->read_Bps > 0 ? rd_b / nv->read_Bps : 0) +
+		    (nv->write_Bps > 0 ? wr_b / nv->write_Bps : 0);
+	b->bound_s = b->nvme_s > update_s ? b->nvme_s : update_s;
+	b->mixed_Bps = r2->mixed_s > 0 ? (double)su->io_size / r2->mixed_s : 0;
+	b->mixed_read_share = (double)r2->mixed_read_bytes / (double)su->io_size;
+	b->mixed_nvme_s = b->mixed_Bps > 0 ? (rd_b + wr_b) / b->mixed_Bps : 0;
+	b->mixed_bound_s = b->mixed_nvme_s > update_s ? b->mixed_nvme_s : update_s;
+}

@@ -1,0 +1,321 @@
+/*
+ * bench_step_report.c - the output of `tier-bench step`: the medians over
+ * the steps counted (the first, warm-up step left out with 3 steps or
+ * more), the stall shares, and the report as a table or one JSON object
+ * (docs/optimizer.md#tier-bench-step lists every key).
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "bench_step.h"
+
+typedef double (*step_get)(const struct step_record *r);
+
+static double get_step(const struct step_record *r) { return r->res.step_s; }
+static double get_wall(const struct step_record *r) { return r->wall_s; }
+static double get_stall(const struct step_record *r) { return r->res.stall_s; }
+static double get_cstall(const struct step_record *r) { return r->res.cpu_stall_s; }
+static double get_gstall(const struct step_record *r) { return r->res.gpu_stall_s; }
+static double get_rd(const struct step_record *r) { return (double)r->res.nvme_read_bytes; }
+static double get_wr(const struct step_record *r) { return (double)r->res.nvme_write_bytes; }
+static double get_trd(const struct step_record *r) { return (double)r->tier_read; }
+static double get_twr(const struct step_record *r) { return (double)r->tier_written; }
+static double get_h2d(const struct step_record *r) { return (double)r->res.h2d_bytes; }
+static double get_d2h(const struct step_record *r) { return (double)r->res.d2h_bytes; }
+static double get_rbps(const struct step_record *r) { return r->res.nvme_read_Bps; }
+static double get_wbps(const struct step_record *r) { return r->res.nvme_write_Bps; }
+static double get_cpu(const struct step_record *r) { return r->res.cpu_fraction; }
+static double get_norm(const struct step_record *r) { return r->res.grad_norm; }
+
+/* The per-step arrays of the JSON object, in order. */
+static const struct {
+	const char *key;
+	step_get get;
+} step_arrays[] = {
+	{ "step_s", get_step },
+	{ "wall_s", get_wall },
+	{ "stall_s", get_stall },
+	{ "cpu_stall_s", get_cstall },
+	{ "gpu_stall_s", get_gstall },
+	{ "nvme_read_bytes", get_rd },
+	{ "nvme_write_bytes", get_wr },
+	{ "nvme_tier_read_bytes", get_trd },
+	{ "nvme_tier_write_bytes", get_twr },
+	{ "h2d_bytes", get_h2d },
+	{ "d2h_bytes", get_d2h },
+	{ "nvme_read_Bps", get_rbps },
+	{ "nvme_write_Bps", get_wbps },
+	{ "cpu_fraction", get_cpu },
+	{ "grad_norm", get_norm },
+};
+
+/* The median of a field over the steps counted. */
+static double med_of(const struct step_record *rec, uint64_t first, uint64_t n, step_get get)
+{
+	double *v = malloc((n - first) * sizeof(*v)), r;
+
+	if (!v)
+		return get(&rec[n - 1]);
+	for (uint64_t i = first; i < n; i++)
+		v[i - first] = get(&rec[i]);
+	r = median(v, n - first);
+	free(v);
+	return r;
+}
+
+uint64_t step_first_counted(const struct step_opts *o)
+{
+	return o->steps >= 3 ? 1 : 0;
+}
+
+void step_bytes(const struct step_opts *o, const struct step_record *rec, double *rd_b,
+		double *wr_b)
+{
+	*rd_b = med_of(rec, step_first_counted(o), o->steps, get_rd);
+	*wr_b = med_of(rec, step_first_counted(o), o->steps, get_wr);
+}
+
+/* The figures of the steps counted. */
+struct step_figs {
+	uint64_t first;
+	double step_s, rd_b, wr_b;
+	double stall, cstall, gstall;     /* over the step time */
+	double cpu, h2d, d2h;             /* medians */
+	const struct tier_step_result *last;
+	const char *hbm;                  /* the HBM tier's backend */
+};
+
+static void step_figs(const struct step_opts *o, const struct step_setup *su,
+		      const struct step_record *rec, bool has_hbm, struct step_figs *f)
+{
+	double steps_sum = 0;
+
+	f->first = step_first_counted(o);
+	f->step_s = med_of(rec, f->first, o->steps, get_step);
+	step_bytes(o, rec, &f->rd_b, &f->wr_b);
+	f->stall = f->cstall = f->gstall = 0;
+	for (uint64_t k = f->first; k < o->steps; k++) {
+		f->stall += rec[k].res.stall_s;
+		f->cstall += rec[k].res.cpu_stall_s;
+		f->gstall += rec[k].res.gpu_stall_s;
+		steps_sum += rec[k].res.step_s;
+	}
+	f->stall = steps_sum > 0 ? f->stall / steps_sum : 0;
+	f->cstall = steps_sum > 0 ? f->cstall / steps_sum : 0;
+	f->gstall = steps_sum > 0 ? f->gstall / steps_sum : 0;
+	f->cpu = med_of(rec, f->first, o->steps, get_cpu);
+	f->h2d = med_of(rec, f->first, o->steps, get_h2d);
+	f->d2h = med_of(rec, f->first, o->steps, get_d2h);
+	f->last = &rec[o->steps - 1].res;
+	f->hbm = !has_hbm ? "none" : su->hbm_backend ? su->hbm_backend : "cuda";
+}
+
+/* ---------------------------------------------------------------- JSON */
+
+/* A JSON string: quotes, backslashes and control characters escaped. */
+static void print_json_str(const char *s)
+{
+	putchar('"');
+	for (; *s; s++) {
+		unsigned char ch = (unsigned char)*s;
+
+		if (ch == '"' || ch == '\\')
+			printf("\\%c", ch);
+		else if (ch < 0x20)
+			printf("\\u%04x", ch);
+		else
+			putchar(ch);
+	}
+	putchar('"');
+}
+
+/* "KEY": [GB/s of each of the @n passes of @size bytes] */
+static void print_pass_rates(const char *key, const double *pass_s, unsigned n, uint64_t size)
+{
+	printf("\"%s\": [", key);
+	for (unsigned i = 0; i < n; i++)
+		printf("%s%.4f", i ? ", " : "", (double)size / pass_s[i] * 1e-9);
+	printf("]");
+}
+
+/* The measurements and the bounds. */
+static void print_json_bound(const struct step_setup *su, const struct step_nvme *nv,
+			     const struct step_bound *b, const struct step_figs *f)
+{
+	const struct bench_io_result *io = &nv->io, *io2 = &nv->io2;
+
+	printf("{\"step_s\": %.6f, \"bound_s\": %.6f, \"efficiency\": %.4f"
+	       ", \"stall_frac\": %.4f, \"cpu_stall_frac\": %.4f, \"gpu_stall_frac\": %.4f"
+	       ", \"nvme_read_bytes_per_step\": %.0f"
+	       ", \"nvme_write_bytes_per_step\": %.0f, \"bound_by\": \"%s\""
+	       ", \"nvme_s\": %.6f, \"update_s\": %.6f, \"read_GBps\": %.4f"
+	       ", \"write_GBps\": %.4f, \"io_bs\": %" PRIu64 ", \"io_qd\": %" PRIu64
+	       ", \"io_size\": %" PRIu64 ", \"io_passes\": %u",
+	       f->step_s, b->bound_s, b->bound_s / f->step_s, f->stall, f->cstall, f->gstall,
+	       f->rd_b, f->wr_b, b->nvme_s >= b->update_s ? "nvme" : "update", b->nvme_s,
+	       b->update_s, nv->read_Bps * 1e-9, nv->write_Bps * 1e-9, su->io_bs, su->io_qd,
+	       su->io_size, io->passes);
+	printf(", ");
+	print_pass_rates("io_read_GBps_passes", io->read_pass_s, io->passes, su->io_size);
+	printf(", ");
+	print_pass_rates("io_write_GBps_passes", io->write_pass_s, io->passes, su->io_size);
+	if (b->mixed_Bps > 0) {
+		printf(", \"mixed_bound_s\": %.6f, \"mixed_efficiency\": %.4f"
+		       ", \"mixed_nvme_s\": %.6f, \"mixed_GBps\": %.4f"
+		       ", \"mixed_read_share\": %.4f, ",
+		       b->mixed_bound_s, b->mixed_bound_s / f->step_s, b->mixed_nvme_s,
+		       b->mixed_Bps * 1e-9, b->mixed_read_share);
+		print_pass_rates("io_mixed_GBps_passes", io2->mixed_pass_s, io2->passes, su->io_size);
+	} else {
+		printf(", \"mixed_bound_s\": null, \"mixed_efficiency\": null"
+		       ", \"mixed_nvme_s\": null, \"mixed_GBps\": null"
+		       ", \"mixed_read_share\": null, \"io_mixed_GBps_passes\": []");
+	}
+}
+
+static void print_json(const struct step_opts *o, const struct step_setup *su,
+		       const struct step_record *rec, const struct step_nvme *nv,
+		       const struct step_bound *b, const struct step_store_summary *st,
+		       const struct step_figs *f)
+{
+	bool emulated = st->has_hbm && su->hbm_backend;
+
+	print_json_bound(su, nv, b, f);
+	printf(", \"params\": %d, \"numel\": %" PRIu64 ", \"state_bytes\": %" PRIu64
+	       ", \"moments\": \"%s\", \"copy_out\": \"%s\", \"dram_bytes\": %" PRIu64
+	       ", \"dram_capped\": %s, \"manifest_dram_bytes\": %" PRIu64
+	       ", \"shard_size\": %" PRIu64 ", \"lookahead\": %" PRIu64
+	       ", \"manifest_lookahead\": %" PRIu64
+	       ", \"hbm_backend\": \"%s\", \"hbm_capacity\": %" PRIu64
+	       ", \"hbm_bandwidth\": %.4g, \"offload_fraction\": \"%s\""
+	       ", \"threads\": %u, \"isa\": \"%s\", \"manifest\": ",
+	       STEP_NPARAMS, su->numel, su->state_bytes, dtype_name((int)su->moments),
+	       dtype_name(o->copy_out), su->dram, su->dram_capped ? "true" : "false",
+	       su->manifest_dram, su->shard_size, su->lookahead, su->manifest_lookahead, f->hbm,
+	       emulated ? su->hbm_capacity : 0, emulated ? o->hbm_bandwidth : 0.0,
+	       su->offload_text, su->threads, tier_adam_isa());
+	print_json_str(su->source);
+	printf(", \"cpu_fraction\": %.4f, \"cpu_shards\": %u, \"gpu_shards\": %u"
+	       ", \"h2d_bytes_per_step\": %.0f, \"d2h_bytes_per_step\": %.0f"
+	       ", \"dram_hits\": %" PRIu64 ", \"dram_misses\": %" PRIu64
+	       ", \"nsteps\": %" PRIu64 ", \"steps_counted\": %" PRIu64
+	       ", \"verified\": %s, \"steps\": {",
+	       f->cpu, f->last->cpu_shards, f->last->gpu_shards, f->h2d, f->d2h,
+	       st->ss.level[TIER_DRAM].hits, st->ss.level[TIER_DRAM].misses, o->steps,
+	       o->steps - f->first, o->verify ? "true" : "false");
+	for (size_t a = 0; a < sizeof(step_arrays) / sizeof(step_arrays[0]); a++) {
+		printf("%s\"%s\": [", a ? ", " : "", step_arrays[a].key);
+		for (uint64_t i = 0; i < o->steps; i++)
+			printf("%s%.9g", i ? ", " : "", step_arrays[a].get(&rec[i]));
+		printf("]");
+	}
+	printf("}}\n");
+}
+
+/* ---------------------------------------------------------------- text */
+
+/* The header: the model, the store, the measurements. */
+static void print_text_setup(const struct step_opts *o, const struct step_setup *su,
+			     const struct step_nvme *nv, const struct step_bound *b, bool has_hbm)
+{
+	char a[32], c[32];
+
+	printf("tier-bench step: %d parameters, %" PRIu64 " elements, state %" PRIu64
+	       " bytes (%s), DRAM %" PRIu64 " bytes (%s%s), %" PRIu64 " steps\n",
+	       STEP_NPARAMS, su->numel, su->state_bytes, human(su->state_bytes, a, sizeof(a)),
+	       su->dram, human(su->dram, c, sizeof(c)), su->dram_capped ? ", capped at 1 GiB" : "",
+	       o->steps);
+	if (su->dram_capped)
+		printf("  manifest %s; its DRAM tier (%s) capped at 1 GiB; --dram sets it\n",
+		       su->source, human(su->manifest_dram, a, sizeof(a)));
+	else
+		printf("  manifest %s\n", su->source);
+	printf("  moments %s (%zu state bytes per element), copy-out %s\n",
+	       dtype_name((int)su->moments), su->bpe, dtype_name(o->copy_out));
+	printf("  shard %" PRIu64 " bytes, lookahead %" PRIu64 " bytes (the manifest's %"
+	       PRIu64 ", scaled with DRAM), %u threads (isa %s), offload fraction %s\n",
+	       su->shard_size, su->lookahead, su->manifest_lookahead, su->threads,
+	       tier_adam_isa(), su->offload_text);
+	if (!has_hbm)
+		printf("  HBM backend: none (every shard is updated on the CPU)\n");
+	else if (su->hbm_backend)
+		printf("  HBM backend: %s (emulated device in host memory, %s, %.1f GB/s per"
+		       " direction; its share of the update runs on the CPU)\n",
+		       su->hbm_backend, human(su->hbm_capacity, a, sizeof(a)),
+		       o->hbm_bandwidth * 1e-9);
+	else
+		printf("  HBM backend: cuda (the manifest's GPU)\n");
+	if (su->have_nvme)
+		printf("  NVMe measured in this run (%s requests, %" PRIu64 " in flight, %s,"
+		       " fastest of %u passes before and after the steps, averaged):"
+		       " read %.3f GB/s, write %.3f GB/s\n",
+		       human(su->io_bs, a, sizeof(a)), su->io_qd, human(su->io_size, c, sizeof(c)),
+		       (unsigned)o->io_passes, nv->read_Bps * 1e-9, nv->write_Bps * 1e-9);
+	else
+		printf("  no NVMe tier in the manifest: DRAM is the home\n");
+	printf("  in-memory update (tier_adam_step, %" PRIu64 " elements, %u threads): "
+	       "%.4f s (median of %" PRIu64 ")\n", su->numel, su->threads, b->update_s,
+	       o->update_runs);
+}
+
+static void print_text(const struct step_opts *o, const struct step_setup *su,
+		       const struct step_record *rec, const struct step_nvme *nv,
+		       const struct step_bound *b, const struct step_store_summary *st,
+		       const struct step_figs *f)
+{
+	char c1[32], c2[32];
+
+	print_text_setup(o, su, nv, b, st->has_hbm);
+	if (f->first)
+		snprintf(c1, sizeof(c1), "steps 2..%" PRIu64, o->steps);
+	else
+		snprintf(c1, sizeof(c1), "all %" PRIu64 " steps", o->steps);
+	printf("  %-20s %10.4f s   median of %s\n", "step time", f->step_s, c1);
+	printf("  %-20s %10.4f s   %s bound; NVMe %.4f s, update %.4f s\n", "bound",
+	       b->bound_s, b->nvme_s >= b->update_s ? "NVMe" : "update", b->nvme_s, b->update_s);
+	printf("  %-20s %10.4f\n", "efficiency", b->bound_s / f->step_s);
+	if (b->mixed_Bps > 0)
+		printf("  %-20s %10.4f s   efficiency %.4f; NVMe %.4f s at %.3f GB/s,"
+		       " reads and writes in flight together (%.0f%% reads)\n",
+		       "mixed bound", b->mixed_bound_s, b->mixed_bound_s / f->step_s,
+		       b->mixed_nvme_s, b->mixed_Bps * 1e-9, 100 * b->mixed_read_share);
+	printf("  %-20s %10.4f     stall_s / step_s (CPU lane %.4f, HBM lane %.4f)\n",
+	       "stall share", f->stall, f->cstall, f->gstall);
+	printf("  %-20s read %.0f B (%s), write %.0f B (%s)\n", "NVMe per step", f->rd_b,
+	       human((uint64_t)f->rd_b, c1, sizeof(c1)), f->wr_b,
+	       human((uint64_t)f->wr_b, c2, sizeof(c2)));
+	printf("  %-20s read %.3f GB/s, write %.3f GB/s (medians of the steps'"
+	       " bytes over step time)\n", "NVMe achieved",
+	       med_of(rec, f->first, o->steps, get_rbps) * 1e-9,
+	       med_of(rec, f->first, o->steps, get_wbps) * 1e-9);
+	printf("  %-20s cpu_fraction %.3f (last step: %u shards on the CPU, %u on the"
+	       " HBM tier)\n", "CPU/GPU split", f->cpu, f->last->cpu_shards, f->last->gpu_shards);
+	printf("  %-20s h2d %.0f B, d2h %.0f B\n", "HBM per step", f->h2d, f->d2h);
+	printf("  %4s %9s %9s %9s %14s %14s %6s %14s %14s\n", "step", "step_s", "wall_s",
+	       "stall_s", "nvme_read", "nvme_write", "cpu", "h2d", "d2h");
+	for (uint64_t k = 0; k < o->steps; k++) {
+		const struct tier_step_result *r = &rec[k].res;
+
+		printf("  %4" PRIu64 " %9.4f %9.4f %9.4f %14" PRIu64 " %14" PRIu64
+		       " %6.3f %14" PRIu64 " %14" PRIu64 "%s\n", k + 1, r->step_s,
+		       rec[k].wall_s, r->stall_s, r->nvme_read_bytes, r->nvme_write_bytes,
+		       r->cpu_fraction, r->h2d_bytes, r->d2h_bytes, r->applied ? "" : "  skipped");
+	}
+	if (o->verify)
+		printf("  every parameter's state and copy-out equal tier_adam_step in"
+		       " memory, bit for bit\n");
+}
+
+void step_report(const struct step_opts *o, const struct step_setup *su,
+		 const struct step_record *rec, const struct step_nvme *nv,
+		 const struct step_bound *b, const struct step_store_summary *st)
+{
+	struct step_figs f;
+
+	step_figs(o, su, rec, st->has_hbm, &f);
+	if (o->json)
+		print_json(o, su, rec, nv, b, st, &f);
+	else
+		print_text(o, su, rec, nv, b, st, &f);
+}

@@ -1,0 +1,460 @@
+/*
+ * bench_step_run.c - the run of `tier-bench step`: the measurements before
+ * the steps (bench_step_measure.c), the store and the optimizer, the
+ * synthetic model, the steps (the streaming form, pushes in reverse order
+ * as backward produces them), --verify against tier_adam_step in memory,
+ * the measurement after the steps, and the report (bench_step_report.c).
+ * Also the probe: the same store and optimizer opened once before all
+ * that, to ask the optimizer what it resolved (tier_optim_info).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_step.h"
+
+void step_store_params(const struct step_opts *o, const struct step_setup *su,
+		       struct tier_store_params *sp)
+{
+	tier_store_params_init(sp);
+	sp->dram_capacity = su->dram;
+	sp->hbm_backend = su->hbm_backend;
+	sp->hbm_capacity = su->hbm_backend ? su->hbm_capacity : 0;
+	sp->hbm_bandwidth = su->hbm_backend ? o->hbm_bandwidth : 0;
+	sp->policy = TIER_POLICY_BELADY;
+	sp->flags = TIER_STORE_SCRATCH;
+}
+
+void step_optim_params(const struct step_opts *o, struct tier_optim_params *op)
+{
+	tier_optim_params_init(op);
+	op->moment_dtype = o->moments < 0 ? TIER_DTYPE_MANIFEST : o->moments;
+	op->offload_fraction = isnan(o->offload) ? TIER_OFFLOAD_MANIFEST : o->offload;
+	op->threads = (unsigned)o->threads;
+	op->shard_size = o->shard_size;
+}
+
+int step_optim_probe(const struct step_opts *o, const struct tier_manifest *m,
+		     const struct step_setup *su, struct tier_optim_info *info)
+{
+	struct tier_store_params sp;
+	struct tier_optim_params op;
+	struct tier_store *s = NULL;
+	struct tier_optim *opt = NULL;
+	int rc, ret = 1;
+
+	step_store_params(o, su, &sp);
+	step_optim_params(o, &op);
+	rc = tier_store_open(m, &sp, &s);
+	if (rc)
+		return step_fail("open the store", rc);
+	rc = tier_optim_create(s, &op, &opt);
+	if (rc) {
+		ret = step_fail("create the optimizer", rc);
+		goto out;
+	}
+	rc = tier_optim_info(opt, info);
+	if (rc) {
+		ret = step_fail("the optimizer's configuration", rc);
+		goto out;
+	}
+	ret = 0;
+out:
+	if (opt && tier_optim_destroy(opt) && ret == 0)
+		ret = step_fail("destroy the optimizer", -EIO);
+	if (tier_store_close(s) && ret == 0)
+		ret = step_fail("close the store", -EIO);
+	return ret;
+}
+
+/* ------------------------------------------------------------ the model */
+
+/* The store, the optimizer and the model of the run. */
+struct step_model {
+	struct tier_store *s;
+	struct tier_optim *opt;
+	struct tier_optim_params op;
+	float *init;                  /* kept for --verify only */
+	float *grad;
+	void *outs[STEP_NPARAMS];     /* each parameter's copy-out */
+	struct step_store_summary st;
+};
+
+/* Adds the eight parameters, and their copy-out buffers.  0, or 1. */
+static int step_add_params(const struct step_opts *o, const struct step_setup *su,
+			   struct step_model *sm)
+{
+	size_t os = dtype_size(o->copy_out);
+	char what[160];
+
+	for (uint32_t i = 0; i < STEP_NPARAMS; i++) {
+		uint32_t id;
+		int rc;
+
+		snprintf(what, sizeof(what), "layer%u.weight", i);
+		rc = tier_optim_add_param(sm->opt, what, su->sizes[i], sm->init, &id);
+		if (rc) {
+			char w2[200];
+
+			snprintf(w2, sizeof(w2), "add parameter '%s' (%zu elements)", what,
+				 su->sizes[i]);
+			return step_fail(w2, rc);
+		}
+		if (id != i) {
+			fprintf(stderr, STEP_WHO ": parameter '%s' got id %u, expected %u\n", what, id, i);
+			return 1;
+		}
+		if (os) {
+			sm->outs[i] = adam_alloc(su->sizes[i] * os);
+			if (!sm->outs[i]) {
+				fprintf(stderr, STEP_WHO ": out of memory for the copy-out buffers\n");
+				return 1;
+			}
+			memset(sm->outs[i], 0, su->sizes[i] * os);
+		}
+	}
+	return 0;
+}
+
+/* The store, the optimizer and the model.  0, or 1 after a message. */
+static int step_open(const struct step_opts *o, const struct tier_manifest *m,
+		     const struct step_setup *su, struct progress *pg, struct step_model *sm)
+{
+	struct tier_store_params sp;
+	char a[32];
+	int rc;
+
+	progress_note(pg, "opening the store and writing the initial state (%s)...",
+		      human(su->state_bytes, a, sizeof(a)));
+	step_store_params(o, su, &sp);
+	rc = tier_store_open(m, &sp, &sm->s);
+	if (rc) {
+		sm->s = NULL;
+		return step_fail("open the store", rc);
+	}
+	sm->st.has_hbm = tier_store_has_level(sm->s, TIER_HBM);
+	step_optim_params(o, &sm->op);
+	rc = tier_optim_create(sm->s, &sm->op, &sm->opt);
+	if (rc) {
+		sm->opt = NULL;
+		return step_fail("create the optimizer", rc);
+	}
+	sm->init = adam_alloc(su->max_size * 4);
+	sm->grad = adam_alloc(su->max_size * 4);
+	if (!sm->init || !sm->grad) {
+		fprintf(stderr, STEP_WHO ": out of memory for %zu-element buffers\n", su->max_size);
+		return 1;
+	}
+	adam_fill(sm->init, su->max_size, TIER_FP32, FILL_PARAM, 11);
+	adam_fill(sm->grad, su->max_size, TIER_FP32, FILL_GRAD, 12);
+	if (step_add_params(o, su, sm))
+		return 1;
+	if (!o->verify) {
+		free(sm->init);
+		sm->init = NULL;
+	}
+	return 0;
+}
+
+/* Destroys the optimizer and closes the store.  0, or 1 after a message. */
+static int step_close(struct step_model *sm)
+{
+	int rc = tier_optim_destroy(sm->opt);
+
+	sm->opt = NULL;
+	if (rc) {
+		step_fail("destroy the optimizer", rc);
+		tier_store_close(sm->s);
+		sm->s = NULL;
+		return 1;
+	}
+	rc = tier_store_close(sm->s);
+	sm->s = NULL;
+	return rc ? step_fail("close the store", rc) : 0;
+}
+
+/* Frees what is left of the model (after an error: the optimizer and the
+ * store too). */
+static void step_model_free(struct step_model *sm)
+{
+	if (sm->opt)
+		tier_optim_destroy(sm->opt);
+	if (sm->s)
+		tier_store_close(sm->s);
+	for (int i = 0; i < STEP_NPARAMS; i++)
+		free(sm->outs[i]);
+	free(sm->init);
+	free(sm->grad);
+}
+
+/* ------------------------------------------------------------ the steps */
+
+static void nvme_counters(struct tier_store *s, uint64_t *rd, uint64_t *wr)
+{
+	struct tier_nvme *n = tier_store_nvme(s);
+	struct tier_nvme_stats st;
+
+	*rd = *wr = 0;
+	if (!n)
+		return;
+	tier_nvme_get_stats(n, &st);
+	*rd = st.bytes_read;
+	*wr = st.bytes_written;
+}
+
+/* One step: begin, push in reverse order (as backward), end.  0, or 1. */
+static int step_one(const struct step_opts *o, struct step_model *sm, uint64_t k,
+		    struct step_record *rec)
+{
+	struct tier_tensor g = { .ptr = sm->grad, .dtype = TIER_FP32, .mem = TIER_MEM_HOST };
+	bool copy_out = dtype_size(o->copy_out) > 0;
+	uint64_t t0 = now_ns();
+	char what[160];
+	int rc;
+
+	rc = tier_optim_begin(sm->opt, 0);
+	if (rc) {
+		snprintf(what, sizeof(what), "step %" PRIu64 ": begin", k + 1);
+		return step_fail(what, rc);
+	}
+	for (int i = STEP_NPARAMS - 1; i >= 0; i--) {
+		struct tier_tensor out = {
+			.ptr = sm->outs[i],
+			.dtype = o->copy_out < 0 ? TIER_BF16 : (enum tier_dtype)o->copy_out,
+			.mem = TIER_MEM_HOST,
+		};
+
+		rc = tier_optim_push(sm->opt, (uint32_t)i, &g, copy_out ? &out : NULL);
+		if (rc) {
+			snprintf(what, sizeof(what), "step %" PRIu64 ": push parameter %d", k + 1, i);
+			return step_fail(what, rc);
+		}
+	}
+	rc = tier_optim_end(sm->opt, &rec->res);
+	rec->wall_s = (double)(now_ns() - t0) * 1e-9;
+	if (rc) {
+		snprintf(what, sizeof(what), "step %" PRIu64 ": end", k + 1);
+		return step_fail(what, rc);
+	}
+	return 0;
+}
+
+/* The steps, each one's NVMe tier counters, the store's after them. */
+static int step_steps(const struct step_opts *o, struct step_model *sm,
+		      struct step_record *rec, struct progress *pg)
+{
+	uint64_t rd0, wr0, rd, wr;
+
+	nvme_counters(sm->s, &rd0, &wr0);
+	progress_step(pg, 0, o->steps, 0, 0);
+	for (uint64_t k = 0; k < o->steps; k++) {
+		if (step_one(o, sm, k, &rec[k]))
+			return 1;
+		nvme_counters(sm->s, &rd, &wr);
+		rec[k].tier_read = rd - rd0;
+		rec[k].tier_written = wr - wr0;
+		rd0 = rd;
+		wr0 = wr;
+		progress_step(pg, k + 1, o->steps, rec[k].res.step_s, rec[k].res.stall_s);
+		if (!rec[k].res.applied)
+			fprintf(stderr, STEP_WHO ": warning: step %" PRIu64 " was skipped (the optimizer"
+				" found an inf or nan gradient)\n", k + 1);
+	}
+	tier_store_get_stats(sm->s, &sm->st.ss);
+	return 0;
+}
+
+/* ----------------------------------------------------------- --verify */
+
+/* The first element of arrays @a and @b (of @es bytes each) that differs
+ * (one must). */
+static size_t first_diff(const void *a, const void *b, size_t es)
+{
+	size_t at = 0;
+
+	while (memcmp((const char *)a + at * es, (const char *)b + at * es, es) == 0)
+		at++;
+	return at;
+}
+
+/* The arrays of the reference and of the read-back, n elements each. */
+struct verify_bufs {
+	float *master, *got_master;
+	void *m, *v, *got_m, *got_v, *out;
+};
+
+/*
+ * Parameter @id's reference: tier_adam_step in memory from its initial
+ * state over the steps applied, into @vb; then its state read back.  *what
+ * gets the name of what differs first (and *at where), NULL when nothing
+ * does.  0, or 1 after an error message.
+ */
+static int verify_param(const struct step_opts *o, const struct step_setup *su,
+			const struct step_model *sm, struct tier_pool *pool, uint32_t id,
+			const struct step_record *rec, struct verify_bufs *vb, const char **what,
+			size_t *at)
+{
+	size_t k = su->sizes[id], ms = dtype_size((int)su->moments), os = dtype_size(o->copy_out);
+	struct tier_adam_tensors t = {
+		.n = k, .param = vb->master, .exp_avg = vb->m, .exp_avg_sq = vb->v,
+		.moment_dtype = su->moments, .grad = sm->grad, .grad_dtype = TIER_FP32,
+		.param_out = vb->out, .out_dtype = o->copy_out < 0 ? TIER_FP32 :
+						   (enum tier_dtype)o->copy_out,
+	};
+	struct tier_adam_params hp;
+	int rc;
+
+	tier_adam_params_init(&hp);
+	hp.lr = sm->op.lr;
+	hp.beta1 = sm->op.beta1;
+	hp.beta2 = sm->op.beta2;
+	hp.eps = sm->op.eps;
+	hp.weight_decay = sm->op.weight_decay;
+	hp.decoupled = sm->op.decoupled;
+	memcpy(vb->master, sm->init, k * 4);
+	memset(vb->m, 0, k * ms);
+	memset(vb->v, 0, k * ms);
+	for (uint64_t s = 0; s < o->steps; s++) {
+		if (!rec[s].res.applied)
+			continue;
+		hp.step = rec[s].res.step;
+		hp.grad_scale = rec[s].res.clip_coef / rec[s].res.loss_scale;
+		rc = tier_adam_step(pool, &hp, &t);
+		if (rc)
+			return step_fail("--verify: the in-memory reference", rc);
+	}
+	rc = tier_optim_read(sm->opt, id, vb->got_master, vb->got_m, vb->got_v);
+	if (rc)
+		return step_fail("--verify: read the state back", rc);
+	*what = NULL;
+	if (memcmp(vb->master, vb->got_master, k * 4)) {
+		*what = "master weights";
+		*at = first_diff(vb->master, vb->got_master, 4);
+	} else if (memcmp(vb->m, vb->got_m, k * ms)) {
+		*what = "exp_avg";
+		*at = first_diff(vb->m, vb->got_m, ms);
+	} else if (memcmp(vb->v, vb->got_v, k * ms)) {
+		*what = "exp_avg_sq";
+		*at = first_diff(vb->v, vb->got_v, ms);
+	} else if (os && memcmp(vb->out, sm->outs[id], k * os)) {
+		*what = "the copy-out";
+		*at = first_diff(vb->out, sm->outs[id], os);
+	}
+	return 0;
+}
+
+/*
+ * Compares every parameter's state and copy-out with tier_adam_step run in
+ * memory on the same data for the steps that were applied.  0, 1 after a
+ * message (a difference or an error).
+ */
+static int step_verify(const struct step_opts *o, const struct step_setup *su,
+		       const struct step_model *sm, struct tier_pool *pool,
+		       const struct step_record *rec)
+{
+	size_t n = su->max_size, ms = dtype_size((int)su->moments), os = dtype_size(o->copy_out);
+	struct verify_bufs vb = {
+		.master = malloc(n * 4), .got_master = malloc(n * 4),
+		.m = calloc(n, ms), .v = calloc(n, ms), .got_m = malloc(n * ms),
+		.got_v = malloc(n * ms), .out = os ? malloc(n * os) : NULL,
+	};
+	int ret = 1;
+
+	if (!vb.master || !vb.got_master || !vb.m || !vb.v || !vb.got_m || !vb.got_v ||
+	    (os && !vb.out)) {
+		fprintf(stderr, STEP_WHO ": out of memory for --verify\n");
+		goto done;
+	}
+	for (uint32_t id = 0; id < STEP_NPARAMS; id++) {
+		const char *what = NULL;
+		size_t at = 0;
+
+		if (verify_param(o, su, sm, pool, id, rec, &vb, &what, &at))
+			goto done;
+		if (what) {
+			fprintf(stderr, STEP_WHO ": --verify: parameter %u ('%s', %zu elements): %s"
+				" differs from tier_adam_step in memory first at element %zu",
+				id, tier_optim_param_name(sm->opt, id), su->sizes[id], what, at);
+			if (strcmp(what, "master weights") == 0)
+				fprintf(stderr, " (%.9g, expected %.9g)", (double)vb.got_master[at],
+					(double)vb.master[at]);
+			fprintf(stderr, "\n");
+			goto done;
+		}
+	}
+	ret = 0;
+done:
+	free(vb.master);
+	free(vb.got_master);
+	free(vb.m);
+	free(vb.v);
+	free(vb.got_m);
+	free(vb.got_v);
+	free(vb.out);
+	return ret;
+}
+
+/* ------------------------------------------------------------- the run */
+
+int step_run(const struct step_opts *o, const struct tier_manifest *m, struct step_setup *su,
+	     struct progress *pg)
+{
+	struct step_record *rec = calloc(o->steps, sizeof(*rec));
+	struct step_model sm = { 0 };
+	struct step_nvme nv = { 0 };
+	struct step_bound b;
+	struct tier_pool *pool = NULL;
+	double update_s = 0, rd_b, wr_b;
+	int rc, ret = 1;
+
+	if (!rec) {
+		fprintf(stderr, STEP_WHO ": out of memory\n");
+		return 1;
+	}
+	/* 1. The NVMe tier's bandwidth, before the store holds its files. */
+	if (su->have_nvme && step_nvme_before(o, m, su, pg, &nv))
+		goto out;
+	/* 2. The in-memory update over the same elements, same threads. */
+	rc = tier_pool_create((unsigned)o->threads, &pool);
+	if (rc) {
+		pool = NULL;
+		ret = step_fail("create the thread pool", rc);
+		goto out;
+	}
+	su->threads = tier_pool_size(pool);
+	progress_note(pg, "measuring the in-memory update (%" PRIu64 " elements, %u threads)...",
+		      su->numel, su->threads);
+	if (step_update_time(o, su, pool, &update_s))
+		goto out;
+	if (!o->verify) {
+		tier_pool_destroy(pool);
+		pool = NULL;
+	}
+	/* 3. The store, the optimizer and the model; 4. the steps. */
+	if (step_open(o, m, su, pg, &sm) || step_steps(o, &sm, rec, pg))
+		goto out;
+	if (o->verify) {
+		progress_note(pg, "verifying against tier_adam_step in memory...");
+		if (step_verify(o, su, &sm, pool, rec))
+			goto out;
+	}
+	progress_done(pg);
+	if (step_close(&sm))
+		goto out;
+	/* 5. The NVMe bandwidth again, and mixed; the bounds; the figures. */
+	step_bytes(o, rec, &rd_b, &wr_b);
+	if (su->have_nvme)
+		step_nvme_after(o, m, su, pg, rd_b, wr_b, &nv);
+	step_bounds(su, &nv, update_s, rd_b, wr_b, &b);
+	step_report(o, su, rec, &nv, &b, &sm.st);
+	ret = 0;
+out:
+	progress_done(pg);
+	step_model_free(&sm);
+	tier_pool_destroy(pool);
+	free(rec);
+	return ret;
+}
