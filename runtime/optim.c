@@ -1,7 +1,10 @@
 /*
  * optim.c - the optimizer (tier_optim_* in tierstore.h; docs/optimizer.md):
  * parameters cut into shards whose state lives on the store, and the step
- * that streams them through the tiers.
+ * that streams them through the tiers.  This file owns its lifetime
+ * (creation, parameters, read back, destroy) and what the live view shows;
+ * optim_step.c the step and the lanes' updates; optim_impl.h what both
+ * share.
  *
  * A shard's object holds, for n elements: n fp32 master weights, then n
  * exp_avg, then n exp_avg_sq in the moment dtype.  The shard size is
@@ -47,103 +50,14 @@
 #include "prefetch/schedule.h"
 #include "prefetch/writebehind.h"
 #include "runtime/live.h"
+#include "runtime/optim_impl.h"
 #include "runtime/store.h"
 #include "runtime/trace.h"
 #include "tiers/hbm.h"
 #include "tiers/store.h"
 
-#define SHARD_ALIGN 64 /* elements */
-#define AUTO_STEPS 3   /* steps that measure the lanes' rates under "auto" */
-
-struct shard {
-	struct tier_optim *o;
-	uint32_t param, index;   /* owning parameter; index among all shards */
-	struct tier_obj *obj;
-	size_t off, n;           /* elements [off, off + n) of the parameter */
-	uint64_t bytes;
-	uint64_t after;          /* this step: bytes of items after it */
-	/* the store's event hook (store lock held) */
-	uint64_t fill_ns[TIER_LEVELS], flush_ns[TIER_LEVELS];
-};
-
-struct param {
-	char *name;
-	size_t numel;
-	uint32_t first, nshards;
-	/* this step */
-	bool pushed;
-	struct tier_tensor grad, out;
-	double sumsq;
-	bool nonfinite;
-};
-
-struct lane {
-	int rc;
-	char err[TIER_ERR_MAX];
-	uint64_t stall_ns, busy_ns, bytes;
-	uint32_t shards;
-};
-
-struct tier_optim {
-	struct tier_store *s;
-	struct tier_optim_params p;
-	enum tier_dtype md;
-	size_t mb;               /* bytes per moment element */
-	size_t shard_elems;
-	uint64_t dram_cap, hbm_cap, lookahead, hbm_budget, keep, shard_bytes;
-	uint32_t write_behind;   /* write-backs in flight (the manifest's) */
-	bool home_nvme;
-
-	struct param *params;
-	uint32_t nparams, params_cap;
-	struct shard **shards;
-	uint32_t nshards, shards_cap;
-
-	double cpu_fraction;
-	bool auto_split;
-	unsigned auto_left;
-	struct tier_pool *pool;
-	struct tier_loss_scaler scaler;
-	double lr;
-	uint64_t applied;        /* steps applied: the bias-correction count */
-	uint64_t ran;            /* steps that ran to their end: the order's parity */
-	_Atomic uint64_t begun;  /* for the trace */
-	bool synced;             /* the store's schedule matches the next step */
-	int failed;              /* a step failed part way: later steps refused */
-	char failed_msg[TIER_ERR_MAX + 64];
-
-	/* the step in progress */
-	bool in_step;
-	uint64_t t0;
-	struct la_item *items;
-	unsigned char *lanes;
-	uint32_t *order;
-	size_t nitems;
-	struct lookahead la;
-	struct tier_store_stats st0;
-	struct tier_adam_params ap;
-
-	/* the GPU lane */
-	unsigned hbm_caps;       /* the HBM backend's HBM_CAP_*; 0: no GPU lane */
-	bool dev_host;           /* the HBM tier's memory is host memory (emulated) */
-	int gpu;
-	void *stream;            /* CUDA: the update's stream */
-	void *dev_grad, *dev_out;/* CUDA: staging for host buffers, one shard each */
-	void *host_grad, *host_out; /* staging for device buffers on the CPU lane */
-	pthread_t thread;
-	bool thread_started, quit;
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	uint64_t go, done;       /* GPU lane generations */
-	struct lane lane[LA_LANES];
-
-	struct wb *wb;
-	struct trace *trace;
-	struct live_feed *feed;  /* the store's live view, or NULL */
-};
-
 /* The bytes of every shard's state. */
-static uint64_t state_bytes(const struct tier_optim *o)
+uint64_t optim_state_bytes(const struct tier_optim *o)
 {
 	uint64_t sum = 0;
 
@@ -157,7 +71,7 @@ static uint64_t state_bytes(const struct tier_optim *o)
  * step (@res), or with @res NULL when the parameters changed (create,
  * add_param), the only times the shape of the state does.
  */
-static void feed_update(struct tier_optim *o, const struct tier_step_result *res)
+void optim_feed_update(struct tier_optim *o, const struct tier_step_result *res)
 {
 	struct live_feed *f = o->feed;
 
@@ -166,7 +80,7 @@ static void feed_update(struct tier_optim *o, const struct tier_step_result *res
 	if (!res) {
 		atomic_store_explicit(&f->optim.params, o->nparams, memory_order_relaxed);
 		atomic_store_explicit(&f->optim.shards, o->nshards, memory_order_relaxed);
-		atomic_store_explicit(&f->optim.state_bytes, state_bytes(o), memory_order_relaxed);
+		atomic_store_explicit(&f->optim.state_bytes, optim_state_bytes(o), memory_order_relaxed);
 	}
 	atomic_store_explicit(&f->optim.step, o->applied, memory_order_relaxed);
 	atomic_store_explicit(&f->prefetch.window_bytes, o->lookahead, memory_order_relaxed);
@@ -182,11 +96,6 @@ static void feed_update(struct tier_optim *o, const struct tier_step_result *res
 		live_set_double(&f->optim.grad_norm, res->grad_norm);
 	}
 	atomic_store_explicit(&f->optim.present, 1, memory_order_relaxed);
-}
-
-static bool dtype_ok(int d)
-{
-	return tier_dtype_size((enum tier_dtype)d) != 0;
 }
 
 /* ------------------------------------------------------------ params */
@@ -258,147 +167,6 @@ static void hook(void *arg, enum store_event ev, enum tier_level l, const struct
 	}
 }
 
-/* ------------------------------------------------------------ the update */
-
-/* Runs the kernel over one taken item, on @lane. */
-static int update_item(struct tier_optim *o, unsigned lane, struct la_item *it)
-{
-	struct shard *sh = it->user;
-	struct param *pp = &o->params[sh->param];
-	char *base = it->ptr;
-	size_t gsz = tier_dtype_size(pp->grad.dtype), osz = pp->out.ptr ? tier_dtype_size(pp->out.dtype) : 0;
-	struct tier_adam_tensors t = {
-		.n = sh->n,
-		.param = (float *)(void *)base,
-		.exp_avg = base + 4 * sh->n,
-		.exp_avg_sq = base + (4 + o->mb) * sh->n,
-		.moment_dtype = o->md,
-		.grad = (const char *)pp->grad.ptr + sh->off * gsz,
-		.grad_dtype = pp->grad.dtype,
-		.param_out = pp->out.ptr ? (char *)pp->out.ptr + sh->off * osz : NULL,
-		.out_dtype = pp->out.ptr ? pp->out.dtype : TIER_FP32,
-	};
-	void *final_out = t.param_out;
-	bool on_device = lane == 1 && !o->dev_host;
-	int rc;
-
-	if (!on_device) {
-		/* host kernel: device buffers of a real device go through staging */
-		bool stage_grad = pp->grad.mem == TIER_MEM_DEVICE && !o->dev_host;
-		bool stage_out = t.param_out && pp->out.mem == TIER_MEM_DEVICE && !o->dev_host;
-
-		if (stage_grad) {
-			if ((rc = adamw_cuda_copy(o->host_grad, t.grad, sh->n * gsz, o->stream)))
-				return rc;
-			t.grad = o->host_grad;
-		}
-		if (stage_out)
-			t.param_out = o->host_out;
-		rc = tier_adam_step(lane == 0 ? o->pool : NULL, &o->ap, &t);
-		if (!rc && stage_out)
-			rc = adamw_cuda_copy(final_out, o->host_out, sh->n * osz, o->stream);
-		return rc;
-	} else {
-		struct adamw_chunk c = {
-			.param = t.param, .exp_avg = t.exp_avg, .exp_avg_sq = t.exp_avg_sq,
-			.grad = t.grad, .param_out = t.param_out, .n = sh->n,
-		};
-
-		if (pp->grad.mem == TIER_MEM_HOST) {
-			if ((rc = adamw_cuda_copy(o->dev_grad, t.grad, sh->n * gsz, o->stream)))
-				return rc;
-			c.grad = o->dev_grad;
-		}
-		if (c.param_out && pp->out.mem == TIER_MEM_HOST)
-			c.param_out = o->dev_out;
-		rc = adamw_cuda_step(&o->ap, o->md, pp->grad.dtype, t.out_dtype, &c, 1, o->stream);
-		if (!rc)
-			rc = adamw_cuda_sync(o->stream);
-		if (!rc && c.param_out && c.param_out != final_out)
-			rc = adamw_cuda_copy(final_out, o->dev_out, sh->n * osz, o->stream);
-		return rc;
-	}
-}
-
-/* One lane's part of the step: every item of @lane, in order. */
-static void run_lane(struct tier_optim *o, unsigned lane)
-{
-	struct lane *ln = &o->lane[lane];
-	uint64_t t0 = ts_now_ns();
-
-	for (;;) {
-		struct la_item *it;
-		uint64_t stall = 0, u0, u1;
-		int rc = la_take(&o->la, lane, &it, &stall);
-		struct shard *sh;
-
-		if (rc == 1)
-			break;
-		ln->stall_ns += stall;
-		if (stall && o->feed)
-			atomic_fetch_add_explicit(&o->feed->prefetch.stall_ns, stall, memory_order_relaxed);
-		if (rc) {
-			snprintf(ln->err, sizeof(ln->err), "%s", tier_last_error());
-			ln->rc = rc;
-			la_done(&o->la, it, false);
-			la_abort(&o->la);
-			break;
-		}
-		sh = it->user;
-		u0 = ts_now_ns();
-		if (stall)
-			trace_span(o->trace, TRACE_STALL, sh->index, atomic_load(&o->begun),
-				   u0 - stall, u0, 0);
-		rc = update_item(o, lane, it);
-		u1 = ts_now_ns();
-		trace_span(o->trace, lane ? TRACE_UPDATE_GPU : TRACE_UPDATE_CPU, sh->index,
-			   atomic_load(&o->begun), u0, u1, sh->bytes);
-		if (rc) {
-			snprintf(ln->err, sizeof(ln->err), "'%s': update: %s", tier_obj_name(sh->obj),
-				 tier_last_error());
-			ln->rc = rc;
-			la_done(&o->la, it, false);
-			la_abort(&o->la);
-			break;
-		}
-		if ((rc = la_done(&o->la, it, true))) {
-			snprintf(ln->err, sizeof(ln->err), "%s", tier_last_error());
-			ln->rc = rc;
-			la_abort(&o->la);
-			break;
-		}
-		ln->bytes += sh->bytes;
-		ln->shards++;
-		if (sh->after > o->keep && o->home_nvme)
-			(void)wb_push(o->wb, sh->obj); /* -ENOMEM: it goes down on eviction */
-	}
-	ln->busy_ns = ts_now_ns() - t0;
-}
-
-static void *gpu_main(void *arg)
-{
-	struct tier_optim *o = arg;
-	uint64_t seen = 0;
-
-	if (!o->dev_host)
-		(void)adamw_cuda_use_device(o->gpu);
-	pthread_mutex_lock(&o->lock);
-	for (;;) {
-		while (o->go == seen && !o->quit)
-			pthread_cond_wait(&o->cond, &o->lock);
-		if (o->quit)
-			break;
-		seen = o->go;
-		pthread_mutex_unlock(&o->lock);
-		run_lane(o, 1);
-		pthread_mutex_lock(&o->lock);
-		o->done = seen;
-		pthread_cond_broadcast(&o->cond);
-	}
-	pthread_mutex_unlock(&o->lock);
-	return NULL;
-}
-
 /* ------------------------------------------------------------ create */
 
 static int open_gpu_lane(struct tier_optim *o)
@@ -419,7 +187,7 @@ static int open_gpu_lane(struct tier_optim *o)
 	}
 	rc = ts_fault_check(TIER_FAULT_THREAD_CREATE);
 	if (!rc)
-		rc = -pthread_create(&o->thread, NULL, gpu_main, o);
+		rc = -pthread_create(&o->thread, NULL, optim_gpu_main, o);
 	if (rc)
 		return ts_err(rc, "optimizer: creating the GPU lane's thread: %s", tier_strerror(rc));
 	o->thread_started = true;
@@ -567,7 +335,7 @@ int tier_optim_create(struct tier_store *s, const struct tier_optim_params *p,
 		atomic_store_explicit(&o->feed->optim.last_step_ns, 0, memory_order_relaxed);
 		atomic_store_explicit(&o->feed->optim.last_stall_ns, 0, memory_order_relaxed);
 		live_set_double(&o->feed->optim.grad_norm, 0.0);
-		feed_update(o, NULL);
+		optim_feed_update(o, NULL);
 	}
 	*out = o;
 	return 0;
@@ -679,7 +447,7 @@ int tier_optim_add_param(struct tier_optim *o, const char *name, size_t numel, c
 		*id = o->nparams;
 	o->nparams++;
 	o->synced = false;
-	feed_update(o, NULL);
+	optim_feed_update(o, NULL);
 	return 0;
 undo:
 	while (o->nshards > first) {
@@ -738,346 +506,8 @@ int tier_optim_info(const struct tier_optim *o, struct tier_optim_info *out)
 	out->gpu_lane = o->hbm_caps != 0;
 	out->nparams = o->nparams;
 	out->nshards = o->nshards;
-	out->state_bytes = state_bytes(o);
+	out->state_bytes = optim_state_bytes(o);
 	return 0;
-}
-
-/* ------------------------------------------------------------ the step */
-
-/* Registers the cycle of this step's order and the next one's. */
-static int sync_schedule(struct tier_optim *o)
-{
-	size_t n = o->nshards;
-	struct tier_obj **cyc = ts_malloc(2 * n * sizeof(*cyc));
-	int rc;
-
-	if (!cyc)
-		return ts_err(-ENOMEM, "optimizer: out of memory for the schedule");
-	for (int h = 0; h < 2; h++) {
-		sched_order(n, o->ran + (uint64_t)h, o->order);
-		for (size_t i = 0; i < n; i++)
-			cyc[(size_t)h * n + i] = o->shards[o->order[i]]->obj;
-	}
-	rc = tier_store_set_schedule(o->s, cyc, 2 * n);
-	free(cyc);
-	if (!rc)
-		o->synced = true;
-	return rc;
-}
-
-int tier_optim_begin(struct tier_optim *o, double lr)
-{
-	size_t n;
-	uint64_t after = 0;
-	int rc;
-
-	if (!o)
-		return ts_err(-EINVAL, "tier_optim_begin: no optimizer");
-	if (o->in_step)
-		return ts_err(-EBUSY, "optimizer: a step is already begun (end it first)");
-	if (o->failed)
-		return ts_err(o->failed, "optimizer: a step failed part way, state is partly updated: %s",
-				o->failed_msg);
-	if (!o->nparams)
-		return ts_err(-EINVAL, "optimizer: no parameters");
-	if (lr < 0 || !isfinite(lr))
-		return ts_err(-EINVAL, "optimizer: lr %g (> 0 sets it, 0 keeps %g)", lr, o->lr);
-	n = o->nshards;
-	if (n > o->nitems) {
-		struct la_item *items = ts_realloc(o->items, n * sizeof(*items));
-		unsigned char *lanes;
-		uint32_t *order;
-
-		if (!items)
-			return ts_err(-ENOMEM, "optimizer: out of memory");
-		o->items = items;
-		if (!(lanes = ts_realloc(o->lanes, n)))
-			return ts_err(-ENOMEM, "optimizer: out of memory");
-		o->lanes = lanes;
-		if (!(order = ts_realloc(o->order, n * sizeof(*order))))
-			return ts_err(-ENOMEM, "optimizer: out of memory");
-		o->order = order;
-		o->nitems = n;
-	}
-	if (!o->synced && (rc = sync_schedule(o)))
-		return rc;
-	if (lr > 0)
-		o->lr = lr;
-	o->keep = sched_keep_bytes(o->dram_cap, o->lookahead, o->shard_bytes, state_bytes(o));
-	sched_split(n, o->cpu_fraction, o->lanes);
-	sched_order(n, o->ran, o->order);
-	for (size_t i = n; i-- > 0;) {
-		struct shard *sh = o->shards[o->order[i]];
-		struct la_item *it = &o->items[i];
-
-		memset(it, 0, sizeof(*it));
-		it->obj = sh->obj;
-		it->lane = o->lanes[sh->index];
-		it->level = it->lane ? TIER_HBM : TIER_DRAM;
-		it->bytes = sh->bytes;
-		it->user = sh;
-		sh->after = after;
-		after += sh->bytes;
-	}
-	for (uint32_t i = 0; i < o->nparams; i++) {
-		o->params[i].pushed = false;
-		o->params[i].sumsq = 0;
-		o->params[i].nonfinite = false;
-	}
-	memset(o->lane, 0, sizeof(o->lane));
-	tier_store_get_stats(o->s, &o->st0);
-	o->t0 = ts_now_ns();
-	atomic_fetch_add(&o->begun, 1);
-	o->in_step = true;
-	{
-		struct la_watch w = { NULL, NULL };
-
-		if (o->feed) {
-			w.bytes = &o->feed->prefetch.ahead_bytes;
-			w.items = &o->feed->prefetch.shards_ahead;
-			atomic_store_explicit(&o->feed->prefetch.active, 1, memory_order_relaxed);
-		}
-		return la_start(&o->la, o->s, o->items, n, o->lookahead, o->hbm_budget, &w);
-	}
-}
-
-static int check_tensor(const struct tier_optim *o, const struct param *pp, const char *what,
-			const struct tier_tensor *t)
-{
-	if (!t->ptr)
-		return ts_err(-EINVAL, "parameter '%s': no %s buffer", pp->name, what);
-	if (!dtype_ok((int)t->dtype))
-		return ts_err(-EINVAL, "parameter '%s': %s dtype %d (TIER_FP32, TIER_BF16, TIER_FP16)",
-				pp->name, what, (int)t->dtype);
-	if (t->mem != TIER_MEM_HOST && t->mem != TIER_MEM_DEVICE)
-		return ts_err(-EINVAL, "parameter '%s': %s memory kind %d", pp->name, what,
-				(int)t->mem);
-	if (t->mem == TIER_MEM_DEVICE && !o->hbm_caps)
-		return ts_err(-EINVAL, "parameter '%s': %s in device memory, but the optimizer has no HBM tier",
-				pp->name, what);
-	return 0;
-}
-
-int tier_optim_push(struct tier_optim *o, uint32_t id, const struct tier_tensor *grad,
-		    const struct tier_tensor *out)
-{
-	struct param *pp;
-	struct tier_grad_stats gs = { 0 };
-	int rc;
-
-	if (!o || !grad)
-		return ts_err(-EINVAL, "tier_optim_push: no optimizer or no gradient");
-	if (!o->in_step)
-		return ts_err(-EINVAL, "optimizer: push outside a step (call tier_optim_begin first)");
-	if (id >= o->nparams)
-		return ts_err(-EINVAL, "optimizer: no parameter with id %u (there are %u)", id,
-				o->nparams);
-	pp = &o->params[id];
-	if (pp->pushed)
-		return ts_err(-EALREADY, "parameter '%s': gradient already pushed this step",
-				pp->name);
-	if ((rc = check_tensor(o, pp, "gradient", grad)))
-		return rc;
-	if (out && out->ptr && (rc = check_tensor(o, pp, "output", out)))
-		return rc;
-	if (grad->mem == TIER_MEM_DEVICE && !o->dev_host) {
-		struct adamw_chunk c = { .grad = grad->ptr, .n = pp->numel };
-		int nonfinite = 0;
-
-		rc = adamw_cuda_grad_check(&c, 1, grad->dtype, o->stream, &gs.sumsq, &nonfinite);
-		gs.nonfinite = nonfinite != 0;
-	} else {
-		rc = tier_grad_check(o->pool, grad->ptr, grad->dtype, pp->numel, &gs);
-	}
-	if (rc)
-		return rc;
-	pp->grad = *grad;
-	if (out && out->ptr)
-		pp->out = *out;
-	else
-		memset(&pp->out, 0, sizeof(pp->out));
-	pp->sumsq = gs.sumsq;
-	pp->nonfinite = gs.nonfinite;
-	pp->pushed = true;
-	return 0;
-}
-
-/* Ends a step without updating anything. */
-static void abandon(struct tier_optim *o)
-{
-	la_finish(&o->la);
-	o->in_step = false;
-	o->synced = false; /* the window stopped part way through the schedule */
-	if (o->feed)
-		atomic_store_explicit(&o->feed->prefetch.active, 0, memory_order_relaxed);
-}
-
-static void fill_result(struct tier_optim *o, struct tier_step_result *res, bool applied,
-			double norm, double scale, double clip)
-{
-	struct tier_store_stats st;
-	const struct tier_level_stats *d0 = &o->st0.level[TIER_DRAM], *h0 = &o->st0.level[TIER_HBM];
-
-	tier_store_get_stats(o->s, &st);
-	memset(res, 0, sizeof(*res));
-	res->applied = applied;
-	res->step = o->applied;
-	res->grad_norm = norm;
-	res->loss_scale = scale;
-	res->next_loss_scale = o->p.dynamic_loss_scale ? o->scaler.scale : o->p.loss_scale;
-	res->clip_coef = clip;
-	res->cpu_fraction = o->cpu_fraction;
-	for (size_t i = 0; i < o->nshards; i++) {
-		if (o->lanes[o->shards[i]->index])
-			res->gpu_shards++;
-		else
-			res->cpu_shards++;
-	}
-	res->step_s = (double)(ts_now_ns() - o->t0) * 1e-9;
-	res->cpu_stall_s = (double)o->lane[0].stall_ns * 1e-9;
-	res->gpu_stall_s = (double)o->lane[1].stall_ns * 1e-9;
-	res->stall_s = res->cpu_stall_s > res->gpu_stall_s ? res->cpu_stall_s : res->gpu_stall_s;
-	if (o->home_nvme) {
-		res->nvme_read_bytes = st.level[TIER_DRAM].bytes_in - d0->bytes_in;
-		res->nvme_write_bytes = st.level[TIER_DRAM].bytes_out - d0->bytes_out;
-	}
-	if (st.level[TIER_HBM].present) {
-		res->h2d_bytes = st.level[TIER_HBM].bytes_in - h0->bytes_in;
-		res->d2h_bytes = st.level[TIER_HBM].bytes_out - h0->bytes_out;
-	}
-	if (res->step_s > 0) {
-		res->nvme_read_Bps = (double)res->nvme_read_bytes / res->step_s;
-		res->nvme_write_Bps = (double)res->nvme_write_bytes / res->step_s;
-		res->h2d_Bps = (double)res->h2d_bytes / res->step_s;
-		res->d2h_Bps = (double)res->d2h_bytes / res->step_s;
-	}
-	if (o->feed)
-		atomic_store_explicit(&o->feed->prefetch.active, 0, memory_order_relaxed);
-	feed_update(o, res);
-}
-
-/* Under "auto": the split that makes both lanes end together. */
-static void auto_adjust(struct tier_optim *o)
-{
-	const struct lane *c = &o->lane[0], *g = &o->lane[1];
-	double rc, rg, f;
-
-	if (!o->auto_left || !c->bytes || !g->bytes || !c->busy_ns || !g->busy_ns)
-		return;
-	rc = (double)c->bytes / (double)c->busy_ns;
-	rg = (double)g->bytes / (double)g->busy_ns;
-	f = rc / (rc + rg);
-	o->cpu_fraction = f;
-	if (--o->auto_left == 0)
-		TIER_INFO(TIER_SS_OPTIM, "optimizer: auto split picked a CPU share of %.3f (CPU lane %.2f GB/s, GPU lane %.2f GB/s of state)",
-			  f, rc, rg);
-}
-
-int tier_optim_end(struct tier_optim *o, struct tier_step_result *res)
-{
-	struct tier_step_result dummy;
-	double total = 0, scale, norm, clip = 1.0;
-	bool nonfinite = false, skip, gpu_items = false;
-	int rc = 0;
-
-	if (!res)
-		res = &dummy;
-	if (!o)
-		return ts_err(-EINVAL, "tier_optim_end: no optimizer");
-	if (!o->in_step)
-		return ts_err(-EINVAL, "optimizer: end without a step begun");
-	for (uint32_t i = 0; i < o->nparams; i++) {
-		if (!o->params[i].pushed) {
-			abandon(o);
-			return ts_err(-ENODATA, "parameter '%s' (id %u): no gradient pushed this step; the step is abandoned and no state changed",
-					o->params[i].name, i);
-		}
-		total += o->params[i].sumsq;
-		nonfinite |= o->params[i].nonfinite;
-	}
-	scale = o->p.dynamic_loss_scale ? o->scaler.scale : o->p.loss_scale;
-	norm = sqrt(total) / scale;
-	skip = nonfinite;
-	if (o->p.dynamic_loss_scale)
-		skip = tier_loss_scaler_update(&o->scaler, nonfinite);
-	if (skip || nonfinite) {
-		abandon(o);
-		fill_result(o, res, false, norm, scale, 1.0);
-		trace_span(o->trace, TRACE_STEP, 0, atomic_load(&o->begun), o->t0, ts_now_ns(), 0);
-		TIER_INFO(TIER_SS_OPTIM, "optimizer: step skipped: a gradient holds an inf or nan (loss scale %g, next %g)",
-			  scale, res->next_loss_scale);
-		return 0;
-	}
-	if (o->p.max_grad_norm > 0)
-		clip = tier_clip_coef(norm, o->p.max_grad_norm);
-	o->ap = (struct tier_adam_params){ .size = sizeof(struct tier_adam_params),
-		.lr = o->lr, .beta1 = o->p.beta1, .beta2 = o->p.beta2, .eps = o->p.eps,
-		.weight_decay = o->p.weight_decay, .decoupled = o->p.decoupled,
-		.step = o->applied + 1, .grad_scale = clip / scale,
-	};
-	for (size_t i = 0; i < o->nshards; i++)
-		gpu_items |= o->lanes[i] != 0;
-	if (gpu_items) {
-		pthread_mutex_lock(&o->lock);
-		o->go++;
-		pthread_cond_broadcast(&o->cond);
-		pthread_mutex_unlock(&o->lock);
-	}
-	run_lane(o, 0);
-	if (gpu_items) {
-		pthread_mutex_lock(&o->lock);
-		while (o->done != o->go)
-			pthread_cond_wait(&o->cond, &o->lock);
-		pthread_mutex_unlock(&o->lock);
-	}
-	la_finish(&o->la);
-	o->in_step = false;
-	o->applied++;
-	o->ran++;
-	fill_result(o, res, true, norm, scale, clip);
-	trace_span(o->trace, TRACE_STEP, 0, atomic_load(&o->begun), o->t0, ts_now_ns(), 0);
-	for (unsigned l = 0; l < LA_LANES && !rc; l++) {
-		if (o->lane[l].rc) {
-			rc = o->lane[l].rc;
-			o->failed = rc;
-			snprintf(o->failed_msg, sizeof(o->failed_msg), "step %" PRIu64 ", %s lane: %s",
-				 o->applied, l ? "GPU" : "CPU", o->lane[l].err);
-			ts_err(rc, "optimizer: %s (the shards before it are updated, the rest are not)",
-				 o->failed_msg);
-		}
-	}
-	if (!rc)
-		auto_adjust(o);
-	{
-		char detail[TIER_ERR_MAX];
-		int wrc = wb_take_error(o->wb, detail, sizeof(detail));
-
-		if (wrc && !rc)
-			TIER_WARN(TIER_SS_OPTIM, "optimizer: a write-back failed, its bytes stay dirty in memory: %s",
-				  detail);
-	}
-	return rc;
-}
-
-int tier_optim_step(struct tier_optim *o, double lr, const struct tier_tensor *grads,
-		    const struct tier_tensor *outs, struct tier_step_result *res)
-{
-	int rc;
-
-	if (!o || !grads)
-		return ts_err(-EINVAL, "tier_optim_step: no optimizer or no gradients");
-	if ((rc = tier_optim_begin(o, lr)))
-		return rc;
-	for (uint32_t i = 0; i < o->nparams; i++) {
-		if ((rc = tier_optim_push(o, i, &grads[i], outs ? &outs[i] : NULL))) {
-			char msg[TIER_ERR_MAX];
-
-			snprintf(msg, sizeof(msg), "%s", tier_last_error());
-			abandon(o);
-			return ts_err(rc, "%s", msg);
-		}
-	}
-	return tier_optim_end(o, res);
 }
 
 /* ------------------------------------------------------------ read back */
@@ -1120,7 +550,7 @@ int tier_optim_destroy(struct tier_optim *o)
 	if (!o)
 		return 0;
 	if (o->in_step)
-		abandon(o);
+		optim_abandon(o);
 	wb_drain(o->wb);
 	rc = wb_take_error(o->wb, detail, sizeof(detail));
 	if (rc)

@@ -1,0 +1,131 @@
+/*
+ * optim_impl.h - private to runtime/optim*.c: the optimizer's structures
+ * and what its two files share.  optim.c owns the lifetime (parameters,
+ * creation, parameters added, read back, destroy) and what the live view
+ * shows; optim_step.c owns the step (begin, push, end) and the update of
+ * each shard on its lane.
+ */
+#ifndef TIER_RUNTIME_OPTIM_IMPL_H
+#define TIER_RUNTIME_OPTIM_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/error.h"
+#include "prefetch/lookahead.h"
+#include "tierstore.h"
+
+#define SHARD_ALIGN 64 /* elements */
+#define AUTO_STEPS 3   /* steps that measure the lanes' rates under "auto" */
+
+struct shard {
+	struct tier_optim *o;
+	uint32_t param, index;   /* owning parameter; index among all shards */
+	struct tier_obj *obj;
+	size_t off, n;           /* elements [off, off + n) of the parameter */
+	uint64_t bytes;
+	uint64_t after;          /* this step: bytes of items after it */
+	/* the store's event hook (store lock held) */
+	uint64_t fill_ns[TIER_LEVELS], flush_ns[TIER_LEVELS];
+};
+
+struct param {
+	char *name;
+	size_t numel;
+	uint32_t first, nshards;
+	/* this step */
+	bool pushed;
+	struct tier_tensor grad, out;
+	double sumsq;
+	bool nonfinite;
+};
+
+struct lane {
+	int rc;
+	char err[TIER_ERR_MAX];
+	uint64_t stall_ns, busy_ns, bytes;
+	uint32_t shards;
+};
+
+struct tier_optim {
+	struct tier_store *s;
+	struct tier_optim_params p;
+	enum tier_dtype md;
+	size_t mb;               /* bytes per moment element */
+	size_t shard_elems;
+	uint64_t dram_cap, hbm_cap, lookahead, hbm_budget, keep, shard_bytes;
+	uint32_t write_behind;   /* write-backs in flight (the manifest's) */
+	bool home_nvme;
+
+	struct param *params;
+	uint32_t nparams, params_cap;
+	struct shard **shards;
+	uint32_t nshards, shards_cap;
+
+	double cpu_fraction;
+	bool auto_split;
+	unsigned auto_left;
+	struct tier_pool *pool;
+	struct tier_loss_scaler scaler;
+	double lr;
+	uint64_t applied;        /* steps applied: the bias-correction count */
+	uint64_t ran;            /* steps that ran to their end: the order's parity */
+	_Atomic uint64_t begun;  /* for the trace */
+	bool synced;             /* the store's schedule matches the next step */
+	int failed;              /* a step failed part way: later steps refused */
+	char failed_msg[TIER_ERR_MAX + 64];
+
+	/* the step in progress */
+	bool in_step;
+	uint64_t t0;
+	struct la_item *items;
+	unsigned char *lanes;
+	uint32_t *order;
+	size_t nitems;
+	struct lookahead la;
+	struct tier_store_stats st0;
+	struct tier_adam_params ap;
+
+	/* the GPU lane */
+	unsigned hbm_caps;       /* the HBM backend's HBM_CAP_*; 0: no GPU lane */
+	bool dev_host;           /* the HBM tier's memory is host memory (emulated) */
+	int gpu;
+	void *stream;            /* CUDA: the update's stream */
+	void *dev_grad, *dev_out;/* CUDA: staging for host buffers, one shard each */
+	void *host_grad, *host_out; /* staging for device buffers on the CPU lane */
+	pthread_t thread;
+	bool thread_started, quit;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	uint64_t go, done;       /* GPU lane generations */
+	struct lane lane[LA_LANES];
+
+	struct wb *wb;
+	struct trace *trace;
+	struct live_feed *feed;  /* the store's live view, or NULL */
+};
+
+/* optim.c */
+
+/* The bytes of every shard's state. */
+uint64_t optim_state_bytes(const struct tier_optim *o);
+
+/*
+ * What the live view shows of this optimizer: after a step (@res), or with
+ * @res NULL when the parameters changed.
+ */
+void optim_feed_update(struct tier_optim *o, const struct tier_step_result *res);
+
+/* optim_step.c */
+
+/* The GPU lane's thread: runs lane 1 of each step it is handed. */
+void *optim_gpu_main(void *arg);
+
+/* Ends a step begun and not finished: its window released, nothing
+ * updated (a failed end, or destroy inside a step). */
+void optim_abandon(struct tier_optim *o);
+
+#endif
