@@ -37,6 +37,7 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/cuda.h"
 #include "common/error.h"
 #include "common/fault.h"
 #include "common/log.h"
@@ -309,7 +310,7 @@ static int update_item(struct tier_optim *o, unsigned lane, struct la_item *it)
 		bool stage_out = t.param_out && pp->out.mem == TIER_MEM_DEVICE && !o->dev_host;
 
 		if (stage_grad) {
-			if ((rc = adamw_cuda_copy(o->host_grad, t.grad, sh->n * gsz, o->stream)))
+			if ((rc = ts_cuda_copy(o->host_grad, t.grad, sh->n * gsz, o->stream)))
 				return rc;
 			t.grad = o->host_grad;
 		}
@@ -317,7 +318,7 @@ static int update_item(struct tier_optim *o, unsigned lane, struct la_item *it)
 			t.param_out = o->host_out;
 		rc = tier_adam_step(lane == 0 ? o->pool : NULL, &o->ap, &t);
 		if (!rc && stage_out)
-			rc = adamw_cuda_copy(final_out, o->host_out, sh->n * osz, o->stream);
+			rc = ts_cuda_copy(final_out, o->host_out, sh->n * osz, o->stream);
 		return rc;
 	} else {
 		struct adamw_chunk c = {
@@ -326,7 +327,7 @@ static int update_item(struct tier_optim *o, unsigned lane, struct la_item *it)
 		};
 
 		if (pp->grad.mem == TIER_MEM_HOST) {
-			if ((rc = adamw_cuda_copy(o->dev_grad, t.grad, sh->n * gsz, o->stream)))
+			if ((rc = ts_cuda_copy(o->dev_grad, t.grad, sh->n * gsz, o->stream)))
 				return rc;
 			c.grad = o->dev_grad;
 		}
@@ -334,9 +335,9 @@ static int update_item(struct tier_optim *o, unsigned lane, struct la_item *it)
 			c.param_out = o->dev_out;
 		rc = adamw_cuda_step(&o->ap, o->md, pp->grad.dtype, t.out_dtype, &c, 1, o->stream);
 		if (!rc)
-			rc = adamw_cuda_sync(o->stream);
+			rc = ts_cuda_stream_sync(o->stream);
 		if (!rc && c.param_out && c.param_out != final_out)
-			rc = adamw_cuda_copy(final_out, o->dev_out, sh->n * osz, o->stream);
+			rc = ts_cuda_copy(final_out, o->dev_out, sh->n * osz, o->stream);
 		return rc;
 	}
 }
@@ -402,7 +403,7 @@ static void *gpu_main(void *arg)
 	uint64_t seen = 0;
 
 	if (!o->dev_host)
-		(void)adamw_cuda_use_device(o->gpu);
+		(void)ts_cuda_use_device(o->gpu);
 	pthread_mutex_lock(&o->lock);
 	for (;;) {
 		while (o->go == seen && !o->quit)
@@ -431,10 +432,10 @@ static int open_gpu_lane(struct tier_optim *o)
 	o->dev_host = (o->hops->caps & HBM_CAP_HOST_READABLE) != 0;
 	o->gpu = cfg->gpu;
 	if (!o->dev_host) {
-		if ((rc = adamw_cuda_stream_open(o->gpu, &o->stream)))
+		if ((rc = ts_cuda_stream_open(o->gpu, &o->stream)))
 			return rc;
-		if ((rc = adamw_cuda_alloc(bytes, &o->dev_grad)) ||
-		    (rc = adamw_cuda_alloc(bytes, &o->dev_out)))
+		if ((rc = ts_cuda_alloc(bytes, &o->dev_grad)) ||
+		    (rc = ts_cuda_alloc(bytes, &o->dev_out)))
 			return rc;
 		if (!(o->host_grad = ts_malloc(bytes)) || !(o->host_out = ts_malloc(bytes)))
 			return ts_err(-ENOMEM, "optimizer: out of memory for staging buffers");
@@ -476,9 +477,9 @@ static void optim_free(struct tier_optim *o)
 	free(o->order);
 	if (o->pool)
 		tier_pool_destroy(o->pool);
-	adamw_cuda_free(o->dev_grad);
-	adamw_cuda_free(o->dev_out);
-	adamw_cuda_stream_close(o->stream);
+	ts_cuda_free(o->dev_grad);
+	ts_cuda_free(o->dev_out);
+	ts_cuda_stream_close(o->stream);
 	free(o->host_grad);
 	free(o->host_out);
 	pthread_mutex_destroy(&o->lock);
