@@ -53,11 +53,11 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "common/cuda_check.h"
 #include "common/error.h"
 #include "kernels/adam_math.h"
 #include "kernels/adamw_cuda.h"
 #include "kernels/gradcheck.h"
-#include "tiers/cuda_check.h"
 
 #define MAX_PIECES 64                 /* pieces per launch */
 #define STEP_THREADS 256
@@ -618,74 +618,4 @@ out:
 	*sumsq = host_sum;
 	*nonfinite = !isfinite(host_sum);
 	return 0;
-}
-
-/* ------------------------------------------------ streams and copies */
-
-extern "C" int adamw_cuda_stream_open(int gpu, void **stream)
-{
-	cudaStream_t st = NULL;
-	int rc = 0;
-
-	*stream = NULL;
-	TIER_CUDA_CHECK_GOTO(cudaSetDevice(gpu), rc, out);
-	TIER_CUDA_CHECK_GOTO(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), rc, out);
-	*stream = st;
-out:
-	return rc;
-}
-
-extern "C" void adamw_cuda_stream_close(void *stream)
-{
-	if (stream) {
-		(void)cudaStreamSynchronize((cudaStream_t)stream);
-		(void)cudaStreamDestroy((cudaStream_t)stream);
-	}
-}
-
-extern "C" int adamw_cuda_use_device(int gpu)
-{
-	int rc = 0;
-
-	TIER_CUDA_CHECK_GOTO(cudaSetDevice(gpu), rc, out);
-out:
-	return rc;
-}
-
-extern "C" int adamw_cuda_sync(void *stream)
-{
-	int rc = 0;
-
-	TIER_CUDA_CHECK_GOTO(cudaStreamSynchronize((cudaStream_t)stream), rc, out);
-out:
-	return rc;
-}
-
-extern "C" int adamw_cuda_copy(void *dst, const void *src, size_t len, void *stream)
-{
-	int rc = 0;
-
-	if (!len)
-		return 0;
-	TIER_CUDA_CHECK_GOTO(cudaMemcpyAsync(dst, src, len, cudaMemcpyDefault, (cudaStream_t)stream),
-			     rc, out);
-	TIER_CUDA_CHECK_GOTO(cudaStreamSynchronize((cudaStream_t)stream), rc, out);
-out:
-	return rc;
-}
-
-extern "C" int adamw_cuda_alloc(size_t len, void **ptr)
-{
-	int rc = 0;
-
-	*ptr = NULL;
-	TIER_CUDA_CHECK_GOTO(cudaMalloc(ptr, len ? len : 1), rc, out);
-out:
-	return rc;
-}
-
-extern "C" void adamw_cuda_free(void *ptr)
-{
-	if (ptr)
-		(void)cudaFree(ptr);
 }

@@ -3,7 +3,8 @@
  * device, over many tensors ("chunks") at once.  Internal C API: no CUDA
  * types here (the stream is a void *), so C callers need no CUDA headers.
  * kernels/adamw.cu implements it in a CUDA build, kernels/adamw_cuda_none.c
- * (every function -ENODEV, "built without CUDA") otherwise.
+ * (every function -ENODEV, "built without CUDA") otherwise.  Streams,
+ * device memory and copies for callers are common/cuda.h's.
  *
  * Results.  The update is adam_elem() of kernels/adam_math.h, the one
  * definition the CPU kernels use, with the per-step scalars computed on the
@@ -25,7 +26,7 @@
  *
  * Errors.  0; -EINVAL (with the detail: a dtype not allowed for that array,
  * a NULL array with n > 0, a NULL argument, hyperparameters that
- * tier_adam_step rejects), or the error of a CUDA call (cuda_check.h:
+ * tier_adam_step rejects), or the error of a CUDA call (common/cuda_check.h:
  * mostly -EIO, -ENOMEM for an allocation, -ENODEV for no device or driver)
  * with the detail naming the call and CUDA's error string.  Calls with no
  * element to touch return 0 without calling CUDA at all.
@@ -82,22 +83,6 @@ int adamw_cuda_step(const struct tier_adam_params *p, enum tier_dtype moment_dty
  */
 int adamw_cuda_grad_check(const struct adamw_chunk *chunks, size_t nchunks, enum tier_dtype dtype,
 			  void *stream, double *sumsq, int *nonfinite);
-
-/*
- * Streams and copies for the optimizer's HBM-tier update, so callers need
- * no CUDA headers.  stream_open makes @gpu current on the calling thread
- * and creates a non-blocking stream (*stream); use_device makes @gpu
- * current (once per thread that launches); sync waits for @stream; copy
- * moves @len bytes between any host and device memory (cudaMemcpyDefault)
- * on @stream and waits; alloc/free are cudaMalloc/cudaFree.
- */
-int adamw_cuda_stream_open(int gpu, void **stream);
-void adamw_cuda_stream_close(void *stream);
-int adamw_cuda_use_device(int gpu);
-int adamw_cuda_sync(void *stream);
-int adamw_cuda_copy(void *dst, const void *src, size_t len, void *stream);
-int adamw_cuda_alloc(size_t len, void **ptr);
-void adamw_cuda_free(void *ptr);
 
 #ifdef __cplusplus
 }

@@ -40,6 +40,7 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/cuda.h"
 #include "common/error.h"
 #include "common/fault.h"
 #include "common/log.h"
@@ -177,10 +178,10 @@ static int open_gpu_lane(struct tier_optim *o)
 	o->dev_host = (o->hbm_caps & HBM_CAP_HOST_READABLE) != 0;
 	o->gpu = rstore_manifest(o->s)->tiers.gpu;
 	if (!o->dev_host) {
-		if ((rc = adamw_cuda_stream_open(o->gpu, &o->stream)))
+		if ((rc = ts_cuda_stream_open(o->gpu, &o->stream)))
 			return rc;
-		if ((rc = adamw_cuda_alloc(bytes, &o->dev_grad)) ||
-		    (rc = adamw_cuda_alloc(bytes, &o->dev_out)))
+		if ((rc = ts_cuda_alloc(bytes, &o->dev_grad)) ||
+		    (rc = ts_cuda_alloc(bytes, &o->dev_out)))
 			return rc;
 		if (!(o->host_grad = ts_malloc(bytes)) || !(o->host_out = ts_malloc(bytes)))
 			return ts_err(-ENOMEM, "optimizer: out of memory for staging buffers");
@@ -222,9 +223,9 @@ static void optim_free(struct tier_optim *o)
 	free(o->order);
 	if (o->pool)
 		tier_pool_destroy(o->pool);
-	adamw_cuda_free(o->dev_grad);
-	adamw_cuda_free(o->dev_out);
-	adamw_cuda_stream_close(o->stream);
+	ts_cuda_free(o->dev_grad);
+	ts_cuda_free(o->dev_out);
+	ts_cuda_stream_close(o->stream);
 	free(o->host_grad);
 	free(o->host_out);
 	pthread_mutex_destroy(&o->lock);

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/cuda.h"
 #include "common/error.h"
 #include "common/fault.h"
 #include "common/log.h"
@@ -70,7 +71,7 @@ static int update_item(struct tier_optim *o, unsigned lane, struct la_item *it)
 		bool stage_out = t.param_out && pp->out.mem == TIER_MEM_DEVICE && !o->dev_host;
 
 		if (stage_grad) {
-			if ((rc = adamw_cuda_copy(o->host_grad, t.grad, sh->n * gsz, o->stream)))
+			if ((rc = ts_cuda_copy(o->host_grad, t.grad, sh->n * gsz, o->stream)))
 				return rc;
 			t.grad = o->host_grad;
 		}
@@ -78,7 +79,7 @@ static int update_item(struct tier_optim *o, unsigned lane, struct la_item *it)
 			t.param_out = o->host_out;
 		rc = tier_adam_step(lane == 0 ? o->pool : NULL, &o->ap, &t);
 		if (!rc && stage_out)
-			rc = adamw_cuda_copy(final_out, o->host_out, sh->n * osz, o->stream);
+			rc = ts_cuda_copy(final_out, o->host_out, sh->n * osz, o->stream);
 		return rc;
 	} else {
 		struct adamw_chunk c = {
@@ -87,7 +88,7 @@ static int update_item(struct tier_optim *o, unsigned lane, struct la_item *it)
 		};
 
 		if (pp->grad.mem == TIER_MEM_HOST) {
-			if ((rc = adamw_cuda_copy(o->dev_grad, t.grad, sh->n * gsz, o->stream)))
+			if ((rc = ts_cuda_copy(o->dev_grad, t.grad, sh->n * gsz, o->stream)))
 				return rc;
 			c.grad = o->dev_grad;
 		}
@@ -95,9 +96,9 @@ static int update_item(struct tier_optim *o, unsigned lane, struct la_item *it)
 			c.param_out = o->dev_out;
 		rc = adamw_cuda_step(&o->ap, o->md, pp->grad.dtype, t.out_dtype, &c, 1, o->stream);
 		if (!rc)
-			rc = adamw_cuda_sync(o->stream);
+			rc = ts_cuda_stream_sync(o->stream);
 		if (!rc && c.param_out && c.param_out != final_out)
-			rc = adamw_cuda_copy(final_out, o->dev_out, sh->n * osz, o->stream);
+			rc = ts_cuda_copy(final_out, o->dev_out, sh->n * osz, o->stream);
 		return rc;
 	}
 }
@@ -163,7 +164,7 @@ void *optim_gpu_main(void *arg)
 	uint64_t seen = 0;
 
 	if (!o->dev_host)
-		(void)adamw_cuda_use_device(o->gpu);
+		(void)ts_cuda_use_device(o->gpu);
 	pthread_mutex_lock(&o->lock);
 	for (;;) {
 		while (o->go == seen && !o->quit)

@@ -12,8 +12,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/cuda.h"
+#include "common/cuda_check.h"
 #include "common/fault.h"
-#include "tiers/cuda_check.h"
 #include "tiers/gpu.h"
 
 extern "C" int gpu_count(int *count, char *why, int whylen)
@@ -75,13 +76,17 @@ extern "C" int gpu_selftest(int index)
 	const size_t n = 1u << 20;
 	const unsigned seed = 0x7165u;
 	unsigned *dev = NULL, *host = NULL;
-	cudaStream_t stream = NULL;
+	void *devmem = NULL, *st = NULL;
+	cudaStream_t stream;
 	int rc = 0;
 
-	TIER_CUDA_CHECK_GOTO(cudaSetDevice(index), rc, out);
-	TIER_CUDA_CHECK_GOTO(cudaMalloc((void **)&dev, n * sizeof(unsigned)), rc, out);
+	if ((rc = ts_cuda_use_device(index)) || (rc = ts_cuda_alloc(n * sizeof(unsigned), &devmem)))
+		goto out;
+	dev = (unsigned *)devmem;
 	TIER_CUDA_CHECK_GOTO(cudaMallocHost((void **)&host, n * sizeof(unsigned)), rc, out);
-	TIER_CUDA_CHECK_GOTO(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), rc, out);
+	if ((rc = ts_cuda_stream_open(index, &st)))
+		goto out;
+	stream = (cudaStream_t)st;
 	selftest_fill<<<256, 256, 0, stream>>>(dev, n, seed);
 	TIER_CUDA_CHECK_GOTO(cudaGetLastError(), rc, out);
 	TIER_CUDA_CHECK_GOTO(cudaMemcpyAsync(host, dev, n * sizeof(unsigned),
@@ -96,12 +101,10 @@ extern "C" int gpu_selftest(int index)
 	}
 out:
 	/* Cleanup keeps the first error: failures here are not checked again. */
-	if (stream)
-		cudaStreamDestroy(stream);
+	ts_cuda_stream_close(st);
 	if (host)
 		cudaFreeHost(host);
-	if (dev)
-		cudaFree(dev);
+	ts_cuda_free(devmem);
 	return rc;
 }
 
@@ -117,7 +120,8 @@ extern "C" int gpu_host_register(void *base, uint64_t len, int gpu)
 	}
 	if (gpu < 0 || gpu >= n)
 		return ts_err(-ENODEV, "GPU %d: no such device (%d present)", gpu, n);
-	TIER_CUDA_CHECK_GOTO(cudaSetDevice(gpu), rc, out);
+	if ((rc = ts_cuda_use_device(gpu)))
+		goto out;
 	TIER_CUDA_CHECK_GOTO(cudaHostRegister(base, (size_t)len, cudaHostRegisterPortable), rc, out);
 out:
 	return rc;

@@ -9,32 +9,34 @@
  * serialise with the legacy default stream: one for H2D, one for D2H.  A
  * copy is a cudaMemcpyAsync on its direction's stream followed by a
  * cudaEventRecord of an event of its own; the request (event, callback)
- * then goes to the tail of the direction's FIFO.  A direction's submit
- * mutex is held across those three steps, so the FIFO's order is the
- * stream's order.  One completion thread per direction pops the FIFO in
- * order, waits for the request's event (cudaEventSynchronize; the events
- * are made with cudaEventBlockingSync so that the wait sleeps instead of
- * spinning a core) and runs the callback with 0, or -EIO and a detail
- * naming the CUDA call and cudaGetErrorString().  Hence copies in one
- * direction complete in submission order and callbacks never run on the
- * caller's thread.  A zero-length copy, and one failed by the HBM_COPY
- * fault site, issue nothing: their place in the FIFO orders them.
+ * then goes to the tail of the direction's lane of the shared queue
+ * (tiers/hbm_queue.h).  A direction's submit mutex is held across those
+ * three steps, so the FIFO's order is the stream's order.  The lane's
+ * completion thread pops the FIFO in order, waits for the request's event
+ * (cuda_run: cudaEventSynchronize; the events are made with
+ * cudaEventBlockingSync so that the wait sleeps instead of spinning a
+ * core) and runs the callback with 0, or -EIO and a detail naming the
+ * CUDA call and cudaGetErrorString().  Hence copies in one direction
+ * complete in submission order and callbacks never run on the caller's
+ * thread.  A zero-length copy, and one failed by the HBM_COPY fault site,
+ * issue nothing: their place in the FIFO orders them.
  *
- * Requests are recycled through a free list, each keeping its event
- * (created with cudaEventDisableTiming on first use), so a steady state
- * makes no allocations and creates no events.
+ * Requests are recycled through the queue's free list, each keeping its
+ * event (created with cudaEventDisableTiming on first use, destroyed when
+ * the queue frees the request), so a steady state makes no allocations
+ * and creates no events.
  *
- * Locking.  Lock order: q->submit, then d->lock.  d->lock guards both
- * FIFOs, the free list and d->pending (accepted copies whose callback has
- * not returned); no CUDA call is made under it, and none at all under a
- * lock on a completion thread, so a callback may submit again in either
- * direction.
+ * Locking.  Lock order: a direction's submit mutex, then the queue's lock.
+ * The queue's lock guards both FIFOs, the free list and the count of
+ * accepted copies whose callback has not returned; no CUDA call is made
+ * under it, and none at all under a lock on a completion thread, so a
+ * callback may submit again in either direction.
  *
  * Current device.  open(), copy() and close() make params.gpu current on
  * the calling thread for their CUDA calls and restore the caller's device
  * afterwards; the completion threads set it once.
  *
- * Shutdown.  close() waits until pending is 0 (copies submitted by
+ * Shutdown.  close() waits until no copy is pending (copies submitted by
  * callbacks meanwhile included), stops and joins the completion threads,
  * then destroys the events and streams and frees the arena.
  *
@@ -49,9 +51,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/cuda.h"
+#include "common/cuda_check.h"
 #include "common/fault.h"
-#include "tiers/cuda_check.h"
 #include "tiers/hbm.h"
+#include "tiers/hbm_queue.h"
 
 #define CUDA_ARENA_ALIGN (2ull << 20)
 #define U64(x) ((unsigned long long)(x))
@@ -62,40 +66,20 @@ extern const struct hbm_ops hbm_cuda_ops;
 
 static const char *const dir_names[2] = { "H2D", "D2H" };
 
-/* One queued copy; recycled with its event. */
+/* One queued copy: the queue's request, then the event that ends it. */
 struct cuda_req {
-	struct cuda_req *next;
+	struct hbm_req q;          /* first: the queue hands out &q */
 	cudaEvent_t ev;            /* created on first use, kept while recycled */
 	bool recorded;             /* ev marks this copy's end on the stream */
-	uint64_t off, len;
-	hbm_cb cb;
-	void *arg;
-	int fault;                 /* the HBM_COPY site's errno, 0: a real copy */
-};
-
-/* A direction: its stream, FIFO and completion thread. */
-struct cuda_queue {
-	struct hbm_dev *d;
-	int dir;
-	cudaStream_t stream;
-	pthread_t thread;
-	bool started;
-	bool stop;                 /* under d->lock: exit once the FIFO is empty */
-	pthread_mutex_t submit;    /* memcpy + event record + push, as one step */
-	pthread_cond_t work;       /* with d->lock: a request was queued, or stop */
-	struct cuda_req *head, **tail;
-	uint64_t bytes;            /* completed bytes; __atomic builtins */
 };
 
 struct hbm_dev {
 	int gpu;
 	char *base;
 	uint64_t cap;
-	pthread_mutex_t lock;
-	pthread_cond_t idle;       /* with lock: pending dropped to 0 */
-	uint64_t pending;
-	struct cuda_req *free_reqs;
-	struct cuda_queue q[2];
+	void *stream[2];           /* a cudaStream_t per direction */
+	pthread_mutex_t submit[2]; /* per direction: memcpy + event record + push, as one step */
+	struct hbm_queue q;        /* a lane per direction */
 };
 
 /* Makes @gpu current on this thread; *prev gets the device to restore (-1: none). */
@@ -116,56 +100,44 @@ static void device_leave(int gpu, int prev)
 		(void)cudaGetLastError();
 }
 
-static void *completion_main(void *arg)
+/* Each completion thread makes the device current once. */
+static void cuda_thread_init(void *ctx)
 {
-	struct cuda_queue *q = (struct cuda_queue *)arg;
-	struct hbm_dev *d = q->d;
-	char detail[512];
+	struct hbm_dev *d = (struct hbm_dev *)ctx;
 
 	if (cudaSetDevice(d->gpu) != cudaSuccess)
 		(void)cudaGetLastError();
-	pthread_mutex_lock(&d->lock);
-	for (;;) {
-		struct cuda_req *r;
-		cudaError_t e;
-		int rc = 0;
-
-		while (!q->head && !q->stop)
-			pthread_cond_wait(&q->work, &d->lock);
-		r = q->head;
-		if (!r)
-			break;                  /* stopped and drained */
-		q->head = r->next;
-		if (!q->head)
-			q->tail = &q->head;
-		pthread_mutex_unlock(&d->lock);
-
-		if (r->fault) {
-			rc = r->fault;
-			snprintf(detail, sizeof(detail), "hbm cuda: GPU %d: %s copy of %llu bytes at "
-				 "offset %llu: %s (injected at fault site hbm_copy)", d->gpu,
-				 dir_names[q->dir], U64(r->len), U64(r->off), tier_strerror(rc));
-		} else if (r->recorded && (e = cudaEventSynchronize(r->ev)) != cudaSuccess) {
-			(void)cudaGetLastError();
-			rc = -EIO;
-			snprintf(detail, sizeof(detail), "hbm cuda: GPU %d: %s copy of %llu bytes at "
-				 "offset %llu: cudaMemcpyAsync/cudaEventSynchronize: %s", d->gpu,
-				 dir_names[q->dir], U64(r->len), U64(r->off), cudaGetErrorString(e));
-		} else {
-			__atomic_fetch_add(&q->bytes, r->len, __ATOMIC_RELAXED);
-		}
-		/* The request is ours until it goes back on the free list below. */
-		r->cb(r->arg, rc, rc ? detail : "");
-
-		pthread_mutex_lock(&d->lock);
-		r->next = d->free_reqs;
-		d->free_reqs = r;
-		if (--d->pending == 0)
-			pthread_cond_broadcast(&d->idle);
-	}
-	pthread_mutex_unlock(&d->lock);
-	return NULL;
 }
+
+/* On the completion thread: waits for the copy's event. */
+static int cuda_run(void *ctx, struct hbm_req *hr, char *detail, size_t dlen)
+{
+	struct hbm_dev *d = (struct hbm_dev *)ctx;
+	struct cuda_req *r = (struct cuda_req *)hr;
+	cudaError_t e;
+
+	if (!r->recorded)
+		return 0;               /* nothing issued: a zero-length copy */
+	e = cudaEventSynchronize(r->ev);
+	if (e == cudaSuccess)
+		return 0;
+	(void)cudaGetLastError();
+	snprintf(detail, dlen, "hbm cuda: GPU %d: %s copy of %llu bytes at offset %llu: "
+		 "cudaMemcpyAsync/cudaEventSynchronize: %s", d->gpu, dir_names[hr->dir],
+		 U64(hr->len), U64(hr->off), cudaGetErrorString(e));
+	return -EIO;
+}
+
+static void cuda_req_fini(void *ctx, struct hbm_req *hr)
+{
+	struct cuda_req *r = (struct cuda_req *)hr;
+
+	(void)ctx;
+	if (r->ev)
+		cudaEventDestroy(r->ev);
+}
+
+static const struct hbm_queue_ops cuda_queue_ops = { cuda_run, cuda_thread_init, cuda_req_fini };
 
 /*
  * Stops and joins the started threads, destroys events, streams and the
@@ -174,34 +146,13 @@ static void *completion_main(void *arg)
  */
 static void cuda_free(struct hbm_dev *d)
 {
-	pthread_mutex_lock(&d->lock);
+	hbm_queue_fini(&d->q);
 	for (int i = 0; i < 2; i++) {
-		d->q[i].stop = true;
-		pthread_cond_signal(&d->q[i].work);
+		ts_cuda_stream_close(d->stream[i]);
+		pthread_mutex_destroy(&d->submit[i]);
 	}
-	pthread_mutex_unlock(&d->lock);
-	for (int i = 0; i < 2; i++)
-		if (d->q[i].started)
-			pthread_join(d->q[i].thread, NULL);
-	while (d->free_reqs) {
-		struct cuda_req *r = d->free_reqs;
-
-		d->free_reqs = r->next;
-		if (r->ev)
-			cudaEventDestroy(r->ev);
-		free(r);
-	}
-	for (int i = 0; i < 2; i++) {
-		if (d->q[i].stream)
-			cudaStreamDestroy(d->q[i].stream);
-		pthread_cond_destroy(&d->q[i].work);
-		pthread_mutex_destroy(&d->q[i].submit);
-	}
-	if (d->base)
-		cudaFree(d->base);
+	ts_cuda_free(d->base);
 	(void)cudaGetLastError();
-	pthread_cond_destroy(&d->idle);
-	pthread_mutex_destroy(&d->lock);
 	free(d);
 }
 
@@ -209,6 +160,8 @@ static int cuda_open(const struct hbm_params *p, struct hbm_dev **out)
 {
 	struct hbm_dev *d;
 	void *base = NULL;
+	char label[48];
+	unsigned lane;
 	int prev = -1, rc;
 
 	*out = NULL;
@@ -226,39 +179,24 @@ static int cuda_open(const struct hbm_params *p, struct hbm_dev **out)
 	d = (struct hbm_dev *)ts_calloc(1, sizeof(*d));
 	if (!d)
 		return ts_err(-ENOMEM, "hbm cuda: out of memory");
+	snprintf(label, sizeof(label), "hbm cuda: GPU %d", p->gpu);
+	hbm_queue_init(&d->q, &cuda_queue_ops, d, label, 2, sizeof(struct cuda_req));
 	/* With default attributes these cannot fail on Linux. */
-	pthread_mutex_init(&d->lock, NULL);
-	pthread_cond_init(&d->idle, NULL);
+	for (int i = 0; i < 2; i++)
+		pthread_mutex_init(&d->submit[i], NULL);
 	d->gpu = p->gpu;
 	d->cap = (p->capacity + CUDA_ARENA_ALIGN - 1) / CUDA_ARENA_ALIGN * CUDA_ARENA_ALIGN;
-	for (int i = 0; i < 2; i++) {
-		struct cuda_queue *q = &d->q[i];
-
-		q->d = d;
-		q->dir = i;
-		q->tail = &q->head;
-		pthread_mutex_init(&q->submit, NULL);
-		pthread_cond_init(&q->work, NULL);
-	}
 	device_enter(d->gpu, &prev);
-	TIER_CUDA_CHECK_GOTO(cudaSetDevice(d->gpu), rc, fail);
-	TIER_CUDA_CHECK_GOTO(cudaMalloc(&base, d->cap), rc, fail);
+	if ((rc = ts_cuda_use_device(d->gpu)) || (rc = ts_cuda_alloc(d->cap, &base)))
+		goto fail;
 	d->base = (char *)base;
 	for (int i = 0; i < 2; i++)
-		TIER_CUDA_CHECK_GOTO(cudaStreamCreateWithFlags(&d->q[i].stream,
-							       cudaStreamNonBlocking), rc, fail);
-	for (int i = 0; i < 2; i++) {
-		struct cuda_queue *q = &d->q[i];
-
-		rc = ts_fault_check(TIER_FAULT_THREAD_CREATE);
-		if (!rc)
-			rc = -pthread_create(&q->thread, NULL, completion_main, q);
-		if (rc) {
-			ts_err(rc, "creating the %s completion thread: %s", dir_names[i],
-				 tier_strerror(rc));
+		if ((rc = ts_cuda_stream_open(d->gpu, &d->stream[i])))
 			goto fail;
-		}
-		q->started = true;
+	rc = hbm_queue_start(&d->q, &lane);
+	if (rc) {
+		ts_err(rc, "creating the %s completion thread: %s", dir_names[lane], tier_strerror(rc));
+		goto fail;
 	}
 	device_leave(d->gpu, prev);
 	*out = d;
@@ -276,10 +214,7 @@ static void cuda_close(struct hbm_dev *d)
 
 	if (!d)
 		return;
-	pthread_mutex_lock(&d->lock);
-	while (d->pending)
-		pthread_cond_wait(&d->idle, &d->lock);
-	pthread_mutex_unlock(&d->lock);
+	hbm_queue_drain(&d->q);
 	gpu = d->gpu;
 	device_enter(gpu, &prev);
 	cuda_free(d);
@@ -299,7 +234,8 @@ static void *cuda_dev_ptr(struct hbm_dev *d, uint64_t off)
 static int cuda_copy(struct hbm_dev *d, enum hbm_dir dir, uint64_t off, void *host, uint64_t len,
 		     hbm_cb cb, void *arg)
 {
-	struct cuda_queue *q;
+	cudaStream_t st;
+	struct hbm_req *hr;
 	struct cuda_req *r;
 	cudaError_t e;
 	int prev = -1, rc = 0;
@@ -307,26 +243,16 @@ static int cuda_copy(struct hbm_dev *d, enum hbm_dir dir, uint64_t off, void *ho
 	rc = hbm_copy_check("cuda", dir, off, len, host, true, d->cap, cb);
 	if (rc)
 		return rc;
-	q = &d->q[dir];
-	pthread_mutex_lock(&d->lock);
-	r = d->free_reqs;
-	if (r)
-		d->free_reqs = r->next;
-	pthread_mutex_unlock(&d->lock);
-	if (!r) {
-		r = (struct cuda_req *)ts_calloc(1, sizeof(*r));
-		if (!r)
-			return ts_err(-ENOMEM, "hbm cuda: %s copy: out of memory", dir_names[dir]);
-	}
+	hr = hbm_queue_req_get(&d->q, dir, off, host, len, cb, arg);
+	if (!hr)
+		return ts_err(-ENOMEM, "hbm cuda: %s copy: out of memory", dir_names[dir]);
+	r = (struct cuda_req *)hr;
 	r->recorded = false;
-	r->off = off;
-	r->len = len;
-	r->cb = cb;
-	r->arg = arg;
+	st = (cudaStream_t)d->stream[dir];
 	device_enter(d->gpu, &prev);
-	pthread_mutex_lock(&q->submit);
-	r->fault = ts_fault_check(TIER_FAULT_HBM_COPY);
-	if (!r->fault && len) {
+	pthread_mutex_lock(&d->submit[dir]);
+	hr->fault = ts_fault_check(TIER_FAULT_HBM_COPY);
+	if (!hr->fault && len) {
 		if (!r->ev)
 			TIER_CUDA_CHECK_GOTO(cudaEventCreateWithFlags(&r->ev, cudaEventDisableTiming |
 								      cudaEventBlockingSync),
@@ -335,47 +261,35 @@ static int cuda_copy(struct hbm_dev *d, enum hbm_dir dir, uint64_t off, void *ho
 						     dir == HBM_H2D ? host : (void *)(d->base + off),
 						     len, dir == HBM_H2D ? cudaMemcpyHostToDevice
 									 : cudaMemcpyDeviceToHost,
-						     q->stream),
+						     st),
 				     rc, fail);
-		e = cudaEventRecord(r->ev, q->stream);
+		e = cudaEventRecord(r->ev, st);
 		if (e != cudaSuccess) {
 			/* The copy is issued: let it finish before the caller's buffer is theirs again. */
 			(void)cudaGetLastError();
 			rc = ts_err(ts_cuda_errno(e), "cudaEventRecord: %s", cudaGetErrorString(e));
-			(void)cudaStreamSynchronize(q->stream);
+			(void)cudaStreamSynchronize(st);
 			(void)cudaGetLastError();
 			goto fail;
 		}
 		r->recorded = true;
 	}
-	pthread_mutex_lock(&d->lock);
-	r->next = NULL;
-	*q->tail = r;
-	q->tail = &r->next;
-	d->pending++;
-	pthread_cond_signal(&q->work);
-	pthread_mutex_unlock(&d->lock);
-	pthread_mutex_unlock(&q->submit);
+	hbm_queue_push(&d->q, hr);
+	pthread_mutex_unlock(&d->submit[dir]);
 	device_leave(d->gpu, prev);
 	return 0;
 fail:
-	pthread_mutex_unlock(&q->submit);
+	pthread_mutex_unlock(&d->submit[dir]);
 	device_leave(d->gpu, prev);
 	ts_err_prefix("hbm cuda: GPU %d: %s copy of %llu bytes at offset %llu", d->gpu,
 			dir_names[dir], U64(len), U64(off));
-	pthread_mutex_lock(&d->lock);
-	r->next = d->free_reqs;
-	d->free_reqs = r;
-	pthread_mutex_unlock(&d->lock);
+	hbm_queue_req_put(&d->q, hr);
 	return rc;
 }
 
 static void cuda_counters(const struct hbm_dev *d, uint64_t *h2d_bytes, uint64_t *d2h_bytes)
 {
-	if (h2d_bytes)
-		*h2d_bytes = __atomic_load_n(&d->q[HBM_H2D].bytes, __ATOMIC_RELAXED);
-	if (d2h_bytes)
-		*d2h_bytes = __atomic_load_n(&d->q[HBM_D2H].bytes, __ATOMIC_RELAXED);
+	hbm_queue_counters(&d->q, h2d_bytes, d2h_bytes);
 }
 
 /* Positional: C++17 has no designated initialisers.  Order of struct hbm_ops. */

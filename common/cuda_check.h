@@ -1,11 +1,13 @@
 /*
- * cuda_check.h - the check macro for the CUDA runtime's error domain (for
- * .cu files only).  It converts a cudaError_t into a negative errno, puts
- * the call, cudaGetErrorString() and file:line in the detail message,
- * clears CUDA's sticky last error, and jumps to the cleanup label.
+ * cuda_check.h - the check macro for the CUDA runtime's error domain, which
+ * common/cuda.cu, the kernels and the HBM tier share (.cu files only: it
+ * needs the CUDA headers; C code uses common/cuda.h).  It converts a
+ * cudaError_t into a negative errno, puts the call, cudaGetErrorString()
+ * and file:line in the detail message, clears CUDA's sticky last error,
+ * and jumps to the cleanup label.
  */
-#ifndef TIER_TIERS_CUDA_CHECK_H
-#define TIER_TIERS_CUDA_CHECK_H
+#ifndef TIER_COMMON_CUDA_CHECK_H
+#define TIER_COMMON_CUDA_CHECK_H
 
 #include <cuda_runtime_api.h>
 #include <errno.h>

@@ -1,0 +1,59 @@
+/*
+ * cuda.h - the CUDA runtime services that kernels/ and tiers/ share: device
+ * selection, streams, device allocations and copies.  A C API with no CUDA
+ * types (a stream is a void *, a cudaStream_t underneath; NULL is the
+ * default stream), valid C and C++, so callers need no CUDA headers.
+ * common/cuda.cu implements it in a CUDA build, common/cuda_none.c
+ * otherwise (every int function -ENODEV, "built without CUDA"; the void
+ * ones do nothing).
+ *
+ * Errors: 0, or the negative errno of the failed CUDA call (cuda_check.h:
+ * -ENOMEM for an allocation, -ENODEV for no device or driver, -EINVAL, else
+ * -EIO) with a detail (ts_err) naming the call and CUDA's error string.
+ * No fault sites.
+ */
+#ifndef TIER_COMMON_CUDA_H
+#define TIER_COMMON_CUDA_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Makes device @gpu current on the calling thread (cudaSetDevice). */
+int ts_cuda_use_device(int gpu);
+
+/*
+ * Makes @gpu current on the calling thread and creates a non-blocking
+ * stream on it in *stream (NULL on failure).
+ */
+int ts_cuda_stream_open(int gpu, void **stream);
+
+/* Waits for @stream, then destroys it; errors are ignored.  NULL: nothing. */
+void ts_cuda_stream_close(void *stream);
+
+/* Waits for the work queued on @stream (cudaStreamSynchronize). */
+int ts_cuda_stream_sync(void *stream);
+
+/*
+ * cudaMalloc of @len bytes (1 for 0) on the current device into *ptr
+ * (NULL on failure).
+ */
+int ts_cuda_alloc(size_t len, void **ptr);
+
+/* cudaFree; errors are ignored.  NULL: nothing. */
+void ts_cuda_free(void *ptr);
+
+/*
+ * Copies @len bytes from @src to @dst, each host or device memory (h2d,
+ * d2h, d2d or h2h: cudaMemcpyDefault), on @stream, and waits for @stream.
+ * 0 bytes: 0 without calling CUDA.
+ */
+int ts_cuda_copy(void *dst, const void *src, size_t len, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,57 @@
+/*
+ * cuda_none.c - the contract of common/cuda.h in a build without CUDA:
+ * every int function fails with -ENODEV, "built without CUDA"; the void
+ * ones do nothing.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stddef.h>
+
+#include "common/cuda.h"
+#include "common/error.h"
+
+int ts_cuda_use_device(int gpu)
+{
+	(void)gpu;
+	return ts_err(-ENODEV, "cuda: device: built without CUDA");
+}
+
+int ts_cuda_stream_open(int gpu, void **stream)
+{
+	(void)gpu;
+	*stream = NULL;
+	return ts_err(-ENODEV, "cuda: stream: built without CUDA");
+}
+
+void ts_cuda_stream_close(void *stream)
+{
+	(void)stream;
+}
+
+int ts_cuda_stream_sync(void *stream)
+{
+	(void)stream;
+	return ts_err(-ENODEV, "cuda: sync: built without CUDA");
+}
+
+int ts_cuda_alloc(size_t len, void **ptr)
+{
+	(void)len;
+	*ptr = NULL;
+	return ts_err(-ENODEV, "cuda: alloc: built without CUDA");
+}
+
+void ts_cuda_free(void *ptr)
+{
+	(void)ptr;
+}
+
+int ts_cuda_copy(void *dst, const void *src, size_t len, void *stream)
+{
+	(void)dst;
+	(void)src;
+	(void)len;
+	(void)stream;
+	return ts_err(-ENODEV, "cuda: copy: built without CUDA");
+}
