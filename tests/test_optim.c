@@ -386,16 +386,12 @@ static void world_open(struct world *w, const char *sub, const struct scfg *c)
 	VALID(w->s);
 }
 
-/* Parameters every world uses unless a test sets them. */
+/* Parameters every world uses unless a test sets them: torch's AdamW
+ * defaults (lr 1e-3, betas 0.9/0.999, eps 1e-8, weight decay 0.01, as
+ * params_defaults checks), fp32 moments, every shard on the CPU. */
 static void hp_base(struct tier_optim_params *p)
 {
 	tier_optim_params_init(p);
-	p->lr = 1e-3;
-	p->beta1 = 0.9;
-	p->beta2 = 0.999;
-	p->eps = 1e-8;
-	p->weight_decay = 0.01;
-	p->decoupled = true;
 	p->moment_dtype = TIER_FP32;
 	p->offload_fraction = 1.0;
 	p->shard_size = SHARD;
