@@ -90,6 +90,39 @@ void mf_diag(struct walker *w, struct pos at, const char *fmt, ...)
 		w->diags_len = TIER_ERR_MAX - 1;
 }
 
+size_t mf_utf8_next(const unsigned char *p, uint32_t *cp)
+{
+	static const uint32_t min[5] = { 0, 0, 0x80, 0x800, 0x10000 };
+	size_t n;
+	uint32_t c;
+
+	if (p[0] < 0x80) {
+		*cp = p[0];
+		return 1;
+	}
+	if (p[0] >= 0xc2 && p[0] <= 0xdf) {
+		n = 2;
+		c = p[0] & 0x1fu;
+	} else if (p[0] >= 0xe0 && p[0] <= 0xef) {
+		n = 3;
+		c = p[0] & 0x0fu;
+	} else if (p[0] >= 0xf0 && p[0] <= 0xf4) {
+		n = 4;
+		c = p[0] & 0x07u;
+	} else {
+		return 0;
+	}
+	for (size_t i = 1; i < n; i++) {
+		if ((p[i] & 0xc0) != 0x80)
+			return 0; /* a NUL ends it here too */
+		c = c << 6 | (p[i] & 0x3fu);
+	}
+	if (c < min[n] || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff))
+		return 0;
+	*cp = c;
+	return n;
+}
+
 /* "dram.capacity" for messages: the current key path plus @key. */
 const char *mf_keypath(struct walker *w, const char *key, char *buf, size_t len)
 {

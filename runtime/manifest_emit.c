@@ -8,27 +8,58 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "common/error.h"
 #include "common/units.h"
 #include "runtime/manifest_impl.h"
 
-/* A double-quoted YAML string whose ${...} expansion gives back @s. */
+/*
+ * @s as YAML text: a double-quoted string whose ${...} expansion gives
+ * back @s (@quoted), or the text of a comment that stays on its line.
+ * Control characters and every character YAML reads as a line break (NEL,
+ * U+2028, U+2029) are escaped; in a string, so is every other non-ASCII
+ * character (\u or \U: YAML folds or refuses some of them written as they
+ * are).  Bytes that are not UTF-8 (only the environment can bring them;
+ * the parser refuses them there) are written as \xNN.
+ */
+static void emit_text(FILE *f, const char *s, bool quoted)
+{
+	if (quoted)
+		fputc('"', f);
+	for (const unsigned char *p = (const unsigned char *)s; *p;) {
+		uint32_t cp;
+		size_t n = mf_utf8_next(p, &cp);
+
+		if (n == 0) {
+			fprintf(f, "\\x%02x", *p++);
+			continue;
+		}
+		if (cp == '$' && quoted)
+			fputs("$$", f);
+		else if ((cp == '"' || cp == '\\') && quoted)
+			fprintf(f, "\\%c", (int)cp);
+		else if (cp < 0x20 || cp == 0x7f)
+			fprintf(f, "\\x%02x", (unsigned)cp);
+		else if (cp < 0x80)
+			fputc((int)cp, f);
+		else if ((quoted || cp == 0x85 || cp == 0x2028 || cp == 0x2029) && cp > 0xffff)
+			fprintf(f, "\\U%08x", (unsigned)cp);
+		else if (quoted || cp == 0x85 || cp == 0x2028 || cp == 0x2029)
+			fprintf(f, "\\u%04x", (unsigned)cp);
+		else
+			fwrite(p, 1, n, f);
+		p += n;
+	}
+	if (quoted)
+		fputc('"', f);
+}
+
 static void emit_str(FILE *f, const char *s)
 {
-	fputc('"', f);
-	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-		if (*p == '$')
-			fputs("$$", f);
-		else if (*p == '"' || *p == '\\')
-			fprintf(f, "\\%c", *p);
-		else if (*p < 0x20 || *p == 0x7f)
-			fprintf(f, "\\x%02x", *p);
-		else
-			fputc(*p, f);
-	}
-	fputc('"', f);
+	emit_text(f, s, true);
 }
 
 int tier_manifest_emit(const struct tier_manifest *m, FILE *f)
@@ -37,8 +68,9 @@ int tier_manifest_emit(const struct tier_manifest *m, FILE *f)
 	static const char *const huge[] = { "auto", "on", "off" };
 	char a[32];
 
-	fprintf(f, "# effective configuration of %s (tierstore %s)\n", c->tiers.source,
-		tier_version());
+	fputs("# effective configuration of ", f);
+	emit_text(f, c->tiers.source, false);
+	fprintf(f, " (tierstore %s)\n", tier_version());
 	fprintf(f, "version: %d\n", c->version);
 	fprintf(f, "name: ");
 	emit_str(f, c->tiers.name);

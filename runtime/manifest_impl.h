@@ -99,6 +99,13 @@ struct facts {
 struct pos mf_pos_of(const yaml_node_t *n);
 __attribute__((format(printf, 3, 4)))
 void mf_diag(struct walker *w, struct pos at, const char *fmt, ...);
+
+/*
+ * The UTF-8 sequence at @p (NUL-terminated): its code point in *cp and its
+ * length in bytes; 0 when the bytes there are not well-formed UTF-8
+ * (overlong, a surrogate, past U+10FFFF, cut short).
+ */
+size_t mf_utf8_next(const unsigned char *p, uint32_t *cp);
 const char *mf_keypath(struct walker *w, const char *key, char *buf, size_t len);
 const char *mf_node_kind(const yaml_node_t *n);
 

@@ -142,9 +142,24 @@ static int get_enum(struct walker *w, const char *key, yaml_node_t *v, const cha
 	return -EINVAL;
 }
 
+/* Whether @s is UTF-8 throughout (libyaml checks the document; the
+ * environment nobody checks). */
+static bool utf8_valid(const char *s)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	uint32_t cp;
+	size_t n;
+
+	for (; *p; p += n)
+		if (!(n = mf_utf8_next(p, &cp)))
+			return false;
+	return true;
+}
+
 /*
- * Expands ${VAR} and ${VAR:-default} in @s ($$ is a literal $).  Returns a
- * malloc'd string, or NULL after reporting.
+ * Expands ${VAR} and ${VAR:-default} in @s ($$ is a literal $).  A
+ * variable's value must be UTF-8.  Returns a malloc'd string, or NULL
+ * after reporting.
  */
 static char *expand_env(struct walker *w, const char *key, yaml_node_t *v, const char *s)
 {
@@ -189,6 +204,13 @@ static char *expand_env(struct walker *w, const char *key, yaml_node_t *v, const
 			memcpy(name, p + 2, nlen);
 			name[nlen] = '\0';
 			add = getenv(name);
+			if (add && *add && !utf8_valid(add)) {
+				mf_diag(w, mf_pos_of(v),
+					"%s: environment variable '%s' is not UTF-8 text (a manifest's values are)",
+					mf_keypath(w, key, k, sizeof(k)), name);
+				free(out);
+				return NULL;
+			}
 			if (add && *add) {
 				addlen = strlen(add);
 			} else if (dflt) {

@@ -553,6 +553,98 @@ START_TEST(test_round_trip)
 }
 END_TEST
 
+/*
+ * REGRESSION (found by the fuzzer): a path holding a character YAML reads
+ * as a line break (NEL U+0085, LS U+2028, PS U+2029), written as it is,
+ * broke the emitted YAML ("could not find expected ':'"); other non-ASCII
+ * and control characters must come back the same too.  Each path is
+ * emitted, parsed again and compared.
+ */
+static const char *const text_paths[] = {
+	"${T}/nel\\Nx/",           /* U+0085 */
+	"${T}/ls\\Lx/",            /* U+2028 */
+	"${T}/ps\\Px/",            /* U+2029 */
+	"${T}/acc\\u00e9nt/",      /* é */
+	"${T}/emoji\\U0001F600/",  /* 4 bytes */
+	"${T}/ctl\\x01\\ttab/",  /* control characters */
+	"${T}/nbsp\\_bom\\ufeff/",
+};
+
+START_TEST(test_round_trip_text)
+{
+	struct tier_manifest *m = NULL;
+	char text[512];
+
+	snprintf(text, sizeof(text), SMALL "nvme:\n  paths:\n    - path: \"%s\"\n"
+		 "      capacity: 3MiB\n      create: true\n", text_paths[_i]);
+	ck_assert_msg(tier_manifest_parse(text, strlen(text), "text.yaml",
+					  TIER_MANIFEST_NO_PROBE, &m) == 0,
+		      "%s\n%s", tier_last_error(), text);
+	{
+		struct tier_manifest *m2 = NULL;
+		char *buf = NULL;
+		size_t len = 0;
+		FILE *f = open_memstream(&buf, &len);
+
+		ck_assert_ptr_nonnull(f);
+		ck_assert_int_eq(tier_manifest_emit(m, f), 0);
+		fclose(f);
+		ck_assert_msg(tier_manifest_parse(buf, len, "emitted", TIER_MANIFEST_NO_PROBE, &m2) == 0,
+			      "emitted YAML does not parse: %s\n%s", tier_last_error(), buf);
+		ck_assert_str_eq(m2->tiers.paths[0].path, m->tiers.paths[0].path);
+		ck_assert_str_eq(m2->tiers.paths[0].file, m->tiers.paths[0].file);
+		tier_manifest_free(m2);
+		free(buf);
+	}
+	tier_manifest_free(m);
+}
+END_TEST
+
+/* A manifest file whose name holds a line break: the emitted comment that
+ * names it stays one line. */
+START_TEST(test_source_name_line_break)
+{
+	struct tier_manifest *m = NULL, *m2 = NULL;
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f;
+
+	ck_assert_int_eq(tier_manifest_parse(SMALL, strlen(SMALL), "a\nb\xc2\x85" "c.yaml",
+					     TIER_MANIFEST_NO_PROBE, &m), 0);
+	f = open_memstream(&buf, &len);
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_eq(tier_manifest_emit(m, f), 0);
+	fclose(f);
+	{
+		static const char want[] = "# effective configuration of a\\x0ab\\u0085c.yaml (";
+
+		ck_assert_msg(strncmp(buf, want, sizeof(want) - 1) == 0, "%s", buf);
+	}
+	ck_assert_msg(tier_manifest_parse(buf, len, "emitted", TIER_MANIFEST_NO_PROBE, &m2) == 0,
+		      "%s\n%s", tier_last_error(), buf);
+	tier_manifest_free(m2);
+	tier_manifest_free(m);
+	free(buf);
+}
+END_TEST
+
+/* An environment variable that is not UTF-8 is refused, named. */
+START_TEST(test_env_not_utf8)
+{
+	struct tier_manifest *m = NULL;
+	const char *text = SMALL "nvme:\n  paths:\n    - path: ${TIER_TEST_BAD_UTF8}/\n"
+			   "      capacity: 3MiB\n";
+
+	setenv("TIER_TEST_BAD_UTF8", "/tmp/\xff\xfe", 1);
+	ck_assert_int_eq(tier_manifest_parse(text, strlen(text), "env.yaml", TIER_MANIFEST_NO_PROBE,
+					     &m), -EINVAL);
+	ck_assert_ptr_null(m);
+	ck_assert_msg(strstr(tier_last_error(), "TIER_TEST_BAD_UTF8") &&
+		      strstr(tier_last_error(), "not UTF-8"), "%s", tier_last_error());
+	unsetenv("TIER_TEST_BAD_UTF8");
+}
+END_TEST
+
 START_TEST(test_default)
 {
 	struct tier_manifest *m = NULL;
@@ -783,6 +875,10 @@ static Suite *manifest_suite(void)
 	tcase_add_test(tc, test_empty_mapping_defaults);
 	tcase_add_test(tc, test_full_manifest);
 	tcase_add_test(tc, test_round_trip);
+	tcase_add_loop_test(tc, test_round_trip_text, 0,
+			    (int)(sizeof(text_paths) / sizeof(text_paths[0])));
+	tcase_add_test(tc, test_source_name_line_break);
+	tcase_add_test(tc, test_env_not_utf8);
 	tcase_add_test(tc, test_default);
 	tcase_add_test(tc, test_aliases_within_limit);
 	tcase_add_test(tc, test_duplicate_through_symlink);
