@@ -53,6 +53,17 @@ struct adam_consts {
 	float grad_scale;
 };
 
+/*
+ * 0, or -EINVAL naming the first hyperparameter torch.optim would reject
+ * (and a struct of an unknown size), as "@who: ...".  The one check of
+ * struct tier_adam_params, for the CPU (kernels/adamw.c) and the CUDA
+ * (kernels/adamw.cu) update alike.
+ */
+#ifdef __cplusplus
+extern "C"
+#endif
+int adam_params_check(const struct tier_adam_params *p, const char *who);
+
 /* torch's scalars: computed in double (Python floats), used as fp32. */
 static inline void adam_consts_init(const struct tier_adam_params *h, struct adam_consts *c)
 {

@@ -350,28 +350,29 @@ int adamw_roofline_isa(struct tier_pool *pool, enum adamw_isa isa, const struct 
 
 /* ------------------------------------------------------------- public */
 
-/* 0 or -EINVAL naming the first hyperparameter torch.optim would reject. */
-static int params_check(const struct tier_adam_params *p)
+int adam_params_check(const struct tier_adam_params *p, const char *who)
 {
 	if (!p)
-		return ts_err(-EINVAL, "adam: no hyperparameters (NULL)");
-	if (ts_params_size("adam: struct tier_adam_params", p->size, sizeof(*p)))
+		return ts_err(-EINVAL, "%s: no hyperparameters (NULL)", who);
+	if (ts_params_size("struct tier_adam_params", p->size, sizeof(*p))) {
+		ts_err_prefix("%s", who);
 		return -EINVAL;
+	}
 	if (!isfinite(p->lr) || p->lr < 0)
-		return ts_err(-EINVAL, "adam: lr %g is not a finite value >= 0", p->lr);
+		return ts_err(-EINVAL, "%s: lr %g is not a finite value >= 0", who, p->lr);
 	if (!(p->beta1 >= 0 && p->beta1 < 1))
-		return ts_err(-EINVAL, "adam: beta1 %g is not in [0, 1)", p->beta1);
+		return ts_err(-EINVAL, "%s: beta1 %g is not in [0, 1)", who, p->beta1);
 	if (!(p->beta2 >= 0 && p->beta2 < 1))
-		return ts_err(-EINVAL, "adam: beta2 %g is not in [0, 1)", p->beta2);
+		return ts_err(-EINVAL, "%s: beta2 %g is not in [0, 1)", who, p->beta2);
 	if (!isfinite(p->eps) || p->eps < 0)
-		return ts_err(-EINVAL, "adam: eps %g is not a finite value >= 0", p->eps);
+		return ts_err(-EINVAL, "%s: eps %g is not a finite value >= 0", who, p->eps);
 	if (!isfinite(p->weight_decay) || p->weight_decay < 0)
-		return ts_err(-EINVAL, "adam: weight_decay %g is not a finite value >= 0",
+		return ts_err(-EINVAL, "%s: weight_decay %g is not a finite value >= 0", who,
 				p->weight_decay);
 	if (!isfinite(p->grad_scale))
-		return ts_err(-EINVAL, "adam: grad_scale %g is not finite", p->grad_scale);
+		return ts_err(-EINVAL, "%s: grad_scale %g is not finite", who, p->grad_scale);
 	if (p->step == 0)
-		return ts_err(-EINVAL, "adam: step 0 (the first step is 1)");
+		return ts_err(-EINVAL, "%s: step 0 (the first step is 1)", who);
 	return 0;
 }
 
@@ -379,7 +380,7 @@ int tier_adam_step(struct tier_pool *pool, const struct tier_adam_params *p,
 		   const struct tier_adam_tensors *t)
 {
 	struct adam_consts c;
-	int rc = params_check(p);
+	int rc = adam_params_check(p, "adam");
 
 	if (rc)
 		return rc;

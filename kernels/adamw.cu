@@ -279,29 +279,6 @@ static struct adamw_chunk chunk_slice(const struct adamw_chunk &k, size_t off, s
 	return s;
 }
 
-/* tier_adam_step()'s rules (kernels/adamw.c): what torch.optim would reject. */
-static int params_check(const struct tier_adam_params *p)
-{
-	if (!p)
-		return ts_err(-EINVAL, "adamw cuda: no hyperparameters (NULL)");
-	if (!isfinite(p->lr) || p->lr < 0)
-		return ts_err(-EINVAL, "adamw cuda: lr %g is not a finite value >= 0", p->lr);
-	if (!(p->beta1 >= 0 && p->beta1 < 1))
-		return ts_err(-EINVAL, "adamw cuda: beta1 %g is not in [0, 1)", p->beta1);
-	if (!(p->beta2 >= 0 && p->beta2 < 1))
-		return ts_err(-EINVAL, "adamw cuda: beta2 %g is not in [0, 1)", p->beta2);
-	if (!isfinite(p->eps) || p->eps < 0)
-		return ts_err(-EINVAL, "adamw cuda: eps %g is not a finite value >= 0", p->eps);
-	if (!isfinite(p->weight_decay) || p->weight_decay < 0)
-		return ts_err(-EINVAL, "adamw cuda: weight_decay %g is not a finite value >= 0",
-				p->weight_decay);
-	if (!isfinite(p->grad_scale))
-		return ts_err(-EINVAL, "adamw cuda: grad_scale %g is not finite", p->grad_scale);
-	if (p->step == 0)
-		return ts_err(-EINVAL, "adamw cuda: step 0 (the first step is 1)");
-	return 0;
-}
-
 extern "C" int adamw_cuda_step(const struct tier_adam_params *p, enum tier_dtype moment_dtype,
 			       enum tier_dtype grad_dtype, enum tier_dtype out_dtype,
 			       const struct adamw_chunk *chunks, size_t nchunks, void *stream)
@@ -314,7 +291,7 @@ extern "C" int adamw_cuda_step(const struct tier_adam_params *p, enum tier_dtype
 	bool any_out = false, any_work = false;
 	int rc = 0;
 
-	rc = params_check(p);
+	rc = adam_params_check(p, "adamw cuda");
 	if (rc)
 		return rc;
 	if (!chunks && nchunks)
