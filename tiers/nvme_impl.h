@@ -25,6 +25,9 @@
 struct nvme_req;
 
 /* One device operation: a stripe unit's part of a request. */
+/* Resubmissions of one sub-I/O the kernel cancelled (nvme_ring.c). */
+#define NVME_MAX_CANCELS 16
+
 struct subio {
 	struct subio *next;       /* in ring->pending */
 	struct nvme_req *req;
@@ -44,6 +47,7 @@ struct subio {
 	bool rmw;                 /* a write that first reads the unit */
 	bool full_unit;           /* the transfer covers the whole unit */
 	int buf_index;            /* fixed buffer index, or -1 */
+	unsigned cancels;         /* -ECANCELED completions resubmitted (nvme_ring.c) */
 	uint64_t t_sub;           /* when its SQE was prepared (live stats) */
 };
 

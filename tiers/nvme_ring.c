@@ -300,7 +300,8 @@ static void path_count(struct nvme_path *p, const struct subio *s, int res)
 	atomic_fetch_add_explicit(&p->c_lat_hist[tier_lat_bucket(ns)], 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&p->c_lat_sum_ns, ns, memory_order_relaxed);
 	if (res < 0) {
-		if (res != -EAGAIN && res != -EINTR)
+		if (res != -EAGAIN && res != -EINTR &&
+		    !(res == -ECANCELED && s->cancels < NVME_MAX_CANCELS))
 			atomic_fetch_add_explicit(&p->c_errors, 1, memory_order_relaxed);
 	} else if (s->op == TIER_IO_WRITE) {
 		atomic_fetch_add_explicit(&p->c_writes, 1, memory_order_relaxed);
@@ -334,6 +335,21 @@ static void handle_cqe(struct tier_nvme *t, struct nvme_path *p, struct subio *s
 #endif
 
 	if (res == -EAGAIN || res == -EINTR) {
+		atomic_fetch_add(&t->retries, 1);
+		resubmit(p, s);
+		return;
+	}
+	/*
+	 * The engine never cancels a request, so -ECANCELED comes from the
+	 * kernel: a request it handed to its worker threads is cancelled when
+	 * the thread that submitted it exits (pump() runs on whichever caller
+	 * thread submits, and a trainer's threads come and go).  Nothing of it
+	 * was done; it goes again from here, the ring thread, which lives as
+	 * long as the tier.  Bounded, in case the kernel cancels for a reason
+	 * of its own.
+	 */
+	if (res == -ECANCELED && s->cancels < NVME_MAX_CANCELS) {
+		s->cancels++;
 		atomic_fetch_add(&t->retries, 1);
 		resubmit(p, s);
 		return;

@@ -112,7 +112,8 @@ struct tier_nvme_stats {
 	uint64_t errors;          /* requests failed */
 	uint64_t csum_errors;     /* stripe units that failed verification */
 	uint64_t short_ios;       /* short transfers resubmitted */
-	uint64_t retries;         /* -EAGAIN / -EINTR resubmissions */
+	uint64_t retries;         /* resubmissions: -EAGAIN, -EINTR, and requests the
+				   * kernel cancelled when their submitting thread exited */
 	uint64_t bounced;         /* device operations through a bounce buffer */
 	uint32_t npaths;
 	uint32_t stripe_unit;
