@@ -257,6 +257,26 @@ static int nvme_path_canonical(struct walker *w, const struct raw_path *rp,
 }
 
 /*
+ * The backing file at p->file, as an open would see it: refused if it is
+ * not a regular file of ours (a symlink, device, FIFO, another program's
+ * file), else what it already holds on disk.  0, or -1 after reporting.
+ */
+static int nvme_path_file(struct walker *w, const struct raw_path *rp,
+			  const struct tiers_path_cfg *p, struct path_place *pl)
+{
+	struct tier_nvme_file_info fi;
+	char why[TIER_ERR_MAX];
+
+	if (tier_nvme_file_probe(p->file, &fi) != 0) {
+		snprintf(why, sizeof(why), "%s", tier_last_error());
+		mf_diag(w, rp->path_at, "%s.path: %s", pl->key, why);
+		return -1;
+	}
+	pl->existing = fi.disk_bytes;
+	return 0;
+}
+
+/*
  * What the path names: a directory (existing, or ending in '/'), else a
  * file whose parent directory must exist.  Sets p->file, pl->dir,
  * pl->existing and pl->dir_exists; 0, or -errno after reporting.
@@ -273,19 +293,28 @@ static int nvme_path_locate(struct walker *w, const struct tier_manifest *c,
 	is_dir_path = rp->path[strlen(rp->path) - 1] == '/';
 	if (w->flags & TIER_MANIFEST_NO_PROBE) {
 		/* Schema only: the trailing '/' alone says "directory". */
-	} else if (stat(abs, &st) == 0) {
-		if (S_ISDIR(st.st_mode)) {
+	} else if ((is_dir_path ? stat(abs, &st) : lstat(abs, &st)) == 0) {
+		/* "dir/" names a directory, reached like any other; a name
+		 * without the '/' is taken as it is, never through a link. */
+		if (S_ISLNK(st.st_mode)) {
+			mf_diag(w, rp->path_at, "%s.path: '%s' is a symbolic link; a backing path is used by its own name only (name the directory or file it points to)",
+				pl->key, rp->path);
+			return -ELOOP;
+		} else if (S_ISDIR(st.st_mode)) {
 			is_dir_path = true;
 		} else if (!S_ISREG(st.st_mode)) {
-			mf_diag(w, rp->path_at, "%s.path: '%s' is not a regular file or a directory",
-				pl->key, rp->path);
+			struct tier_nvme_file_info fi;
+			char why[TIER_ERR_MAX];
+
+			/* Its kind, in the words an open would use. */
+			tier_nvme_file_probe(abs, &fi);
+			snprintf(why, sizeof(why), "%s", tier_last_error());
+			mf_diag(w, rp->path_at, "%s.path: %s", pl->key, why);
 			return -EINVAL;
 		} else if (is_dir_path) {
 			mf_diag(w, rp->path_at, "%s.path: '%s' ends in '/' but is a file, not a directory",
 				pl->key, rp->path);
 			return -EINVAL;
-		} else {
-			pl->existing = (uint64_t)st.st_blocks * 512u;
 		}
 	} else if (is_dir_path || errno != ENOENT) {
 		if (errno != ENOENT) {
@@ -313,16 +342,16 @@ static int nvme_path_locate(struct walker *w, const struct tier_manifest *c,
 		mf_diag(w, rp->path_at, "%s.path: out of memory", pl->key);
 		return -ENOMEM;
 	}
-	if (w->flags & TIER_MANIFEST_NO_PROBE) {
+	if (w->flags & TIER_MANIFEST_NO_PROBE)
 		pl->dir_exists = true;
-	} else {
-		if (is_dir_path && stat(p->file, &st) == 0 && S_ISREG(st.st_mode))
-			pl->existing = (uint64_t)st.st_blocks * 512u;
+	else
 		pl->dir_exists = stat(pl->dir, &st) == 0 && S_ISDIR(st.st_mode);
+	if (pl->dir_exists && !(w->flags & TIER_MANIFEST_NO_PROBE)) {
+		if (nvme_path_canonical(w, rp, p, pl))
+			return -ENOMEM;
+		if (nvme_path_file(w, rp, p, pl))
+			return -EINVAL;
 	}
-	if (pl->dir_exists && !(w->flags & TIER_MANIFEST_NO_PROBE) &&
-	    nvme_path_canonical(w, rp, p, pl))
-		return -ENOMEM;
 	if (!pl->dir_exists && !p->create) {
 		mf_diag(w, rp->path_at, "%s.path: directory '%s' does not exist (create it, or add create: true)",
 			pl->key, pl->dir);

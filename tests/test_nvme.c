@@ -473,15 +473,16 @@ START_TEST(test_header_round_trip)
 		ck_assert_msg(memcmp(h.store_uuid, first.store_uuid, 16) == 0,
 			      "the uuid changed at close");
 		ck_assert_int_eq(stat(file_of(m, i), &st), 0);
-		ck_assert_uint_eq((uint64_t)st.st_size, h.data_offset + c->capacity);
-		/* For the reopen below: a wider mode is put back to 0600. */
-		ck_assert_int_eq(chmod(file_of(m, i), 0644), 0);
+		/* No object was placed: the file holds its header only. */
+		ck_assert_uint_le((uint64_t)st.st_size, h.data_offset);
+		/* For the reopen below: a mode the user set is left alone. */
+		ck_assert_int_eq(chmod(file_of(m, i), 0640), 0);
 	}
 	/* Our own files are reused. */
 	t = open_tier(m, 0);
 	for (unsigned i = 0; i < c->npaths; i++) {
 		ck_assert_int_eq(stat(file_of(m, i), &st), 0);
-		ck_assert_uint_eq(st.st_mode & 07777, 0600);
+		ck_assert_uint_eq(st.st_mode & 07777, 0640);
 		read_header(file_of(m, i), &h);
 		check_header(&h, file_of(m, i), i, c->npaths, c->unit, c->capacity, !c->nocsum,
 			     false, name);
@@ -549,8 +550,8 @@ START_TEST(test_header_created_ns_kept)
 END_TEST
 
 /*
- * The header's capacity is "bytes in the data area", and the file is
- * preallocated to data_offset + capacity (docs/nvme-format.md).
+ * The header's capacity is the most the data area may grow to, and the
+ * file never grows past data_offset + capacity (docs/nvme-format.md).
  *
  * REGRESSION (nvme.c tier_nvme_close -> fill_header(..., p->alloc.total,
  * true)): at close the header gets the allocator's total - the capacity
@@ -571,10 +572,18 @@ START_TEST(test_header_capacity_kept)
 	read_header(file_of(m, 0), &h);
 	at_open = h.capacity;
 	ck_assert_uint_eq(at_open, 64 * MiB + 32 * KiB);
+	/* Fill it: the file grows to the whole data area, not past it. */
+	{
+		struct tier_nvme_stats ns;
+
+		tier_nvme_get_stats(t, &ns);
+		make_obj(t, "all", ns.free);
+	}
 	close_tier(t);
 	read_header(file_of(m, 0), &h);
 	ck_assert_int_eq(stat(file_of(m, 0), &st), 0);
-	ck_assert_msg(h.capacity == at_open && h.capacity == (uint64_t)st.st_size - h.data_offset,
+	ck_assert_msg(h.capacity == at_open && (uint64_t)st.st_size <= h.data_offset + h.capacity &&
+		      (uint64_t)st.st_size >= h.data_offset + h.capacity - 256 * KiB,
 		      "REGRESSION: header capacity %llu at open, %llu after close; the data area is "
 		      "%llu bytes (file size %llu - data_offset %llu)",
 		      U64(at_open), U64(h.capacity), U64((uint64_t)st.st_size - h.data_offset),
@@ -843,6 +852,23 @@ static const struct file_case file_cases[] = {
 	{ 3, 64 * MiB + 3 * 4096, -1 },
 };
 
+/* Bytes path @i's file takes on disk, and its size. */
+static uint64_t disk_of(const struct tier_manifest *m, unsigned i, uint64_t *size)
+{
+	struct stat st;
+
+	ck_assert_int_eq(stat(file_of(m, i), &st), 0);
+	*size = (uint64_t)st.st_size;
+	return (uint64_t)st.st_blocks * 512u;
+}
+
+/*
+ * Mode 0600 under any umask; the files grow as objects are placed, in
+ * steps of at most 64 MiB, never past the capacity.
+ *
+ * REGRESSION (issue 15, item 3): every open preallocated each file to its
+ * whole capacity (half the free disk by default), whatever the objects.
+ */
 START_TEST(test_file_mode_size)
 {
 	const struct file_case *c = &file_cases[_i];
@@ -851,6 +877,7 @@ START_TEST(test_file_mode_size)
 	mode_t old = umask(0);
 	struct tier_nvme *t = open_tier(m, TIER_NVME_SCRATCH);
 	struct tier_nvme_stats stats;
+	uint64_t size, disk, data_off = align_of(64 * KiB);
 
 	umask(old);
 	for (unsigned i = 0; i < c->npaths; i++) {
@@ -862,16 +889,34 @@ START_TEST(test_file_mode_size)
 		ck_assert_msg((st.st_mode & 07777) == 0600, "%s: mode %04o", file_of(m, i),
 			      (unsigned)(st.st_mode & 07777));
 		read_header(file_of(m, i), &h);
-		ck_assert_uint_eq(h.data_offset, align_of(64 * KiB));
-		ck_assert_uint_eq((uint64_t)st.st_size, h.data_offset + c->capacity);
-		ck_assert_msg((uint64_t)st.st_blocks * 512 >= c->capacity,
-			      "%s: %llu bytes allocated, capacity %llu: not preallocated",
-			      file_of(m, i), U64(st.st_blocks * 512), U64(c->capacity));
+		ck_assert_uint_eq(h.data_offset, data_off);
+		disk = disk_of(m, i, &size);
+		ck_assert_msg(size <= data_off && disk <= 64 * KiB,
+			      "REGRESSION: %s: %llu bytes (%llu on disk) with no object placed: "
+			      "preallocated, not grown on demand", file_of(m, i), U64(size), U64(disk));
+	}
+	/* One unit per path and a bit: each file holds its extent. */
+	make_obj(t, "small", c->npaths * 64 * KiB + 5);
+	for (unsigned i = 0; i < c->npaths; i++) {
+		disk = disk_of(m, i, &size);
+		ck_assert_msg(size >= data_off + 64 * KiB && size <= data_off + 64 * MiB &&
+			      (c->direct == 0 || disk >= 64 * KiB),
+			      "%s: %llu bytes, %llu on disk, after a 64 KiB extent", file_of(m, i),
+			      U64(size), U64(disk));
+	}
+	/* The rest: the files reach the capacity, not beyond. */
+	tier_nvme_get_stats(t, &stats);
+	make_obj(t, "rest", stats.free - c->npaths * 64 * KiB);
+	for (unsigned i = 0; i < c->npaths; i++) {
+		disk = disk_of(m, i, &size);
+		ck_assert_msg(size <= data_off + c->capacity && size + 128 * KiB >= data_off + c->capacity,
+			      "%s: %llu bytes for a data area of %llu", file_of(m, i), U64(size),
+			      U64(c->capacity));
 	}
 	tier_nvme_get_stats(t, &stats);
 	/* Usable: each path's capacity in whole allocation units. */
 	ck_assert_uint_eq(stats.capacity, c->npaths * (c->capacity / align_of(64 * KiB) * align_of(64 * KiB)));
-	ck_assert_uint_eq(stats.free, stats.capacity);
+	ck_assert_uint_le(stats.free, c->npaths * 256 * KiB);
 	ck_assert_uint_eq(stats.npaths, c->npaths);
 	ck_assert_uint_eq(stats.stripe_unit, 64 * KiB);
 	ck_assert_uint_eq(stats.requests, 0);
@@ -2179,8 +2224,6 @@ struct open_fault_case {
 static const struct open_fault_case open_fault_cases[] = {
 	{ TIER_FAULT_NVME_OPEN, -EACCES, 1, 1, "open" },
 	{ TIER_FAULT_NVME_OPEN, -EMFILE, 2, 2, "open" },
-	{ TIER_FAULT_NVME_FALLOCATE, -ENOSPC, 1, 1, "preallocating" },
-	{ TIER_FAULT_NVME_FALLOCATE, -EIO, 3, 3, "preallocating" },
 	{ TIER_FAULT_NVME_HEADER, -EIO, 1, 1, "header write" },
 	{ TIER_FAULT_NVME_HEADER, -EROFS, 2, 2, "header write" },
 	{ TIER_FAULT_NVME_RING, -ENOMEM, 1, 1, "io_uring_queue_init" },
@@ -2216,6 +2259,79 @@ START_TEST(test_open_faults)
 	/* With the fault gone the same manifest opens. */
 	t = open_tier(m, TIER_NVME_SCRATCH);
 	close_tier(t);
+	tier_manifest_free(m);
+}
+END_TEST
+
+/*
+ * Growing a backing file as an object is placed (fault site
+ * NVME_FALLOCATE, call nth = path nth - 1 of a 3-path object): a failure
+ * names the path and the object and leaves the tier as it was; a step
+ * that does not fit is retried at the object's own size; a file system
+ * without fallocate grows the file sparse.
+ */
+struct grow_case {
+	const char *name;
+	int err;
+	unsigned nth;
+	int64_t count;
+	int want;             /* the creation's result */
+	const char *needle;
+};
+
+static const struct grow_case grow_cases[] = {
+	{ "disk full", -ENOSPC, 1, TIER_FAULT_PERSISTENT, -ENOSPC, "no room on disk for object 'obj'" },
+	{ "disk full at the third path", -ENOSPC, 3, TIER_FAULT_PERSISTENT, -ENOSPC,
+	  "no room on disk for object 'obj'" },
+	{ "the 64 MiB step does not fit, the object does", -ENOSPC, 2, 1, 0, NULL },
+	{ "I/O error", -EIO, 2, 1, -EIO, "growing the file" },
+	{ "no fallocate: sparse", -EOPNOTSUPP, 1, 1, 0, NULL },
+};
+
+START_TEST(test_grow_faults)
+{
+	NEED_FAULTS();
+	const struct grow_case *c = &grow_cases[_i];
+	struct mopt o = { .npaths = 3 };
+	struct tier_manifest *m = manifest_for(&o);
+	struct tier_nvme *t = open_tier(m, TIER_NVME_SCRATCH);
+	struct tier_nvme_stats before, after;
+	struct tier_nvme_obj *ob = POISON(struct tier_nvme_obj);
+	uint64_t size = 3 * 64 * KiB, sz;
+	unsigned char *a = abuf(size);
+	uint64_t seed = 5;
+	int rc;
+
+	tier_nvme_get_stats(t, &before);
+	ts_fault_arm(TIER_FAULT_NVME_FALLOCATE, c->nth, c->count, c->err);
+	rc = tier_nvme_obj_create(t, "obj", size, &ob);
+	ts_fault_disarm(TIER_FAULT_NVME_FALLOCATE);
+	ck_assert_msg(rc == c->want, "%s: %d (%s), expected %d: %s", c->name, rc, tier_strerror(rc),
+		      c->want, tier_last_error());
+	if (rc) {
+		char idx[16];
+
+		snprintf(idx, sizeof(idx), "nvme%u", c->nth - 1);
+		ck_assert_ptr_null(ob);
+		ck_assert_msg(strstr(tier_last_error(), idx) &&
+			      strstr(tier_last_error(), file_of(m, c->nth - 1)) &&
+			      strstr(tier_last_error(), c->needle),
+			      "%s: the detail should name %s (%s) and say '%s': %s", c->name,
+			      file_of(m, c->nth - 1), idx, c->needle, tier_last_error());
+		tier_nvme_get_stats(t, &after);
+		ck_assert_uint_eq(after.free, before.free);
+		ob = make_obj(t, "obj", size);
+	} else if (c->count == 1 && c->err == -ENOSPC) {
+		/* The file took just the extent, not the 64 MiB step. */
+		disk_of(m, c->nth - 1, &sz);
+		ck_assert_uint_eq(sz, align_of(64 * KiB) + 64 * KiB);
+	}
+	fill_rand(a, size, &seed);
+	xwrite(t, ob, 0, size, a);
+	check_range(t, ob, a, 0, size);
+	free(a);
+	close_tier(t);
+	ck_assert_int_eq(files_left(), 0);
 	tier_manifest_free(m);
 }
 END_TEST
@@ -2859,6 +2975,7 @@ static Suite *nvme_suite(void)
 	tcase_add_test(tc, test_delay);
 	tcase_add_loop_test(tc, test_submit_fails, 0, (int)ARRAY_SIZE(submit_cases));
 	tcase_add_loop_test(tc, test_open_faults, 0, (int)ARRAY_SIZE(open_fault_cases));
+	tcase_add_loop_test(tc, test_grow_faults, 0, (int)ARRAY_SIZE(grow_cases));
 	tcase_add_test(tc, test_mkdir_fault);
 	tcase_add_loop_test(tc, test_register_refused, 0, 2);
 	tcase_add_test(tc, test_alloc_fail_nth);

@@ -134,11 +134,32 @@ static void fill_header(struct tier_nvme *t, struct nvme_path *p, struct ts_nvme
 	h->capacity = capacity;
 	h->checksum = t->csum ? 1 : 0;
 	h->flags = clean ? TIER_NVME_HDR_CLEAN : 0;
+	if ((t->flags & TIER_NVME_SCRATCH) && p->created)
+		h->flags |= TIER_NVME_HDR_SCRATCH;
+	h->owner_pid = (uint32_t)getpid();
 	if (!p->created_ns)
 		p->created_ns = ts_wall_ns();
 	h->created_ns = p->created_ns;
 	h->closed_ns = clean ? ts_wall_ns() : 0;
 	nvme_header_seal(h);
+}
+
+int nvme_file_header_write(struct tier_nvme *t, struct nvme_path *p, bool clean)
+{
+	struct ts_nvme_header *h = NULL;
+	int rc;
+
+	if (posix_memalign((void **)&h, 4096, sizeof(*h)) != 0)
+		return ts_err(-ENOMEM, "nvme: out of memory");
+	fill_header(t, p, h, p->capacity, clean);
+	rc = header_io(p, h, true);
+	free(h);
+	return rc;
+}
+
+int nvme_file_header_read(struct nvme_path *p, struct ts_nvme_header *h)
+{
+	return header_io(p, h, false);
 }
 
 /* --------------------------------------------------------- open, close */
@@ -164,20 +185,19 @@ static int mkdir_p(const char *dir)
 	return 0;
 }
 
-/* Opens (creating if need be) and preallocates one backing file. */
+/* Opens one backing file (tiers/nvme_file.c), after its directory if it
+ * may create that, and checks the device's block size. */
 static int path_open(struct tier_nvme *t, struct nvme_path *p, const struct tiers_path_cfg *pc)
 {
-	struct ts_nvme_header *h = NULL;
-	uint64_t size;
-	struct stat st;
-	bool existed;
 	int rc, lbs;
 
 	p->index = (int)(pc - t->cfg->paths);
 	p->direct = pc->direct;
 	p->block = pc->block_size;
 	p->qd = pc->queue_depth;
+	p->capacity = pc->capacity;
 	p->fd = -1;
+	p->dfd = -1;
 	p->file = ts_strdup(pc->file);
 	if (!p->file)
 		return ts_err(-ENOMEM, "nvme: out of memory");
@@ -197,75 +217,31 @@ static int path_open(struct tier_nvme *t, struct nvme_path *p, const struct tier
 	rc = ts_fault_check(TIER_FAULT_NVME_OPEN);
 	if (rc)
 		return ts_err(rc, "nvme%d (%s): open: %s", p->index, p->file, tier_strerror(rc));
-	existed = stat(p->file, &st) == 0;
-	p->created = !existed;
-	p->fd = open(p->file, O_RDWR | O_CREAT | O_CLOEXEC | (p->direct ? O_DIRECT : 0), 0600);
-	if (p->fd < 0) {
-		rc = -errno;
-		if (rc == -EINVAL && p->direct)
-			return ts_err(rc, "nvme%d (%s): the file system refuses O_DIRECT (set direct: false for this path)",
-					p->index, p->file);
-		return ts_err(rc, "nvme%d (%s): open: %s", p->index, p->file, tier_strerror(rc));
-	}
-	lbs = path_lbs(p->fd);
-	if (p->direct && lbs > (int)p->block)
-		return ts_err(-EINVAL, "nvme%d (%s): block_size %u is below the device's logical block size %d",
-				p->index, p->file, p->block, lbs);
 	if (p->block < 4096)
 		p->block = 4096; /* extents and headers are at least 4 KiB aligned */
 	/* The data area and every extent start on an `align` boundary, so a
 	 * stripe unit never straddles the device's larger internal chunks. */
 	p->data_off = nvme_round_up(TIER_NVME_HEADER_SIZE, t->align);
-
-	if (posix_memalign((void **)&h, 4096, sizeof(*h)) != 0)
-		return ts_err(-ENOMEM, "nvme: out of memory");
-	if (existed && st.st_size > 0) {
-		/* Never overwrite a file that is not ours. */
-		rc = header_io(p, h, false);
-		if (rc && rc != -ENOMSG)
-			goto out; /* cannot tell whose it is: leave it alone */
-		if (rc == 0)
-			rc = nvme_header_check(h, p->file);
-		if (rc == -ENOMSG) {
-			rc = ts_err(-EEXIST, "nvme%d (%s): the file exists and is not a tierstore backing file; not overwriting it",
-				      p->index, p->file);
-			goto out;
-		}
-		if (rc == -EPROTO)
-			goto out;
-		/* Ours (or ours but damaged): its contents are a cache of a
-		 * previous run and are reinitialised. */
-		TIER_INFO(TIER_SS_NVME, "nvme%d (%s): reusing an existing backing file", p->index,
-			  p->file);
-	}
-	/* Ours from here on (new, or a backing file being reused). */
-	p->owned = true;
-	if (fchmod(p->fd, 0600) != 0)
-		TIER_WARN(TIER_SS_NVME, "nvme%d (%s): chmod 0600: %s", p->index, p->file,
-			  tier_strerror(errno));
-	size = p->data_off + pc->capacity;
-	rc = ts_fault_check(TIER_FAULT_NVME_FALLOCATE);
-	if (rc == 0 && fallocate(p->fd, 0, 0, (off_t)size) != 0)
-		rc = -errno;
-	if (rc == -EOPNOTSUPP) {
-		TIER_WARN(TIER_SS_NVME, "nvme%d (%s): fallocate not supported; extending the file instead",
-			  p->index, p->file);
-		rc = ftruncate(p->fd, (off_t)size) ? -errno : 0;
-	}
-	if (rc) {
-		ts_err(rc, "nvme%d (%s): preallocating %" PRIu64 " bytes: %s", p->index, p->file,
-			 size, tier_strerror(rc));
-		goto out;
-	}
-	p->capacity = pc->capacity;
-	fill_header(t, p, h, pc->capacity, false);
-	rc = header_io(p, h, true);
+	rc = nvme_file_open(t, p);
 	if (rc)
-		goto out;
-	rc = extents_init(&p->alloc, pc->capacity, t->align);
-out:
-	free(h);
-	return rc;
+		return rc;
+	p->file_end = p->data_off;
+	lbs = path_lbs(p->fd);
+	if (p->direct && lbs > (int)pc->block_size)
+		return ts_err(-EINVAL, "nvme%d (%s): block_size %u is below the device's logical block size %d",
+				p->index, p->file, pc->block_size, lbs);
+	return extents_init(&p->alloc, pc->capacity, t->align);
+}
+
+/* Removes the file this open created, if its name still is that file
+ * (the lock is still held, so no other store has it). */
+static void unlink_own(struct nvme_path *p)
+{
+	struct stat a, b;
+
+	if (fstat(p->fd, &a) == 0 && fstatat(p->dfd, p->base, &b, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+		unlinkat(p->dfd, p->base, 0);
 }
 
 static void drain(struct tier_nvme *t)
@@ -289,25 +265,23 @@ int tier_nvme_close(struct tier_nvme *t)
 
 		nvme_ring_stop(p);
 		if (p->fd >= 0) {
+			bool remove = (t->flags & TIER_NVME_SCRATCH) && p->created;
+
 			/* A clean header only on files that are ours, after an
 			 * open that completed (t->opened), unless about to go. */
-			if (p->owned && t->opened && !((t->flags & TIER_NVME_SCRATCH) && p->created)) {
-				struct ts_nvme_header *h = NULL;
-
-				if (posix_memalign((void **)&h, 4096, sizeof(*h)) == 0) {
-					fill_header(t, p, h, p->capacity, true);
-					if (header_io(p, h, true) && rc == 0)
-						rc = -EIO;
-					free(h);
-				}
+			if (p->owned && t->opened && !remove) {
+				if (nvme_file_header_write(t, p, true) && rc == 0)
+					rc = -EIO;
 				if (fsync(p->fd) != 0 && rc == 0)
 					rc = ts_err(-errno, "nvme%d (%s): fsync: %s", p->index,
 						      p->file, tier_strerror(errno));
 			}
-			close(p->fd);
-			if ((t->flags & TIER_NVME_SCRATCH) && p->created)
-				unlink(p->file);
+			if (remove)
+				unlink_own(p);
+			close(p->fd); /* and so the lock goes */
 		}
+		if (p->dfd >= 0)
+			close(p->dfd);
 		extents_fini(&p->alloc);
 		free(p->file);
 	}
@@ -369,6 +343,7 @@ int nvme_open(const struct tiers_cfg *c, unsigned flags, struct tier_nvme **out)
 	for (unsigned i = 0; i < t->npaths; i++) {
 		t->paths[i].t = t;
 		t->paths[i].fd = -1;
+		t->paths[i].dfd = -1;
 	}
 	for (unsigned i = 0; i < t->npaths; i++) {
 		rc = path_open(t, &t->paths[i], &c->paths[i]);
@@ -463,7 +438,13 @@ int tier_nvme_obj_create(struct tier_nvme *t, const char *name, uint64_t size,
 		if (!bytes)
 			continue;
 		rc = extents_alloc(&t->paths[p].alloc, bytes, &o->ext_off[p]);
-		if (rc) {
+		if (rc == 0) {
+			rc = nvme_file_grow(&t->paths[p], o->ext_off[p] + bytes, name);
+			if (rc) {
+				extents_free(&t->paths[p].alloc, o->ext_off[p], bytes);
+				break;
+			}
+		} else {
 			char a[32], b[32], d[32];
 
 			rc = ts_err(rc == -ENOSPC ? -ENOSPC : rc,

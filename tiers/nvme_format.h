@@ -27,17 +27,20 @@ struct ts_nvme_header {
 	uint64_t data_offset;     /* file offset of the data area */
 	uint64_t capacity;        /* bytes in the data area */
 	uint32_t checksum;        /* 0 none, 1 crc32c per stripe unit */
-	uint32_t flags;           /* 1 = clean close */
+	uint32_t flags;           /* TIER_NVME_HDR_* */
 	uint64_t created_ns;      /* CLOCK_REALTIME at creation */
 	uint64_t closed_ns;       /* CLOCK_REALTIME at the last clean close */
-	uint8_t reserved[TIER_NVME_HEADER_SIZE - 156];
+	uint32_t owner_pid;       /* the process that last wrote the header (0: unknown) */
+	uint32_t reserved0;
+	uint8_t reserved[TIER_NVME_HEADER_SIZE - 164];
 	uint32_t header_crc;      /* crc32c of the bytes before it */
 };
 
 _Static_assert(sizeof(struct ts_nvme_header) == TIER_NVME_HEADER_SIZE,
 	       "the header is one 4 KiB block");
 
-#define TIER_NVME_HDR_CLEAN 1u
+#define TIER_NVME_HDR_CLEAN 1u      /* closed cleanly */
+#define TIER_NVME_HDR_SCRATCH 2u    /* made by a scratch store, which removes it at close */
 
 /* Fills the crc; the header is then ready to write. */
 void nvme_header_seal(struct ts_nvme_header *h);

@@ -20,6 +20,8 @@
 #include "tierstore/tiers.h"
 #include "tiers/extent.h"
 
+struct ts_nvme_header;
+
 #define MAX_FIXED_BUFS 64
 
 struct nvme_req;
@@ -67,6 +69,8 @@ struct nvme_path {
 	struct tier_nvme *t;
 	int index;
 	char *file;
+	const char *base;         /* file's last component, in file */
+	int dfd;                  /* its directory (nvme_file.c opens the file there) */
 	int fd;
 	bool direct;
 	uint32_t block;           /* transfer alignment */
@@ -76,6 +80,8 @@ struct nvme_path {
 	uint64_t capacity;        /* data area bytes, as the header says */
 	uint64_t created_ns;      /* kept across header rewrites */
 	uint64_t data_off;        /* file offset of the data area */
+	uint64_t file_end;        /* file bytes allocated so far (nvme_file_grow) */
+	bool sparse;              /* no fallocate here: the file grows by ftruncate */
 	struct ts_extents alloc;
 	struct io_uring ring;
 	bool ring_ok;
@@ -145,6 +151,32 @@ struct tier_nvme {
 
 /* @v rounded up to a multiple of @a. */
 uint64_t nvme_round_up(uint64_t v, uint64_t a);
+
+/* Writes path @p's header: not clean while open, clean at close. */
+int nvme_file_header_write(struct tier_nvme *t, struct nvme_path *p, bool clean);
+
+/* Reads path @p's header into @h (4 KiB aligned): 0, -ENOMSG (short), -errno. */
+int nvme_file_header_read(struct nvme_path *p, struct ts_nvme_header *h);
+
+/* tiers/nvme_file.c */
+
+/*
+ * Opens (creating it if need be) path @p's backing file by its own name
+ * (p->file, with p->index, p->direct, p->data_off set), takes its lock and
+ * writes a header that is not clean.  An existing file of ours is emptied
+ * down to its header.  0, or -errno with the detail (-EBUSY: another
+ * store holds it; -ELOOP, -EINVAL, -EISDIR: not a regular file; -EEXIST:
+ * not ours).
+ */
+int nvme_file_open(struct tier_nvme *t, struct nvme_path *p);
+
+/*
+ * Makes path @p's file hold data bytes [0, @end): grows it (in large
+ * steps, at most to the capacity) when @end is past what it holds.  0, or
+ * -ENOSPC naming the path, object @obj and what was free, or -errno.
+ * Called with t->lock held.
+ */
+int nvme_file_grow(struct nvme_path *p, uint64_t end, const char *obj);
 
 /* tiers/nvme_ring.c */
 

@@ -18,10 +18,13 @@ extern "C" {
 /* ------------------------------------------------------------ NVMe tier */
 
 /*
- * The NVMe tier: one preallocated backing file per manifest path, each
- * with its own io_uring, and objects striped over them in stripe units.
- * It is the home of every object; docs/nvme.md describes it and
- * docs/nvme-format.md the files.  Thread-safe: any thread may submit.
+ * The NVMe tier: one backing file per manifest path, each with its own
+ * io_uring, and objects striped over them in stripe units.  It is the home
+ * of every object; docs/nvme.md describes it and docs/nvme-format.md the
+ * files.  A backing file grows as objects are placed, up to the path's
+ * capacity, and is held by one store at a time (a second open of it fails
+ * with -EBUSY naming the holder's process).  Thread-safe: any thread may
+ * submit.
  */
 struct tier_nvme;
 struct tier_nvme_obj;
@@ -32,6 +35,44 @@ enum {
 	 * tests); files that existed before are kept. */
 	TIER_NVME_SCRATCH = 1u << 0,
 };
+
+/* What is at a backing file's path (tier_nvme_file_probe). */
+enum tier_nvme_file_state {
+	TIER_NVME_FILE_ABSENT = 0,  /* nothing: an open creates the file */
+	TIER_NVME_FILE_CLEAN,       /* ours, closed cleanly: an open reuses it */
+	TIER_NVME_FILE_IN_USE,      /* ours, held by a running store (holder_pid) */
+	TIER_NVME_FILE_STALE,       /* ours, left by a store that did not close
+				     * cleanly: an open reclaims it */
+};
+
+struct tier_nvme_file_info {
+	enum tier_nvme_file_state state;
+	long holder_pid;          /* IN_USE: the process holding it (-1: not visible
+				   * from here) */
+	long owner_pid;           /* the process that last wrote its header (0: unknown) */
+	bool scratch;             /* made by a scratch store, which removes it at close */
+	char store_name[65];      /* the store that wrote it */
+	uint64_t disk_bytes;      /* bytes it takes on disk */
+	uint64_t created_ns, closed_ns;  /* CLOCK_REALTIME; closed_ns 0 if never */
+};
+
+/*
+ * Looks at the backing file @file without changing or locking it: what
+ * an open would do with it.  0 with *@out filled, or what an open would
+ * refuse it with, and the detail naming @file: -ELOOP (a symbolic link),
+ * -EISDIR or -EINVAL (a directory, device, FIFO, socket), -EEXIST (a file
+ * that is not a tierstore backing file, or empty), -EPROTO (another format
+ * version), or -errno.
+ */
+TIER_API int tier_nvme_file_probe(const char *file, struct tier_nvme_file_info *out);
+
+/*
+ * Removes @file if it is a stale backing file (STALE above), holding its
+ * lock while it does.  0, -EBUSY (a store holds it), -EINVAL (it was
+ * closed cleanly), or a refusal as tier_nvme_file_probe's; the detail
+ * names @file.
+ */
+TIER_API int tier_nvme_file_remove_stale(const char *file);
 
 /*
  * Waits for every submitted request to complete (their callbacks run),
@@ -51,9 +92,11 @@ TIER_API int tier_nvme_register_buffer(struct tier_nvme *t, void *base, size_t l
 
 /*
  * Places an object of @size bytes: its stripe units round-robin over the
- * paths, in one extent per path.  Returns 0, -EEXIST (name taken),
- * -ENOSPC (no extent large enough on some path; the detail says which and
- * how much is free), -EINVAL, -ENOMEM.
+ * paths, in one extent per path, growing the backing files as needed.
+ * Returns 0, -EEXIST (name taken), -ENOSPC (no extent large enough on some
+ * path, or the disk under it is full; the detail names the path and says
+ * how much is free), -EINVAL, -ENOMEM, or the error of growing a file.
+ * A failed placement leaves the tier as it was.
  */
 TIER_API int tier_nvme_obj_create(struct tier_nvme *t, const char *name, uint64_t size,
 				  struct tier_nvme_obj **out);
