@@ -83,7 +83,13 @@ check "syntax error" 2 "$TS" --check "$T/syntax.yaml"
 grep_in "syntax error: position" "$T/err" "^$T/syntax.yaml:2:1: YAML syntax error"
 
 # One file per error class of the manifest: exit 2, FILE:LINE:COL: first.
+# What may not stand at a backing path (--check says what an open would).
 mkdir -p "$T/d"
+: >"$T/d/victim"
+ln -s "$T/d/victim" "$T/d/link"
+ln -s /etc "$T/d/etc-link"
+mkfifo "$T/d/fifo"
+printf 'root:x:0:0::/root:/bin/sh\n' >"$T/d/passwd"
 n=0
 while IFS='|' read -r pos needle body; do
 	n=$((n + 1))
@@ -101,6 +107,10 @@ done <<'CASES'
 2:13|MemAvailable|dram:\n  capacity: 1PiB\n
 6:17|free space|dram:\n  capacity: 512MiB\nnvme:\n  paths:\n    - path: @D@/\n      capacity: 100PiB\n
 5:13|does not exist|dram:\n  capacity: 512MiB\nnvme:\n  paths:\n    - path: @D@/missing/x.dat\n      capacity: 1MiB\n
+5:13|is a symbolic link|dram:\n  capacity: 512MiB\nnvme:\n  paths:\n    - path: @D@/link\n      capacity: 1MiB\n
+5:13|is a symbolic link|dram:\n  capacity: 512MiB\nnvme:\n  paths:\n    - path: @D@/etc-link\n      capacity: 1MiB\n
+5:13|is a FIFO|dram:\n  capacity: 512MiB\nnvme:\n  paths:\n    - path: @D@/fifo\n      capacity: 1MiB\n
+5:13|not a tierstore backing file|dram:\n  capacity: 512MiB\nnvme:\n  paths:\n    - path: @D@/passwd\n      capacity: 1MiB\n
 3:1|YAML syntax error|dram:\n  capacity: [1\n
 3:4|YAML aliases expand|a: &a [x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a, *a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\nc: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b, *b, *b, *b, *b, *b, *b, *b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\n
 CASES
@@ -117,6 +127,39 @@ grep_in "invalid TIER_LOG" "$T/err" "invalid TIER_LOG='loud'"
 
 check "TIER_LOG=debug prints the options table" 0 env TIER_LOG=debug "$TS" --version
 grep_in "TIER_LOG=debug" "$T/err" "TIER_NVME_MAX"
+
+# --remove-stale: a benchmark killed mid-run leaves its scratch backing file;
+# a segment creation that did not finish, its temporary file.
+TB=$(dirname "$TS")/tier-bench
+mkdir -p "$T/stale" "$T/stats2"
+cat >"$T/stale.yaml" <<YAML
+name: killed
+gpu:
+  device: none
+dram:
+  capacity: 256MiB
+nvme:
+  paths:
+    - path: $T/stale/
+      capacity: 1GiB
+YAML
+: >"$T/stats2/.tierstore-2147483646-0.tmp"
+"$TB" io --manifest "$T/stale.yaml" --size 512MiB --mix 0.5 >/dev/null 2>&1 &
+bench=$!
+i=0
+while [ ! -e "$T/stale/tierstore-killed.dat" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
+kill -9 $bench
+wait $bench 2>/dev/null
+if [ -e "$T/stale/tierstore-killed.dat" ]; then
+	check "--remove-stale" 0 env TIER_MANIFEST="$T/stale.yaml" "$TS" --dir "$T/stats2" --remove-stale
+	grep_in "--remove-stale: scratch file" "$T/out" "removed $T/stale/tierstore-killed.dat (backing file of scratch store 'killed', process $bench gone)"
+	grep_in "--remove-stale: tmp file" "$T/out" "removed $T/stats2/.tierstore-2147483646-0.tmp"
+	[ ! -e "$T/stale/tierstore-killed.dat" ] || { echo "FAIL: --remove-stale left the file"; fail=$((fail + 1)); }
+	check "--remove-stale again" 0 env TIER_MANIFEST="$T/stale.yaml" "$TS" --dir "$T/stats2" --remove-stale
+	grep_in "--remove-stale again" "$T/out" "no stale backing files"
+else
+	echo "FAIL: tier-bench io never made its backing file"; fail=$((fail + 1))
+fi
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -270,6 +270,12 @@ int tier_nvme_close(struct tier_nvme *t)
 			/* A clean header only on files that are ours, after an
 			 * open that completed (t->opened), unless about to go. */
 			if (p->owned && t->opened && !remove) {
+				/* A scratch store gives back the space of a file it
+				 * only borrowed. */
+				if ((t->flags & TIER_NVME_SCRATCH) &&
+				    ftruncate(p->fd, (off_t)p->data_off) != 0 && rc == 0)
+					rc = ts_err(-errno, "nvme%d (%s): truncating: %s", p->index,
+						    p->file, tier_strerror(errno));
 				if (nvme_file_header_write(t, p, true) && rc == 0)
 					rc = -EIO;
 				if (fsync(p->fd) != 0 && rc == 0)

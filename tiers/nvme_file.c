@@ -151,7 +151,24 @@ static long lock_holder(const struct stat *st)
  */
 static bool holder_gone(long pid)
 {
-	return pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+	char path[64], buf[256], *paren;
+	FILE *f;
+	size_t n;
+
+	if (pid <= 0)
+		return false;
+	if (kill((pid_t)pid, 0) != 0 && errno == ESRCH)
+		return true;
+	/* Exiting (a zombie until reaped, its io_uring torn down after). */
+	snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+	f = fopen(path, "re");
+	if (!f)
+		return false;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	paren = strrchr(buf, ')');
+	return paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
 }
 
 /*
@@ -342,6 +359,9 @@ static int adopt_header(struct nvme_path *p, const struct stat *st, const char *
 		strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", localtime_r(&s, &tm));
 		TIER_WARN(TIER_SS_NVME, "%s: left by a store that did not close cleanly (process %u, created %s); reclaiming it",
 			  who, h->owner_pid, when);
+		/* A crashed scratch store's file: this open takes it as its own
+		 * (a scratch open removes it at close). */
+		p->created = (h->flags & TIER_NVME_HDR_SCRATCH) != 0;
 	} else if (rc == 0) {
 		TIER_INFO(TIER_SS_NVME, "%s: reusing an existing backing file", who);
 	}

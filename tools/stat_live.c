@@ -724,6 +724,8 @@ int stat_live_run(const struct stat_live_args *a)
 	if (a->remove_stale) {
 		rc = remove_stale(&ss);
 		segs_free(&ss);
+		if (stat_remove_stale_files(dir))
+			rc = EXIT_FAIL;
 		return rc;
 	}
 	if (pid) {

@@ -22,4 +22,13 @@ struct stat_live_args {
 /* Exit status: 0, 1 (operational), 2 (usage). */
 int stat_live_run(const struct stat_live_args *a);
 
+/*
+ * The rest of --remove-stale (stat_stale.c): removes the temporary files of
+ * segment creations that did not finish in @stats_dir, and the stale
+ * backing files of scratch stores in the manifest's NVMe paths; lists the
+ * stale files of named stores.  0, or -1 if something could not be done
+ * (said on stderr).
+ */
+int stat_remove_stale_files(const char *stats_dir);
+
 #endif
