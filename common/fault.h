@@ -50,7 +50,8 @@ extern "C" {
 	X(HBM_ALLOC, 23, "hbm_alloc", "allocating the HBM arena or its streams and threads") \
 	X(HBM_COPY, 24, "hbm_copy", "a host/device copy completing with the armed errno") \
 	X(STORE_IO, 25, "store_io", "a fill or flush between tiers failing before it is issued") \
-	X(STATS_OPEN, 26, "stats_open", "creating or opening a stats segment")
+	X(STATS_OPEN, 26, "stats_open", "creating or opening a stats segment") \
+	X(STATS_ALLOC, 27, "stats_alloc", "allocating a stats segment's bytes")
 
 enum ts_fault_site {
 	TIER_FAULT_NONE = 0,

@@ -93,6 +93,7 @@ struct sample {
 struct live {
 	struct tier_store *store;
 	struct statseg *seg;
+	uint32_t npaths;              /* the path records the segment holds */
 	struct live_feed feed;
 	uint64_t open_ns;             /* CLOCK_MONOTONIC */
 	uint64_t interval_ns;
@@ -186,7 +187,10 @@ static void gather(struct live *l)
 		struct tier_nvme_stats ns;
 
 		tier_nvme_get_stats(nvme, &ns);
-		o->npaths = ns.npaths < TIER_LIVE_MAX_PATHS ? ns.npaths : TIER_LIVE_MAX_PATHS;
+		/* no more than the segment was sized for: what is published
+		 * beyond its payload is not in the file, and npaths must not
+		 * claim it */
+		o->npaths = ns.npaths < l->npaths ? ns.npaths : l->npaths;
 		o->stripe_unit = ns.stripe_unit;
 		for (uint32_t p = 0; p < o->npaths; p++)
 			path_copy(nvme, p, &o->path[p]);
@@ -329,10 +333,10 @@ struct live *live_start(struct tier_store *s, const struct tier_manifest *m)
 	}
 	yaml = manifest_yaml(m);
 	/* the payload up to the last path the manifest has */
+	l->npaths = cfg->npaths < TIER_LIVE_MAX_PATHS ? cfg->npaths : TIER_LIVE_MAX_PATHS;
 	rc = statseg_create(cfg->name, yaml ? yaml : "",
 			    offsetof(struct tier_live_stats, path) +
-				    (cfg->npaths < TIER_LIVE_MAX_PATHS ? cfg->npaths : TIER_LIVE_MAX_PATHS) *
-					    sizeof(struct tier_live_path),
+				    l->npaths * sizeof(struct tier_live_path),
 			    &l->seg);
 	free(yaml);
 	if (rc) {
@@ -355,7 +359,7 @@ struct live *live_start(struct tier_store *s, const struct tier_manifest *m)
 	rc = pthread_create(&l->thread, NULL, live_main, l);
 	if (rc) {
 		rc = ts_err(-rc, "stats publisher for store '%s': pthread_create: %s", cfg->name,
-			      strerror(rc));
+			      tier_strerror(rc));
 		live_stop(l);
 		goto warn;
 	}
@@ -364,9 +368,14 @@ struct live *live_start(struct tier_store *s, const struct tier_manifest *m)
 		  statseg_path(l->seg));
 	return l;
 warn:
+	/* once per process: the next store would fail the same way */
 	if (!atomic_flag_test_and_set(&g_warned))
-		TIER_WARN(TIER_SS_STATS, "%s; the store runs without a stats segment (tier-stat "
-			  "will not see it; TIER_STATS=off silences this)", tier_last_error());
+		TIER_WARN(TIER_SS_STATS, "store '%s': %s; the store runs without a stats segment "
+			  "(tier-stat will not see it; TIER_STATS=off silences this)", cfg->name,
+			  tier_last_error());
+	else
+		TIER_INFO(TIER_SS_STATS, "store '%s': %s; the store runs without a stats segment",
+			  cfg->name, tier_last_error());
 	ts_err_clear();
 	return NULL;
 #else
@@ -515,7 +524,7 @@ int tier_live_remove(struct tier_live *l)
 	if (unlink(path) < 0) {
 		int rc = -errno;
 
-		return ts_err(rc, "%s: unlink: %s", path, strerror(-rc));
+		return ts_err(rc, "%s: unlink: %s", path, tier_strerror(rc));
 	}
 	return 0;
 }

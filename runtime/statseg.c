@@ -3,10 +3,13 @@
  * the checks a reader makes before trusting a file it did not write.
  *
  * Creation: the file is made under a private name (.tierstore-PID-N.tmp,
- * O_EXCL, mode 0600 whatever the umask), sized, mapped and filled in, and
- * only then linked to its public name tierstore-PID-N.stats (link() fails
- * rather than replace an existing file).  A reader listing the directory
- * therefore never meets a half-written header.  A public name still held
+ * O_EXCL, mode 0600 whatever the umask), allocated for real (never left
+ * sparse: a page of the mapping that the file system cannot back would be
+ * SIGBUS at its first store, in creation or in any later publish), mapped
+ * and filled in, and only then linked to its public name
+ * tierstore-PID-N.stats (link() fails rather than replace an existing
+ * file).  A reader listing the directory therefore never meets a
+ * half-written header.  A public name still held
  * by a stale segment of an earlier process with our pid is skipped (N
  * grows), never removed: stale segments go only when someone asks.
  *
@@ -41,6 +44,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -48,6 +52,7 @@
 #include "common/error.h"
 #include "common/fault.h"
 #include "common/options.h"
+#include "common/units.h"
 #include "runtime/statseg.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -161,6 +166,100 @@ static void fill_header(struct statseg_header *h, const char *name, const char *
 	memcpy((char *)h + h->manifest_offset, manifest, mlen + 1);
 }
 
+/*
+ * Creates the segment's private file in @dir (O_EXCL, mode 0600 whatever
+ * the umask): returns its descriptor, or -errno (no file left); *tmp is
+ * its name, and s->path the public name that goes with it (a name still
+ * held by an earlier process with our pid is skipped).
+ */
+static int open_tmp(struct statseg *s, const char *dir, char **tmp)
+{
+	int fd, rc;
+
+	for (int i = 0;; i++) {
+		unsigned n = atomic_fetch_add_explicit(&g_counter, 1, memory_order_relaxed);
+
+		free(*tmp);
+		free(s->path);
+		s->path = NULL;
+		*tmp = ts_asprintf("%s/.tierstore-%ld-%u.tmp", dir, (long)s->pid, n);
+		s->path = ts_asprintf("%s/tierstore-%ld-%u.stats", dir, (long)s->pid, n);
+		if (!*tmp || !s->path)
+			return ts_err(-ENOMEM, "stats segment in %s: out of memory", dir);
+		if (access(s->path, F_OK) == 0 && i < CREATE_TRIES)
+			continue; /* left by an earlier process with our pid */
+		rc = ts_fault_check(TIER_FAULT_STATS_OPEN);
+		if (rc)
+			return ts_err(rc, "stats segment %s: create: %s", *tmp, tier_strerror(rc));
+		fd = open(*tmp, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600);
+		if (fd >= 0)
+			break;
+		rc = -errno;
+		if (rc != -EEXIST || i >= CREATE_TRIES)
+			return ts_err(rc, "stats segment %s: create: %s", *tmp, tier_strerror(rc));
+	}
+	/* the umask may have cleared bits of 0600, and nothing may add any */
+	if (fchmod(fd, 0600) == 0)
+		return fd;
+	rc = -errno;
+	close(fd);
+	unlink(*tmp);
+	return ts_err(rc, "stats segment %s: chmod 0600: %s", *tmp, tier_strerror(rc));
+}
+
+/* Writes @total bytes of zeros to @fd from offset 0. */
+static int write_zeros(int fd, size_t total)
+{
+	static const char zeros[4096];
+	size_t done = 0;
+
+	while (done < total) {
+		size_t len = total - done < sizeof(zeros) ? total - done : sizeof(zeros);
+		ssize_t n = pwrite(fd, zeros, len, (off_t)done);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			return -EIO;
+		done += (size_t)n;
+	}
+	return 0;
+}
+
+/*
+ * Gives the new file @fd (named @tmp) its @total bytes for real, before it
+ * is mapped: a store through the mapping into a hole that the file system
+ * has no room for is SIGBUS, so a file system too full for the segment
+ * must fail here, with -ENOSPC.  posix_fallocate, retried when a signal
+ * interrupts it; where the file system does not support it, zeros
+ * written.  On failure the file is emptied again (no partial allocation
+ * kept) and the detail names @tmp and says what was free.
+ */
+static int seg_alloc(int fd, const char *tmp, size_t total)
+{
+	struct statvfs vfs;
+	char room[96] = "", a[32], b[32];
+	int rc;
+
+	do {
+		rc = ts_fault_check(TIER_FAULT_STATS_ALLOC);
+		if (rc == 0)
+			rc = -posix_fallocate(fd, 0, (off_t)total);
+	} while (rc == -EINTR);
+	if (rc == -EOPNOTSUPP || rc == -ENOSYS || rc == -EINVAL)
+		rc = write_zeros(fd, total);
+	if (rc == 0)
+		return 0;
+	if (ftruncate(fd, 0) == 0 && rc == -ENOSPC && fstatvfs(fd, &vfs) == 0)
+		snprintf(room, sizeof(room), " (%s free of %s)",
+			 ts_size_fmt((uint64_t)vfs.f_bavail * vfs.f_frsize, a, sizeof(a)),
+			 ts_size_fmt((uint64_t)vfs.f_blocks * vfs.f_frsize, b, sizeof(b)));
+	return ts_err(rc, "stats segment %s: allocating %zu bytes: %s%s", tmp, total,
+		      tier_strerror(rc), room);
+}
+
 int statseg_create(const char *name, const char *manifest_text, size_t payload_size,
 		   struct statseg **out)
 {
@@ -194,45 +293,18 @@ int statseg_create(const char *name, const char *manifest_text, size_t payload_s
 	s->size = total;
 	s->payload_size = payload_size;
 	s->map = MAP_FAILED;
-	for (int i = 0;; i++) {
-		unsigned n = atomic_fetch_add_explicit(&g_counter, 1, memory_order_relaxed);
-
-		free(tmp);
-		free(s->path);
-		s->path = NULL;
-		tmp = ts_asprintf("%s/.tierstore-%ld-%u.tmp", dir, (long)s->pid, n);
-		s->path = ts_asprintf("%s/tierstore-%ld-%u.stats", dir, (long)s->pid, n);
-		if (!tmp || !s->path) {
-			rc = ts_err(-ENOMEM, "stats segment in %s: out of memory", dir);
-			goto fail;
-		}
-		if (access(s->path, F_OK) == 0 && i < CREATE_TRIES)
-			continue; /* left by an earlier process with our pid */
-		rc = ts_fault_check(TIER_FAULT_STATS_OPEN);
-		if (rc) {
-			rc = ts_err(rc, "stats segment %s: create: %s", tmp, strerror(-rc));
-			goto fail;
-		}
-		fd = open(tmp, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600);
-		if (fd >= 0)
-			break;
-		rc = -errno;
-		if (rc != -EEXIST || i >= CREATE_TRIES) {
-			rc = ts_err(rc, "stats segment %s: create: %s", tmp, strerror(-rc));
-			goto fail;
-		}
+	fd = open_tmp(s, dir, &tmp);
+	if (fd < 0) {
+		rc = fd;
+		goto fail;
 	}
-	/* the umask may have cleared bits of 0600, and nothing may add any */
-	if (fchmod(fd, 0600) < 0 || ftruncate(fd, (off_t)total) < 0) {
-		rc = -errno;
-		ts_err(rc, "stats segment %s: sizing to %zu bytes: %s", tmp, total,
-			 strerror(-rc));
+	rc = seg_alloc(fd, tmp, total);
+	if (rc)
 		goto fail_unlink;
-	}
 	s->map = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (s->map == MAP_FAILED) {
 		rc = -errno;
-		ts_err(rc, "stats segment %s: mmap of %zu bytes: %s", tmp, total, strerror(-rc));
+		ts_err(rc, "stats segment %s: mmap of %zu bytes: %s", tmp, total, tier_strerror(rc));
 		goto fail_unlink;
 	}
 	close(fd);
@@ -243,7 +315,7 @@ int statseg_create(const char *name, const char *manifest_text, size_t payload_s
 	atomic_init(s->seq, 0);
 	if (link(tmp, s->path) < 0) {
 		rc = -errno;
-		ts_err(rc, "stats segment %s: link to %s: %s", tmp, s->path, strerror(-rc));
+		ts_err(rc, "stats segment %s: link to %s: %s", tmp, s->path, tier_strerror(rc));
 		goto fail_unlink;
 	}
 	unlink(tmp);
@@ -351,17 +423,17 @@ int statseg_open(const char *path, struct statseg_view **out)
 
 	rc = ts_fault_check(TIER_FAULT_STATS_OPEN);
 	if (rc)
-		return ts_err(rc, "stats segment %s: open: %s", path, strerror(-rc));
+		return ts_err(rc, "stats segment %s: open: %s", path, tier_strerror(rc));
 	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 	if (fd < 0) {
 		rc = -errno;
 		if (rc == -ELOOP)
 			return ts_err(-EACCES, "stats segment %s: a symbolic link", path);
-		return ts_err(rc, "stats segment %s: open: %s", path, strerror(-rc));
+		return ts_err(rc, "stats segment %s: open: %s", path, tier_strerror(rc));
 	}
 	if (fstat(fd, &st) < 0) {
 		rc = -errno;
-		ts_err(rc, "stats segment %s: fstat: %s", path, strerror(-rc));
+		ts_err(rc, "stats segment %s: fstat: %s", path, tier_strerror(rc));
 		goto fail;
 	}
 	if (!S_ISREG(st.st_mode)) {
@@ -388,7 +460,7 @@ int statseg_open(const char *path, struct statseg_view **out)
 	map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
 	if (map == MAP_FAILED) {
 		rc = -errno;
-		ts_err(rc, "stats segment %s: mmap of %zu bytes: %s", path, size, strerror(-rc));
+		ts_err(rc, "stats segment %s: mmap of %zu bytes: %s", path, size, tier_strerror(rc));
 		goto fail;
 	}
 	close(fd);
@@ -544,7 +616,7 @@ int statseg_list(const char *dir, int (*cb)(const char *path, void *arg), void *
 	d = opendir(dir);
 	if (!d) {
 		rc = -errno;
-		return ts_err(rc, "stats directory %s: %s", dir, strerror(-rc));
+		return ts_err(rc, "stats directory %s: %s", dir, tier_strerror(rc));
 	}
 	for (;;) {
 		errno = 0;
@@ -552,7 +624,7 @@ int statseg_list(const char *dir, int (*cb)(const char *path, void *arg), void *
 		if (!e) {
 			if (errno) {
 				rc = -errno;
-				ts_err(rc, "stats directory %s: %s", dir, strerror(-rc));
+				ts_err(rc, "stats directory %s: %s", dir, tier_strerror(rc));
 			}
 			break;
 		}

@@ -12,7 +12,8 @@
  * the writer.  docs/tier-stat.md ("The stats segment") describes the
  * protocol for readers written elsewhere.
  *
- * Internal to the library and its tools; not yet used by the store.
+ * Internal to the library and its tools (runtime/live.c publishes a
+ * store's counters through it).
  * Every int-returning function returns 0 or a negative errno, with the
  * detail message (tier_last_error()) naming the file.
  */
@@ -77,8 +78,11 @@ struct statseg;
  * least 8; all zero until the first publish) and a copy of
  * @manifest_text (NULL: "").  The file is complete before it appears
  * under its public name, so a reader never sees a half-written header.
- * -EINVAL for a bad size, -errno of the file system (the detail names the
- * path), -ENOMEM.
+ * Its every byte is allocated before it is mapped, so neither this call
+ * nor a later publish can fault on a full file system: a file system
+ * without room for it fails the call (-ENOSPC, the detail saying what was
+ * free) and no file is left.  -EINVAL for a bad size, -errno of the file
+ * system (the detail names the path), -ENOMEM.
  */
 int statseg_create(const char *name, const char *manifest_text, size_t payload_size,
 		   struct statseg **out);

@@ -1,7 +1,8 @@
 /*
  * test_live.c - the live view: the latency histogram, a store's
  * stats segment (mode, owner, removal, TIER_STATS=off, a segment that
- * cannot be created), tier-stat's output against the store's own
+ * cannot be created, a stats directory on a full file system),
+ * tier-stat's output against the store's own
  * counters, stale segments, refusals, and consistent snapshots under a
  * publishing store, and payloads of another layout.
  *
@@ -15,6 +16,7 @@
 #include "config.h"
 
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -30,6 +32,7 @@
 
 #include "common/error.h"
 #include "common/fault.h"
+#include "common/log.h"
 #include "common/options.h"
 #include "runtime/statseg.h"
 #include "t_helpers.h"
@@ -162,29 +165,60 @@ struct world {
 	char name[32];
 };
 
-/* A store with DRAM @dram over one NVMe path; @hbm > 0: an emulated HBM
- * tier of that many bytes above it. */
-static void world_open_hbm(struct world *w, const char *name, uint64_t dram, uint64_t hbm,
-			   bool csum)
+/* The store's parameters: @hbm > 0: an emulated HBM tier of that many
+ * bytes. */
+static struct tier_store_params world_params(uint64_t hbm)
 {
-	struct tier_store_params sp = { .size = sizeof(struct tier_store_params), .hbm_backend = hbm ? "host" : "none", .hbm_capacity = hbm,
+	struct tier_store_params sp = { .size = sizeof(struct tier_store_params),
+					.hbm_backend = hbm ? "host" : "none", .hbm_capacity = hbm,
 					.flags = TIER_STORE_SCRATCH };
-	char text[2048];
+
+	return sp;
+}
+
+/* The manifest of a store with DRAM @dram over @npaths NVMe paths (one:
+ * g_dir/nvme/, 64 MiB; several: g_dir/nvme-I/, 16 MiB each). */
+static struct tier_manifest *world_manifest(const char *name, uint64_t dram, bool csum,
+					    unsigned npaths)
+{
+	struct tier_manifest *m;
+	char text[8192];
 	int n, rc;
 
-	memset(w, 0, sizeof(*w));
-	snprintf(w->name, sizeof(w->name), "%s", name);
 	n = snprintf(text, sizeof(text),
 		     "name: %s\n"
 		     "gpu:\n  device: none\n"
 		     "dram:\n  capacity: %llu\n"
 		     "optimizer:\n  shard_size: 64KiB\n  offload_fraction: 1\n"
-		     "nvme:\n  stripe_unit: 64KiB\n  checksum: %s\n  direct: false\n"
-		     "  paths:\n    - path: %s/nvme/\n      capacity: 64MiB\n      create: true\n",
-		     name, U64(dram), csum ? "crc32c" : "none", g_dir);
+		     "nvme:\n  stripe_unit: 64KiB\n  checksum: %s\n  direct: false\n  paths:\n",
+		     name, U64(dram), csum ? "crc32c" : "none");
+	for (unsigned i = 0; i < npaths && n < (int)sizeof(text); i++) {
+		if (npaths == 1)
+			n += snprintf(text + n, sizeof(text) - (size_t)n,
+				      "    - path: %s/nvme/\n      capacity: 64MiB\n"
+				      "      create: true\n", g_dir);
+		else
+			n += snprintf(text + n, sizeof(text) - (size_t)n,
+				      "    - path: %s/nvme-%u/\n      capacity: 16MiB\n"
+				      "      create: true\n", g_dir, i);
+	}
 	ck_assert_int_lt(n, (int)sizeof(text));
-	rc = tier_manifest_parse(text, (size_t)n, "live-test.yaml", 0, &w->man);
+	rc = tier_manifest_parse(text, (size_t)n, "live-test.yaml", 0, &m);
 	ck_assert_msg(rc == 0, "manifest refused: %s\n%s", tier_last_error(), text);
+	return m;
+}
+
+/* A store with DRAM @dram over one NVMe path; @hbm > 0: an emulated HBM
+ * tier of that many bytes above it. */
+static void world_open_hbm(struct world *w, const char *name, uint64_t dram, uint64_t hbm,
+			   bool csum)
+{
+	struct tier_store_params sp = world_params(hbm);
+	int rc;
+
+	memset(w, 0, sizeof(*w));
+	snprintf(w->name, sizeof(w->name), "%s", name);
+	w->man = world_manifest(name, dram, csum, 1);
 	rc = tier_store_open(w->man, &sp, &w->s);
 	ck_assert_msg(rc == 0, "store open: %d: %s", rc, tier_last_error());
 }
@@ -478,8 +512,8 @@ START_TEST(stats_off)
 }
 END_TEST
 
-/* A segment that cannot be created (the fault site, an allocation, a
- * missing directory): the store opens and works without one. */
+/* A segment that cannot be created (the fault sites, a missing
+ * directory): the store opens and works without one. */
 START_TEST(segment_create_fails)
 {
 	struct world w;
@@ -492,6 +526,13 @@ START_TEST(segment_create_fails)
 	do_work(w.s, 2, 64 * KiB);
 	world_close(&w);
 
+	ck_assert_int_eq(ts_fault_arm(TIER_FAULT_STATS_ALLOC, 1, 1, -ENOSPC), 0);
+	world_open(&w, "noroom", 1 * MiB, false);
+	ck_assert_ptr_null(tier_store_stats_path(w.s));
+	ck_assert_uint_eq(ts_fault_fired(TIER_FAULT_STATS_ALLOC), 1);
+	do_work(w.s, 2, 64 * KiB);
+	world_close(&w);
+
 	snprintf(missing, sizeof(missing), "%s/no/such/dir", g_dir);
 	ck_assert_int_eq(setenv("TIER_STATS_DIR", missing, 1), 0);
 	ts_options_reload();
@@ -499,6 +540,164 @@ START_TEST(segment_create_fails)
 	ck_assert_ptr_null(tier_store_stats_path(w.s));
 	do_work(w.s, 2, 64 * KiB);
 	world_close(&w);
+}
+END_TEST
+
+/* ============================================== a full stats directory */
+
+#define PAGE 4096u
+
+struct logcap {
+	pthread_mutex_t lock;
+	int warn;            /* warnings of the stats subsystem that match */
+	int other;           /* any other warning or error */
+	const char *needle;  /* what a matching warning names */
+	char last[1024];
+};
+
+static struct logcap g_log = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static void log_sink(int level, uint32_t ss, const char *line, void *arg)
+{
+	struct logcap *c = arg;
+
+	if (level > TIER_LL_WARN)
+		return;
+	pthread_mutex_lock(&c->lock);
+	if (level == TIER_LL_WARN && ss == TIER_SS_STATS && strstr(line, c->needle) &&
+	    strstr(line, "No space left on device") && strstr(line, "runs without"))
+		c->warn++;
+	else
+		c->other++;
+	snprintf(c->last, sizeof(c->last), "%s", line);
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* The files in @dir other than the filler. */
+static int files_in(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	int n = 0;
+
+	ck_assert_ptr_nonnull(d);
+	while ((e = readdir(d)))
+		n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
+		     strcmp(e->d_name, "filler");
+	closedir(d);
+	return n;
+}
+
+/* The pages of the segment a store of @m makes: one opened in g_dir. */
+static size_t segment_pages(struct tier_manifest *m)
+{
+	struct tier_store_params sp = world_params(0);
+	struct tier_store *s;
+	struct stat st;
+
+	ck_assert_int_eq(tier_store_open(m, &sp, &s), 0);
+	ck_assert_ptr_nonnull(tier_store_stats_path(s));
+	ck_assert_int_eq(stat(tier_store_stats_path(s), &st), 0);
+	ck_assert_int_eq(tier_store_close(s), 0);
+	return ((size_t)st.st_size + PAGE - 1) / PAGE;
+}
+
+/* A store whose segment was made: the publisher has published, in place. */
+static void check_published(struct tier_store *s, const char *mnt, unsigned npaths)
+{
+	struct tier_live_stats *live = calloc(1, sizeof(*live));
+	const char *path = tier_store_stats_path(s);
+	struct tier_live *l;
+	struct stat st;
+
+	ck_assert_ptr_nonnull(live);
+	ck_assert_ptr_nonnull(path);
+	ck_assert_msg(strncmp(path, mnt, strlen(mnt)) == 0, "%s not in %s", path, mnt);
+	ck_assert_int_eq(stat(path, &st), 0);
+	ck_assert_int_ge((long long)st.st_blocks * 512, (long long)st.st_size);
+	ck_assert_int_eq(tier_store_publish_stats(s), 0);
+	ck_assert_int_eq(tier_live_open(path, &l), 0);
+	ck_assert_int_eq(tier_live_read(l, live), 0);
+	ck_assert_uint_eq(live->npaths, npaths);
+	ck_assert_uint_gt(live->publishes, 1);
+	tier_live_close(l);
+	free(live);
+}
+
+static const struct {
+	unsigned npaths;
+	int short_pages; /* pages short of the segment's; -1: none free */
+} full_cases[] = {
+	{ 1, -1 }, { 1, 1 }, { 1, 0 },
+	{ 8, -1 }, { 8, 5 }, { 8, 4 }, { 8, 3 }, { 8, 2 }, { 8, 1 }, { 8, 0 },
+};
+
+/*
+ * The stats directory is a file system with no room, or some room but
+ * less than the segment needs, for a store of one path and of eight (a
+ * segment of several pages, which the store's publisher thread writes
+ * after the store has opened): the store opens and works, without a
+ * segment, and says so in one warning that names the directory and the
+ * reason, however many stores fail; nothing is left there.  With just
+ * enough room, the segment is made and published.  The process never gets
+ * SIGBUS.
+ */
+START_TEST(stats_dir_full)
+{
+	unsigned npaths = full_cases[_i].npaths;
+	int short_pages = full_cases[_i].short_pages;
+	struct tier_store_params sp = world_params(0);
+	struct tier_manifest *m = world_manifest("full", 1 * MiB, false, npaths);
+	struct tier_store *s;
+	char mnt[4200];
+	size_t pages, leave;
+	int rc;
+
+	ck_assert_int_eq(setenv("TIER_STATS_INTERVAL", "10", 1), 0);
+	ts_options_reload();
+	pages = segment_pages(m);
+	leave = short_pages < 0 ? 0 : (pages - (size_t)short_pages) * PAGE;
+	snprintf(mnt, sizeof(mnt), "%s/full", g_dir);
+	ck_assert_int_eq(mkdir(mnt, 0700), 0);
+	rc = t_tmpfs_full(mnt, 256 << 10, leave);
+	if (rc) {
+		fprintf(stderr, "stats_dir_full: cannot mount a tmpfs on %s (%s); skipped\n", mnt,
+			strerror(-rc));
+		tier_manifest_free(m);
+		return;
+	}
+	ck_assert_int_eq(setenv("TIER_STATS_DIR", mnt, 1), 0);
+	ts_options_reload();
+	atomic_store(&ts_log_level_g, TIER_LL_WARN);
+	atomic_store(&ts_log_mask_g, TIER_SS_ALL);
+	g_log.needle = mnt;
+	ts_log_set_sink(log_sink, &g_log);
+
+	for (int round = 0; round < 2; round++) {
+		rc = tier_store_open(m, &sp, &s);
+		ck_assert_msg(rc == 0, "store open: %d: %s", rc, tier_last_error());
+		usleep(50 * 1000); /* the publisher, if any, publishes a few times */
+		if (short_pages == 0)
+			check_published(s, mnt, npaths);
+		else
+			ck_assert_ptr_null(tier_store_stats_path(s));
+		do_work(s, 4, 256 * KiB);
+		if (short_pages != 0)
+			ck_assert_int_eq(tier_store_publish_stats(s), -ENOENT);
+		usleep(50 * 1000); /* the publisher, if any, runs on */
+		ck_assert_int_eq(tier_store_close(s), 0);
+		ck_assert_int_eq(files_in(mnt), 0);
+		ck_assert_uint_eq(t_fs_free(mnt), leave);
+	}
+	ts_log_set_sink(NULL, NULL);
+	ck_assert_msg(g_log.warn == (short_pages != 0) && g_log.other == 0,
+		      "%u paths, %zu of %zu pages free: %d matching warnings, %d other lines; "
+		      "last: %s", npaths, leave / PAGE, pages, g_log.warn, g_log.other, g_log.last);
+	if (g_log.warn)
+		fprintf(stderr, "%u paths, %zu of %zu pages free: %s\n", npaths, leave / PAGE,
+			pages, g_log.last);
+	t_umount(mnt);
+	tier_manifest_free(m);
 }
 END_TEST
 
@@ -793,6 +992,7 @@ static Suite *live_suite(void)
 	tcase_add_test(tc, segment_file);
 	tcase_add_test(tc, stats_off);
 	tcase_add_test(tc, segment_create_fails);
+	tcase_add_loop_test(tc, stats_dir_full, 0, (int)ARRAY_SIZE(full_cases));
 	tcase_add_test(tc, tier_stat_matches_store);
 	tcase_add_test(tc, stale_segment);
 	tcase_add_test(tc, refusals);

@@ -23,7 +23,13 @@
  *  - list: exactly the live segments, in name order, ignoring other
  *    files; the callback's stop value; a missing directory;
  *  - fault sites: stats_open in create and open, every allocation of
- *    create and open failing cleanly (no file left);
+ *    create and open failing cleanly (no file left); stats_alloc's errors
+ *    failing creation cleanly, EINTR retried, a file system without
+ *    posix_fallocate given zeros (and refusing them when full);
+ *  - a full stats directory (a small tmpfs, filled; where this process
+ *    may mount one): creation fails with -ENOSPC, cleanly, never SIGBUS,
+ *    whether no page or all but one is free; a segment that just fits is
+ *    allocated whole and works;
  *  - one writer publishing nonstop while two readers check that every
  *    snapshot is whole and never goes back (the suite runs under TSan).
  */
@@ -771,6 +777,207 @@ START_TEST(fault_alloc)
 }
 END_TEST
 
+/* =================================================== a full stats directory */
+
+#define PAGE 4096u
+#define FS_SIZE (256u << 10)
+
+/* A tmpfs on g_dir/full with @leave bytes free, made the stats directory;
+ * false (the test skips) when this process cannot mount one. */
+static bool full_dir(size_t leave, char *mnt, size_t len)
+{
+	int rc;
+
+	snprintf(mnt, len, "%s/full", g_dir);
+	ck_assert_int_eq(mkdir(mnt, 0700), 0);
+	rc = t_tmpfs_full(mnt, FS_SIZE, leave);
+	if (rc) {
+		fprintf(stderr, "cannot mount a tmpfs on %s (%s): this case skipped\n", mnt,
+			strerror(-rc));
+		return false;
+	}
+	ck_assert_int_eq(setenv("TIER_STATS_DIR", mnt, 1), 0);
+	ts_options_reload();
+	return true;
+}
+
+/* The files in @dir other than the filler. */
+static int count_in(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	int n = 0;
+
+	ck_assert_ptr_nonnull(d);
+	while ((e = readdir(d)))
+		n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
+		     strcmp(e->d_name, "filler");
+	closedir(d);
+	return n;
+}
+
+/*
+ * The segment's bytes, for a payload of @payload bytes and a manifest of
+ * @manifest: the header, sequence and payload (PAYLOAD_OFFSET, 320),
+ * then the manifest and its NUL; in pages, as tmpfs charges them.
+ */
+static size_t seg_pages(size_t payload, size_t manifest)
+{
+	return (320 + payload + manifest + 1 + PAGE - 1) / PAGE;
+}
+
+static const struct {
+	const char *what;
+	size_t payload, manifest; /* bytes */
+	int short_pages;          /* pages short of the segment's; -1: none free */
+} full_cases[] = {
+	{ "full, a one-page segment", 64, 10, -1 },
+	{ "full, a 17-page segment", 64 << 10, 10, -1 },
+	{ "header page free, payload and manifest pages not", 64 << 10, 10, 16 },
+	{ "one page short, the manifest's", 64 << 10, 10, 1 },
+	{ "one page short, manifest of 3 pages", 1024, 3 * PAGE, 1 },
+	{ "exactly enough", 64 << 10, 10, 0 },
+	{ "exactly enough, one page", 64, 10, 0 },
+};
+
+/*
+ * A segment in a full directory: a clean -ENOSPC naming the file and the
+ * reason, no file left (not even the temporary one), never SIGBUS; one
+ * that fits is allocated whole (no hole a later publish would fault on)
+ * and publishes and reads back.
+ */
+START_TEST(create_full_dir)
+{
+	size_t pages = seg_pages(full_cases[_i].payload, full_cases[_i].manifest);
+	int short_pages = full_cases[_i].short_pages;
+	size_t leave = short_pages < 0 ? 0 : (pages - (size_t)short_pages) * PAGE;
+	size_t plen = full_cases[_i].payload;
+	char mnt[4200], *manifest = malloc(full_cases[_i].manifest + 1);
+	uint8_t *in = malloc(plen), *out = malloc(plen);
+	struct statseg_view *v;
+	struct statseg *s = (struct statseg *)1;
+	struct stat st;
+	int rc;
+
+	ck_assert(manifest && in && out);
+	memset(manifest, 'm', full_cases[_i].manifest);
+	manifest[full_cases[_i].manifest] = '\0';
+	if (!full_dir(leave, mnt, sizeof(mnt)))
+		goto out;
+	rc = statseg_create("full", manifest, plen, &s);
+	if (short_pages != 0) {
+		ck_assert_msg(rc == -ENOSPC, "%s: got %d: %s", full_cases[_i].what, rc,
+			      tier_last_error());
+		ck_assert_ptr_null(s);
+		assert_detail(mnt, "No space left on device");
+		ck_assert_int_eq(count_in(mnt), 0);
+		ck_assert_uint_eq(t_fs_free(mnt), leave);
+		goto unmount;
+	}
+	ck_assert_msg(rc == 0, "%s: got %d: %s", full_cases[_i].what, rc, tier_last_error());
+	ck_assert_int_eq(stat(statseg_path(s), &st), 0);
+	ck_assert_msg((size_t)st.st_blocks * 512 >= (size_t)st.st_size,
+		      "%s: %lld bytes, %lld allocated", full_cases[_i].what,
+		      (long long)st.st_size, (long long)st.st_blocks * 512);
+	ck_assert_uint_eq(t_fs_free(mnt), 0);
+	for (size_t i = 0; i < plen; i++)
+		in[i] = (uint8_t)(i * 13 + 1);
+	statseg_publish(s, in);
+	ck_assert_int_eq(statseg_open(statseg_path(s), &v), 0);
+	ck_assert_int_eq(statseg_read(v, out, plen), 0);
+	ck_assert(memcmp(in, out, plen) == 0);
+	ck_assert_str_eq(statseg_view_manifest(v), manifest);
+	statseg_view_close(v);
+	statseg_close(s);
+	ck_assert_int_eq(count_in(mnt), 0);
+unmount:
+	t_umount(mnt);
+out:
+	free(manifest);
+	free(in);
+	free(out);
+}
+END_TEST
+
+static const struct {
+	const char *what;
+	int err;            /* armed on stats_alloc */
+	int64_t count;      /* how many calls fail */
+	int short_pages;    /* in a full tmpfs: pages short; -1: none free; -2: not full */
+	int want;
+} alloc_cases[] = {
+	{ "ENOSPC", -ENOSPC, 1, -2, -ENOSPC },
+	{ "EIO", -EIO, 1, -2, -EIO },
+	{ "EDQUOT", -EDQUOT, 1, -2, -EDQUOT },
+	{ "interrupted once: retried", -EINTR, 1, -2, 0 },
+	{ "interrupted 5 times: retried", -EINTR, 5, -2, 0 },
+	{ "not supported: zeros written", -EOPNOTSUPP, 1, -2, 0 },
+	{ "EINVAL (not supported): zeros written", -EINVAL, 1, -2, 0 },
+	{ "not supported, full file system", -EOPNOTSUPP, 1, -1, -ENOSPC },
+	{ "not supported, one page short", -EOPNOTSUPP, 1, 1, -ENOSPC },
+	{ "not supported, exactly enough", -EOPNOTSUPP, 1, 0, 0 },
+};
+
+/*
+ * The stats_alloc site: its errors fail creation cleanly, EINTR is
+ * retried, and a file system without posix_fallocate gets zeros written,
+ * which a full one refuses just as cleanly.
+ */
+START_TEST(fault_stats_alloc)
+{
+	const size_t plen = 64 << 10, pages = seg_pages(plen, 1);
+	int short_pages = alloc_cases[_i].short_pages;
+	uint64_t *in = malloc(plen), *out = malloc(plen);
+	char mnt[4200];
+	const char *dir = g_dir;
+	struct statseg_view *v;
+	struct statseg *s = (struct statseg *)1;
+	struct stat st;
+	int rc;
+
+	NEED_FAULTS();
+	ck_assert(in && out);
+	if (short_pages >= -1) {
+		if (!full_dir(short_pages < 0 ? 0 : (pages - (size_t)short_pages) * PAGE, mnt,
+			      sizeof(mnt)))
+			goto out;
+		dir = mnt;
+	}
+	ck_assert_int_eq(ts_fault_arm(TIER_FAULT_STATS_ALLOC, 1, alloc_cases[_i].count,
+				      alloc_cases[_i].err), 0);
+	rc = statseg_create("a", "m", plen, &s);
+	ck_assert_msg(rc == alloc_cases[_i].want, "%s: got %d: %s", alloc_cases[_i].what, rc,
+		      tier_last_error());
+	ck_assert_uint_eq(ts_fault_fired(TIER_FAULT_STATS_ALLOC), (uint64_t)alloc_cases[_i].count);
+	if (rc) {
+		ck_assert_ptr_null(s);
+		assert_detail(dir, tier_strerror(rc));
+		assert_detail("allocating", NULL);
+		ck_assert_int_eq(count_in(dir), 0);
+		goto unmount;
+	}
+	ck_assert_int_eq(stat(statseg_path(s), &st), 0);
+	ck_assert_int_eq(st.st_size, 320 + plen + 2);
+	ck_assert_int_ge((long long)st.st_blocks * 512, (long long)st.st_size);
+	for (size_t i = 0; i < plen / 8; i++)
+		in[i] = i * 0x9e3779b97f4a7c15ull;
+	statseg_publish(s, in);
+	ck_assert_int_eq(statseg_open(statseg_path(s), &v), 0);
+	ck_assert_int_eq(statseg_read(v, out, plen), 0);
+	ck_assert(memcmp(in, out, plen) == 0);
+	ck_assert_str_eq(statseg_view_manifest(v), "m");
+	statseg_view_close(v);
+	statseg_close(s);
+	ck_assert_int_eq(count_in(dir), 0);
+unmount:
+	if (dir != g_dir)
+		t_umount(mnt);
+out:
+	free(in);
+	free(out);
+}
+END_TEST
+
 /* ========================================================= concurrent reads */
 
 #define CONC_WORDS 512
@@ -926,6 +1133,13 @@ static Suite *statseg_suite(void)
 	tcase_add_test(tc, list_errors);
 	tcase_add_test(tc, fault_stats_open);
 	tcase_add_test(tc, fault_alloc);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("full");
+	tcase_add_unchecked_fixture(tc, t_case_setup, t_case_teardown);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_loop_test(tc, create_full_dir, 0, (int)ARRAY_SIZE(full_cases));
+	tcase_add_loop_test(tc, fault_stats_alloc, 0, (int)ARRAY_SIZE(alloc_cases));
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("concurrent");

@@ -3,13 +3,17 @@
  */
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
+#include <limits.h>
 #include <math.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -72,6 +76,84 @@ int t_run_suite(Suite *s)
 	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
 
+int t_tmpfs_full(const char *dir, size_t size, size_t leave)
+{
+	static char chunk[64 << 10];
+	char opts[64], *filler;
+	off_t filled = 0;
+	ssize_t n;
+	int fd;
+
+	snprintf(opts, sizeof(opts), "size=%zu,mode=0700", size);
+	if (mount("tmpfs", dir, "tmpfs", MS_NOSUID | MS_NODEV, opts) != 0)
+		return -errno;
+	if (asprintf(&filler, "%s/filler", dir) < 0)
+		abort();
+	fd = open(filler, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
+	ck_assert_msg(fd >= 0, "%s: %s", filler, strerror(errno));
+	memset(chunk, 0x5a, sizeof(chunk));
+	for (size_t len = sizeof(chunk); len >= 512;) {
+		n = write(fd, chunk, len);
+		if (n > 0) {
+			filled += n;
+			continue;
+		}
+		ck_assert_msg(n < 0 && (errno == ENOSPC || errno == EINTR), "%s: %s", filler,
+			      strerror(errno));
+		if (errno == ENOSPC)
+			len /= 2;
+	}
+	ck_assert_msg((off_t)leave <= filled, "%s: %zu bytes to leave, %lld written", dir, leave,
+		      (long long)filled);
+	ck_assert_int_eq(ftruncate(fd, filled - (off_t)leave), 0);
+	close(fd);
+	ck_assert_msg(t_fs_free(dir) == leave, "%s: %llu bytes free, %zu wanted", dir,
+		      t_fs_free(dir), leave);
+	free(filler);
+	return 0;
+}
+
+void t_umount(const char *dir)
+{
+	while (umount2(dir, MNT_DETACH) == 0)
+		;
+}
+
+unsigned long long t_fs_free(const char *path)
+{
+	struct statvfs v;
+
+	ck_assert_int_eq(statvfs(path, &v), 0);
+	return (unsigned long long)v.f_bavail * v.f_frsize;
+}
+
+/* Unmounts every mount point under @base (a test that crashed mid-way). */
+static void umount_under(const char *base)
+{
+	char real[PATH_MAX], mnt[PATH_MAX], line[4096];
+	size_t len;
+	FILE *f;
+	bool again = true;
+
+	if (!realpath(base, real))
+		return;
+	len = strlen(real);
+	while (again) {
+		again = false;
+		f = fopen("/proc/self/mountinfo", "re");
+		if (!f)
+			return;
+		while (fgets(line, sizeof(line), f)) {
+			/* ID PARENT MAJ:MIN ROOT MOUNT-POINT ... */
+			if (sscanf(line, "%*s %*s %*s %*s %4095s", mnt) == 1 &&
+			    strncmp(mnt, real, len) == 0 && mnt[len] == '/' &&
+			    umount2(mnt, MNT_DETACH) == 0)
+				again = true;
+		}
+		fclose(f);
+	}
+}
+
 static char *g_case_base, *g_case_saved_tmpdir;
 
 void t_case_setup(void)
@@ -85,6 +167,7 @@ void t_case_setup(void)
 
 void t_case_teardown(void)
 {
+	umount_under(g_case_base);
 	t_rmtree(g_case_base);
 	free(g_case_base);
 	g_case_base = NULL;

@@ -102,6 +102,21 @@ double t_rel_err(const float *x, const float *ref, size_t n, size_t *worst);
 void t_case_setup(void);
 void t_case_teardown(void);
 
+/*
+ * A full file system for the tests of what happens when one is: mounts a
+ * tmpfs of @size bytes on @dir (which must exist), fills it with the file
+ * @dir/filler until it refuses more (ENOSPC), then frees @leave bytes of
+ * it (a multiple of the page size).  Returns 0, or the -errno of mount()
+ * (-EPERM when not root, or in a container without CAP_SYS_ADMIN): the
+ * caller then skips.  t_umount() unmounts it; t_case_teardown() unmounts
+ * whatever a crashed test left mounted under its base directory.
+ */
+int t_tmpfs_full(const char *dir, size_t size, size_t leave);
+void t_umount(const char *dir);
+
+/* Bytes free in the file system of @path (statvfs f_bavail). */
+unsigned long long t_fs_free(const char *path);
+
 /* Runs a Check suite in the usual way; returns the process exit code. */
 struct Suite;
 int t_run_suite(struct Suite *s);
