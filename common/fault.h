@@ -36,7 +36,7 @@ extern "C" {
 	X(GPU_PROBE, 9, "gpu_probe", "querying the CUDA devices")              \
 	X(MKDIR, 10, "mkdir", "creating a data directory")                     \
 	X(NVME_OPEN, 11, "nvme_open", "opening or creating an NVMe backing file") \
-	X(NVME_FALLOCATE, 12, "nvme_fallocate", "preallocating a backing file") \
+	X(NVME_FALLOCATE, 12, "nvme_fallocate", "growing a backing file (fallocate)") \
 	X(NVME_HEADER, 13, "nvme_header", "writing or reading a backing file's header") \
 	X(NVME_RING, 14, "nvme_ring", "setting up an io_uring")                \
 	X(NVME_REGISTER, 15, "nvme_register", "registering files or buffers with a ring") \
