@@ -6,7 +6,7 @@
  * Covers:
  *  - refused at open and by the manifest's resolution (what tier-stat
  *    --check prints), nothing outside changed: a symlink at the path (to
- *    an empty file, a directory, /dev/null with direct: false), a FIFO, a
+ *    an empty file, a directory, a device with direct: false), a FIFO, a
  *    character device, a directory, an empty file, another program's
  *    file;
  *  - one owner per file: a second open in this process or another gets
@@ -174,7 +174,7 @@ static struct tier_nvme_file_info probe(const char *file)
 enum obstacle {
 	LINK_EMPTY,   /* a symlink to an empty file elsewhere */
 	LINK_DIR,     /* a symlink to a directory */
-	LINK_DEVNULL, /* a symlink to /dev/null */
+	LINK_DEVICE,  /* a symlink to a character device (a private /dev/null: c 1 3, root only) */
 	FIFO,
 	CHARDEV,      /* mknod c 1 3 (root only) */
 	DIRECTORY,
@@ -194,7 +194,7 @@ static const struct refuse_case refuse_cases[] = {
 	{ "symlink to an empty file", LINK_EMPTY, false, -ELOOP, "symbolic link" },
 	{ "symlink to an empty file, directory form", LINK_EMPTY, true, -ELOOP, "symbolic link" },
 	{ "symlink to a directory", LINK_DIR, false, -ELOOP, "symbolic link" },
-	{ "symlink to /dev/null (direct: false)", LINK_DEVNULL, true, -ELOOP, "symbolic link" },
+	{ "symlink to a device (direct: false)", LINK_DEVICE, true, -ELOOP, "symbolic link" },
 	{ "FIFO", FIFO, false, -EINVAL, "a FIFO" },
 	{ "FIFO, directory form", FIFO, true, -EINVAL, "a FIFO" },
 	{ "character device", CHARDEV, true, -EINVAL, "a character device" },
@@ -218,8 +218,10 @@ static bool make_obstacle(enum obstacle k, const char *file, const char *victim)
 	case LINK_DIR:
 		ck_assert_int_eq(mkdir(victim, 0755), 0);
 		return symlink(victim, file) == 0;
-	case LINK_DEVNULL:
-		return symlink("/dev/null", file) == 0;
+	case LINK_DEVICE:
+		/* Not the machine's /dev/null: a regression would chmod it. */
+		return mknod(victim, S_IFCHR | 0666, makedev(1, 3)) == 0 && chmod(victim, 0666) == 0 &&
+		       symlink(victim, file) == 0;
 	case FIFO:
 		return mkfifo(file, 0644) == 0;
 	case CHARDEV:
@@ -271,8 +273,9 @@ static void same_snap(const struct snap *a, const struct snap *b, const char *wh
 
 /*
  * REGRESSION (issue 15, item 6): the open followed a symlink (an empty
- * file it pointed to got tierstore's header; /dev/null was chmodded to
- * 0600 before the open failed), and the manifest's resolution (--check)
+ * file it pointed to got tierstore's header; a device it pointed to was
+ * chmodded to 0600 before the open failed: /dev/null, on the machine this
+ * was found on), and the manifest's resolution (--check)
  * passed symlinks and other programs' files.  Each obstacle is refused by
  * both, naming the file, and nothing changes.
  */
@@ -291,7 +294,8 @@ START_TEST(test_refused)
 	m = manifest_for(path, false);
 	snprintf(file, sizeof(file), "%s", file_of(m));
 	if (!make_obstacle(c->kind, file, victim)) {
-		ck_assert_msg(c->kind == CHARDEV, "%s: making the obstacle: %s", c->name,
+		ck_assert_msg(c->kind == CHARDEV || c->kind == LINK_DEVICE,
+			      "%s: making the obstacle: %s", c->name,
 			      strerror(errno));
 		tier_manifest_free(m);
 		return; /* no mknod here (not root, or a container) */
