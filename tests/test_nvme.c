@@ -21,6 +21,11 @@
  *    against a reference copy;
  *  - concurrency: threads with their own objects and many requests in
  *    flight (callbacks and tickets) through queue_depth 4;
+ *  - requests on one stripe unit at once: threads writing disjoint and
+ *    overlapping parts of one unit (and reading it) through
+ *    tier_nvme_write; tier-bench io's 256 KiB requests at queue depth 4 on
+ *    1 MiB units; one thread's burst of writes and reads over a unit, each
+ *    read seeing exactly the writes submitted before it;
  *  - close drains every request (each callback exactly once);
  *  - invalid requests, a manifest without NVMe paths;
  *  - checksums: a bit flipped on read is caught (-EBADMSG, detail) with
@@ -1671,6 +1676,439 @@ START_TEST(test_submitters_exit)
 }
 END_TEST
 
+/* ------------------------------------- requests on one stripe unit at once */
+
+/*
+ * REGRESSION (issue 15, item 2: `tier-bench io --size 8MiB --bs 256KiB
+ * --qd 4` with checksums failed with a checksum mismatch in stripe unit
+ * 0): a partial write is a read-modify-write of its whole stripe unit,
+ * and two in flight on one unit both read the old unit, patch their own
+ * part and write the unit back, so the later write undid the other's
+ * part, and the unit's crc32c was that of either; a full-unit write went
+ * out beside them in any order.  Requests on one unit now take effect one
+ * after the other, in the order they were submitted (reads together).
+ */
+
+/* Applies write [off, off + len) of @data (in unit coordinates) to @unit. */
+struct unit_write {
+	uint64_t off, len;
+	const unsigned char *data;
+};
+
+/* Whether applying @w[0..n) to @before in some order gives @got (n <= 4). */
+static bool some_order_gives(const unsigned char *before, const struct unit_write *w,
+			     unsigned n, const unsigned char *got, uint64_t unit,
+			     unsigned char *scratch)
+{
+	unsigned perm[4] = { 0, 1, 2, 3 };
+	unsigned c[4] = { 0 }, i = 1;
+
+	ck_assert_uint_le(n, 4);
+	for (;;) {
+		memcpy(scratch, before, unit);
+		for (unsigned k = 0; k < n; k++)
+			memcpy(scratch + w[perm[k]].off, w[perm[k]].data + w[perm[k]].off,
+			       w[perm[k]].len);
+		if (memcmp(scratch, got, unit) == 0)
+			return true;
+		/* the next order (Heap's algorithm) */
+		while (i < n && c[i] >= i) {
+			c[i] = 0;
+			i++;
+		}
+		if (i >= n)
+			return false;
+		{
+			unsigned j = i % 2 ? c[i] : 0, x = perm[j];
+
+			perm[j] = perm[i];
+			perm[i] = x;
+		}
+		c[i]++;
+		i = 1;
+	}
+}
+
+#define RACERS 4
+
+struct race_case {
+	const char *name;
+	int direct;             /* 1: O_DIRECT, -1: buffered */
+	bool overlap;           /* the parts overlap; else they cut the unit up */
+	bool reader;            /* and a thread reads the whole unit meanwhile */
+	int rounds;
+};
+
+static const struct race_case race_cases[] = {
+	{ "disjoint parts, O_DIRECT", 1, false, false, 30 },
+	{ "disjoint parts, buffered", -1, false, false, 30 },
+	{ "overlapping parts, O_DIRECT", 1, true, false, 25 },
+	{ "overlapping parts, buffered", -1, true, false, 25 },
+	{ "disjoint parts and a reader, O_DIRECT", 1, false, true, 20 },
+	{ "overlapping parts and a reader, buffered", -1, true, true, 20 },
+};
+
+#define RU (256 * KiB)
+
+struct race {
+	const struct race_case *c;
+	struct tier_nvme *t;
+	struct tier_nvme_obj *o;
+	uint64_t base;                  /* object offset of the unit */
+	pthread_barrier_t start, done;
+	atomic_uint writing;            /* writers not done with this round */
+	struct unit_write w[RACERS];    /* this round's writes */
+	unsigned char *data[RACERS];    /* their bytes, at their unit offsets */
+	unsigned char *before;          /* the unit before this round */
+	char err[RACERS + 1][600];      /* per writer, and the reader's */
+	unsigned long reads;
+};
+
+struct racer {
+	struct race *r;
+	unsigned id;
+};
+
+static void *racer_main(void *v)
+{
+	struct racer *me = v;
+	struct race *r = me->r;
+
+	for (int round = 0; round < r->c->rounds; round++) {
+		const struct unit_write *w = &r->w[me->id];
+		int rc;
+
+		pthread_barrier_wait(&r->start);
+		rc = tier_nvme_write(r->t, r->o, r->base + w->off, w->len, w->data + w->off);
+		if (rc && !r->err[me->id][0])
+			snprintf(r->err[me->id], sizeof(r->err[0]),
+				 "round %d: writer %u at %llu+%llu: %s: %s", round, me->id,
+				 U64(w->off), U64(w->len), tier_strerror(rc), tier_last_error());
+		atomic_fetch_sub(&r->writing, 1);
+		pthread_barrier_wait(&r->done);
+	}
+	return NULL;
+}
+
+/* The reader's check of one read while the disjoint parts are written:
+ * each part is whole, either as it was before the round or as written. */
+static void race_check_read(struct race *r, const unsigned char *got, int round)
+{
+	char *e = r->err[RACERS];
+
+	if (r->c->overlap || e[0])
+		return;
+	for (unsigned i = 0; i < RACERS; i++) {
+		const struct unit_write *w = &r->w[i];
+
+		if (memcmp(got + w->off, w->data + w->off, w->len) != 0 &&
+		    memcmp(got + w->off, r->before + w->off, w->len) != 0)
+			snprintf(e, sizeof(r->err[0]),
+				 "round %d: a read during the writes has part %u (%llu+%llu) neither old nor new",
+				 round, i, U64(w->off), U64(w->len));
+	}
+}
+
+static void *race_reader_main(void *v)
+{
+	struct race *r = v;
+	unsigned char *got = abuf(RU);
+
+	for (int round = 0; round < r->c->rounds; round++) {
+		pthread_barrier_wait(&r->start);
+		do {
+			int rc = tier_nvme_read(r->t, r->o, r->base, RU, got);
+
+			r->reads++;
+			if (rc && !r->err[RACERS][0])
+				snprintf(r->err[RACERS], sizeof(r->err[0]),
+					 "round %d: a read during the writes: %s: %s", round,
+					 tier_strerror(rc), tier_last_error());
+			else if (!rc)
+				race_check_read(r, got, round);
+		} while (atomic_load(&r->writing) > 0);
+		pthread_barrier_wait(&r->done);
+	}
+	free(got);
+	return NULL;
+}
+
+/* This round's parts: the unit cut in RACERS pieces at random points, or
+ * RACERS random ranges, about one in four of them the whole unit. */
+static void race_plan(struct race *r, uint64_t *s)
+{
+	uint64_t cut[RACERS + 1] = { 0 };
+
+	for (unsigned i = 1; i < RACERS; i++)
+		cut[i] = 1 + rnd(s) % (RU - 1);
+	cut[RACERS] = RU;
+	for (unsigned i = 1; i < RACERS; i++) /* sort */
+		for (unsigned j = i; j > 1 && cut[j] < cut[j - 1]; j--) {
+			uint64_t x = cut[j];
+
+			cut[j] = cut[j - 1];
+			cut[j - 1] = x;
+		}
+	for (unsigned i = 0; i < RACERS; i++) {
+		struct unit_write *w = &r->w[i];
+
+		if (!r->c->overlap) {
+			w->off = cut[i];
+			w->len = cut[i + 1] - cut[i];
+		} else if (rnd(s) % 4 == 0) {
+			w->off = 0;
+			w->len = RU;
+		} else {
+			w->off = rnd(s) % RU;
+			w->len = 1 + rnd(s) % (RU - w->off);
+		}
+		w->data = r->data[i];
+		fill_rand(r->data[i] + w->off, w->len, s);
+	}
+}
+
+/* One round's end: every write succeeded, and the unit is what the
+ * writes give in some order. */
+static void race_check_round(struct race *r, int round, unsigned char *got,
+			     unsigned char *scratch)
+{
+	for (unsigned i = 0; i <= RACERS; i++)
+		ck_assert_msg(r->err[i][0] == '\0', "%s: %s", r->c->name, r->err[i]);
+	memset(got, 0x5a, RU);
+	xread(r->t, r->o, r->base, RU, got);
+	if (!r->c->overlap) {
+		for (unsigned i = 0; i < RACERS; i++)
+			assert_same(got + r->w[i].off, r->data[i] + r->w[i].off, r->w[i].len,
+				    r->c->name);
+	}
+	ck_assert_msg(some_order_gives(r->before, r->w, RACERS, got, RU, scratch),
+		      "%s: round %d: the unit is not what the %d writes give in any order",
+		      r->c->name, round, RACERS);
+	memcpy(r->before, got, RU);
+}
+
+START_TEST(test_unit_writers)
+{
+	const struct race_case *c = &race_cases[_i];
+	struct mopt mo = { .npaths = 1, .unit = RU, .direct = c->direct, .qd = 16 };
+	struct tier_manifest *m = manifest_for(&mo);
+	struct race r = { .c = c, .t = open_tier(m, TIER_NVME_SCRATCH), .base = RU };
+	unsigned char *got = abuf(RU), *scratch = abuf(RU);
+	unsigned nthreads = RACERS + (c->reader ? 1 : 0);
+	struct racer rc[RACERS];
+	pthread_t th[RACERS + 1];
+	struct tier_nvme_stats st;
+	uint64_t seed = 4242 + (uint64_t)_i;
+
+	r.o = make_obj(r.t, "one-unit", 3 * RU);
+	r.before = abuf(RU);
+	xwrite(r.t, r.o, r.base, RU, r.before); /* zeros, with their checksum */
+	pthread_barrier_init(&r.start, NULL, nthreads + 1);
+	pthread_barrier_init(&r.done, NULL, nthreads + 1);
+	for (unsigned i = 0; i < RACERS; i++) {
+		r.data[i] = abuf(RU);
+		rc[i] = (struct racer){ &r, i };
+		ck_assert_int_eq(pthread_create(&th[i], NULL, racer_main, &rc[i]), 0);
+	}
+	if (c->reader)
+		ck_assert_int_eq(pthread_create(&th[RACERS], NULL, race_reader_main, &r), 0);
+	for (int round = 0; round < c->rounds; round++) {
+		race_plan(&r, &seed);
+		atomic_store(&r.writing, RACERS);
+		pthread_barrier_wait(&r.start);
+		pthread_barrier_wait(&r.done);
+		race_check_round(&r, round, got, scratch);
+	}
+	for (unsigned i = 0; i < nthreads; i++)
+		pthread_join(th[i], NULL);
+	if (c->reader)
+		ck_assert_uint_ge(r.reads, (unsigned long)c->rounds);
+	tier_nvme_get_stats(r.t, &st);
+	ck_assert_uint_eq(st.csum_errors, 0);
+	ck_assert_uint_eq(st.errors, 0);
+	close_tier(r.t);
+	for (unsigned i = 0; i < RACERS; i++)
+		free(r.data[i]);
+	pthread_barrier_destroy(&r.start);
+	pthread_barrier_destroy(&r.done);
+	free(r.before);
+	free(got);
+	free(scratch);
+	tier_manifest_free(m);
+}
+END_TEST
+
+/*
+ * tier-bench io's case: an object of 8 MiB written, then read, in requests
+ * of BS bytes with QD in flight, stripe unit 1 MiB and checksums on, so
+ * that the requests in flight share stripe units.  Each pass writes new
+ * bytes; every request must succeed and the bytes read be those written.
+ */
+struct qd_case {
+	const char *name;
+	int direct;
+	uint64_t bs;
+	unsigned qd;
+};
+
+static const struct qd_case qd_cases[] = {
+	{ "bs 256 KiB, qd 4, O_DIRECT", 1, 256 * KiB, 4 },
+	{ "bs 256 KiB, qd 4, buffered", -1, 256 * KiB, 4 },
+	{ "bs 300 KiB + 7, qd 6, O_DIRECT", 1, 300 * KiB + 7, 6 },
+};
+
+/* One pass of @op over [0, size) in requests of c->bs, c->qd in flight. */
+static void qd_pass(struct tier_nvme *t, struct tier_nvme_obj *o, const struct qd_case *c,
+		    enum tier_io_op op, unsigned char *buf, uint64_t size, int pass)
+{
+	struct waiter w;
+
+	waiter_init(&w);
+	for (uint64_t off = 0; off < size; off += c->bs) {
+		int rc;
+
+		pthread_mutex_lock(&w.lock);
+		while (w.outstanding >= (int)c->qd)
+			pthread_cond_wait(&w.cond, &w.lock);
+		pthread_mutex_unlock(&w.lock);
+		rc = waiter_submit(&w, t, o, op, off, min_u64(c->bs, size - off), buf + off);
+		ck_assert_msg(rc == 0, "%s: submit: %s", c->name, tier_last_error());
+	}
+	waiter_wait(&w);
+	ck_assert_msg(w.first_err == 0, "%s: pass %d: %s failed: %s", c->name, pass,
+		      op == TIER_IO_WRITE ? "a write" : "a read", w.detail);
+	waiter_fini(&w);
+}
+
+START_TEST(test_bench_qd)
+{
+	const struct qd_case *c = &qd_cases[_i];
+	const uint64_t size = 8 * MiB;
+	struct mopt mo = { .npaths = 1, .unit = 1 * MiB, .direct = c->direct };
+	struct tier_manifest *m = manifest_for(&mo);
+	struct tier_nvme *t = open_tier(m, TIER_NVME_SCRATCH);
+	struct tier_nvme_obj *o = make_obj(t, "tier-bench-io", size);
+	unsigned char *wb = abuf(size), *rb = abuf(size);
+	struct tier_nvme_stats st;
+	uint64_t seed = 99;
+
+	for (int pass = 0; pass < 2; pass++) {
+		fill_rand(wb, size, &seed);
+		qd_pass(t, o, c, TIER_IO_WRITE, wb, size, pass);
+		memset(rb, 0, size);
+		qd_pass(t, o, c, TIER_IO_READ, rb, size, pass);
+		assert_same(rb, wb, size, c->name);
+	}
+	tier_nvme_get_stats(t, &st);
+	ck_assert_uint_eq(st.csum_errors, 0);
+	close_tier(t);
+	free(wb);
+	free(rb);
+	tier_manifest_free(m);
+}
+END_TEST
+
+/*
+ * One thread submits a burst of writes and reads over three stripe units
+ * without waiting between them: whole units from aligned memory (straight
+ * to the device) and from odd addresses, parts of a unit, requests over
+ * two units, reads of all sizes.  Each byte must end up as the last write
+ * submitted over it left it, and each read must see every write submitted
+ * before it and none after.
+ */
+struct order_case {
+	const char *name;
+	int direct;
+	bool nocsum;
+};
+
+static const struct order_case order_cases[] = {
+	{ "O_DIRECT, crc32c", 1, false },
+	{ "buffered, crc32c", -1, false },
+	{ "O_DIRECT, no checksums", 1, true },
+};
+
+#define OU (64 * KiB)
+#define ORDER_OPS 24
+
+struct order_op {
+	enum tier_io_op op;
+	uint64_t off, len;
+	unsigned char *mem;     /* what buf lies in */
+	unsigned char *buf;
+	unsigned char *want;    /* a read: the object's bytes it must see */
+};
+
+/* A random request over the object of 3 units, mostly within the middle one. */
+static void order_make(struct order_op *p, uint64_t *s, unsigned char *ref)
+{
+	unsigned k = (unsigned)(rnd(s) % 8);
+
+	p->op = k < 5 ? TIER_IO_WRITE : TIER_IO_READ;
+	if (k == 0 || k == 5) {         /* the whole middle unit, aligned */
+		p->off = OU;
+		p->len = OU;
+	} else if (k == 1) {            /* over two units */
+		p->off = OU / 2 + rnd(s) % OU;
+		p->len = OU / 2 + 1 + rnd(s) % OU;
+	} else {                        /* part of the middle unit */
+		p->off = OU + rnd(s) % OU;
+		p->len = 1 + rnd(s) % (2 * OU - p->off);
+	}
+	p->mem = abuf(p->len + 64);
+	p->buf = p->mem + ((k == 0 || k == 5) ? 0 : 1 + rnd(s) % 63);  /* odd addresses */
+	if (p->op == TIER_IO_WRITE) {
+		fill_rand(p->buf, p->len, s);
+		memcpy(ref + p->off, p->buf, p->len);
+	} else {
+		p->want = malloc(p->len);
+		memcpy(p->want, ref + p->off, p->len);
+	}
+}
+
+START_TEST(test_unit_order)
+{
+	const struct order_case *c = &order_cases[_i];
+	struct mopt mo = { .npaths = 2, .unit = OU, .direct = c->direct, .nocsum = c->nocsum,
+			   .qd = 8 };
+	struct tier_manifest *m = manifest_for(&mo);
+	struct tier_nvme *t = open_tier(m, TIER_NVME_SCRATCH);
+	struct tier_nvme_obj *o = make_obj(t, "ordered", 3 * OU);
+	unsigned char *ref = abuf(3 * OU);
+	uint64_t seed = 31337 + (uint64_t)_i;
+
+	xwrite(t, o, 0, 3 * OU, ref);
+	for (int round = 0; round < 20; round++) {
+		struct order_op ops[ORDER_OPS] = { 0 };
+		struct waiter w;
+
+		waiter_init(&w);
+		for (int i = 0; i < ORDER_OPS; i++) {
+			order_make(&ops[i], &seed, ref);
+			ck_assert_int_eq(waiter_submit(&w, t, o, ops[i].op, ops[i].off, ops[i].len,
+						       ops[i].buf), 0);
+		}
+		waiter_wait(&w);
+		ck_assert_msg(w.first_err == 0, "%s: round %d: %s", c->name, round, w.detail);
+		for (int i = 0; i < ORDER_OPS; i++) {
+			char what[160];
+
+			snprintf(what, sizeof(what), "%s: round %d, read %d (%llu+%llu)", c->name,
+				 round, i, U64(ops[i].off), U64(ops[i].len));
+			if (ops[i].op == TIER_IO_READ)
+				assert_same(ops[i].buf, ops[i].want, ops[i].len, what);
+			free(ops[i].want);
+			free(ops[i].mem);
+		}
+		waiter_fini(&w);
+		check_range(t, o, ref, 0, 3 * OU);
+	}
+	close_tier(t);
+	free(ref);
+	tier_manifest_free(m);
+}
+END_TEST
+
 /* ------------------------------------------------------- close drains */
 
 struct slot {
@@ -2953,6 +3391,9 @@ static Suite *nvme_suite(void)
 	tcase_add_loop_test(tc, test_striping, 0, (int)ARRAY_SIZE(stripe_cases));
 	tcase_add_test(tc, test_concurrent);
 	tcase_add_loop_test(tc, test_submitters_exit, 0, 2);
+	tcase_add_loop_test(tc, test_unit_writers, 0, (int)ARRAY_SIZE(race_cases));
+	tcase_add_loop_test(tc, test_bench_qd, 0, (int)ARRAY_SIZE(qd_cases));
+	tcase_add_loop_test(tc, test_unit_order, 0, (int)ARRAY_SIZE(order_cases));
 	tcase_add_test(tc, test_close_drains);
 	tcase_add_loop_test(tc, test_invalid_requests, 0, (int)ARRAY_SIZE(inval_cases));
 	tcase_add_test(tc, test_fixed_buffers);

@@ -300,6 +300,7 @@ int tier_nvme_close(struct tier_nvme *t)
 		free(o->crc_ok);
 		free(o);
 	}
+	nvme_gates_fini(t);
 	pthread_mutex_destroy(&t->lock);
 	pthread_mutex_destroy(&t->drain_lock);
 	pthread_cond_destroy(&t->drained);
@@ -340,6 +341,7 @@ int nvme_open(const struct tiers_cfg *c, unsigned flags, struct tier_nvme **out)
 	pthread_mutex_init(&t->lock, NULL);
 	pthread_mutex_init(&t->drain_lock, NULL);
 	pthread_cond_init(&t->drained, NULL);
+	nvme_gates_init(t);
 	t->paths = ts_calloc(c->npaths, sizeof(*t->paths));
 	if (!t->paths) {
 		rc = ts_err(-ENOMEM, "nvme: out of memory");

@@ -51,6 +51,28 @@ struct subio {
 	int buf_index;            /* fixed buffer index, or -1 */
 	unsigned cancels;         /* -ECANCELED completions resubmitted (nvme_ring.c) */
 	uint64_t t_sub;           /* when its SQE was prepared (live stats) */
+	uint32_t crc;             /* a full-unit write: the unit's crc32c, set when it starts */
+	/* Its unit's order (nvme_req.c, struct nvme_gate). */
+	struct subio *gnext;      /* in its gate's list */
+	bool started;             /* handed to the ring (else waiting in the gate) */
+};
+
+/*
+ * The order of requests on a stripe unit (nvme_req.c).  Every sub-I/O
+ * enters the gate of its (object, unit), one of NVME_GATES chosen by a
+ * hash, when it is built, and leaves it when it is done.  A gate's list
+ * holds its sub-I/Os in the order they entered; one starts when every
+ * sub-I/O of its unit ahead of it is a read and it is a read too, or when
+ * none is ahead.  So the writes of a unit run one at a time in the order
+ * they were submitted, reads run together between them, and a sub-I/O
+ * that shares its unit with nothing in flight starts at once.
+ */
+#define NVME_GATE_BITS 12
+#define NVME_GATES (1u << NVME_GATE_BITS)
+
+struct nvme_gate {
+	pthread_mutex_t lock;
+	struct subio *head, *tail;
 };
 
 struct nvme_req {
@@ -133,6 +155,8 @@ struct tier_nvme {
 	struct tier_nvme_obj *objs;
 	unsigned next_rot;
 	_Atomic bool closing;
+	struct nvme_gate gate[NVME_GATES];
+	bool gates_ok;            /* their locks are initialised */
 	_Atomic long inflight_reqs;  /* until the callback has returned (drain) */
 	_Atomic long active_reqs;    /* until the I/O is done, before the callback */
 	pthread_mutex_t drain_lock;
@@ -200,5 +224,13 @@ const char *nvme_op_name(int op);
 
 /* Ends a request whose last sub-I/O is done: accounts and runs its callback. */
 void nvme_req_finish(struct nvme_req *r);
+
+/* Sets up and tears down the tier's gates (struct nvme_gate). */
+void nvme_gates_init(struct tier_nvme *t);
+void nvme_gates_fini(struct tier_nvme *t);
+
+/* Sub-I/O @s is done (successfully or not): takes it out of its unit's
+ * gate and hands over the sub-I/Os that waited for it.  No lock held. */
+void nvme_gate_leave(struct subio *s);
 
 #endif

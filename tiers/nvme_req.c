@@ -3,7 +3,10 @@
  * one sub-I/O per stripe unit it touches (on path (unit + rot) % P, in
  * slot unit / P of the object's extent there), direct or through a bounce
  * buffer, the checksum of a whole unit written, the sub-I/Os handed to the
- * rings (tiers/nvme_ring.c) in batches; a request's failure, its end and
+ * rings (tiers/nvme_ring.c) in batches; the order of sub-I/Os on a stripe
+ * unit (the gates: a write after everything submitted before it on its
+ * unit, a read after the writes, so that partial writes of one unit never
+ * interleave their read-modify-writes); a request's failure, its end and
  * its callback; and the synchronous wrappers.
  */
 #include "config.h"
@@ -144,24 +147,167 @@ static int make_sub(struct tier_nvme *t, struct nvme_req *r, uint64_t u, uint32_
 			}
 		}
 	}
-	/* A write of the whole unit has its checksum now, before it leaves. */
-	if (s->op == TIER_IO_WRITE && t->csum && s->full_unit) {
-		o->crc[u] = ts_crc32c(0, s->dev_buf, unit_len);
-		o->crc_ok[u] = 1;
-	}
+	/* A write of the whole unit has its checksum now, on the caller's
+	 * thread; it becomes the unit's when the write starts (gate_start). */
+	if (s->op == TIER_IO_WRITE && t->csum && s->full_unit)
+		s->crc = ts_crc32c(0, s->dev_buf, unit_len);
 	*out = s;
 	return 0;
+}
+
+/* ------------------------------------------------ the order on a unit */
+
+void nvme_gates_init(struct tier_nvme *t)
+{
+	for (unsigned i = 0; i < NVME_GATES; i++)
+		pthread_mutex_init(&t->gate[i].lock, NULL);
+	t->gates_ok = true;
+}
+
+void nvme_gates_fini(struct tier_nvme *t)
+{
+	if (!t->gates_ok)
+		return;
+	for (unsigned i = 0; i < NVME_GATES; i++)
+		pthread_mutex_destroy(&t->gate[i].lock);
+	t->gates_ok = false;
+}
+
+static struct nvme_gate *gate_of(struct tier_nvme *t, const struct subio *s)
+{
+	uint64_t h = (uint64_t)((uintptr_t)s->req->obj >> 4) * 0x9e3779b97f4a7c15ull ^
+		     s->unit * 0xc2b2ae3d27d4eb4full;
+
+	return &t->gate[(h * 0x9e3779b97f4a7c15ull) >> (64 - NVME_GATE_BITS)];
+}
+
+static bool same_unit(const struct subio *a, const struct subio *b)
+{
+	return a->unit == b->unit && a->req->obj == b->req->obj;
+}
+
+static bool writes(const struct subio *s)
+{
+	return s->req->op == TIER_IO_WRITE;
+}
+
+/* @s may go to its ring: a full-unit write's checksum becomes the unit's
+ * now, when nothing else is in flight on the unit.  Gate locked. */
+static void gate_start(struct tier_nvme *t, struct subio *s)
+{
+	struct tier_nvme_obj *o = s->req->obj;
+
+	s->started = true;
+	if (s->op == TIER_IO_WRITE && t->csum && s->full_unit) {
+		o->crc[s->unit] = s->crc;
+		o->crc_ok[s->unit] = 1;
+	}
+}
+
+/* Puts @s last in its unit's order; true when it may start at once (it
+ * then has), false when it waits for sub-I/Os ahead of it. */
+static bool gate_enter(struct tier_nvme *t, struct subio *s)
+{
+	struct nvme_gate *g = gate_of(t, s);
+	bool go = true;
+
+	pthread_mutex_lock(&g->lock);
+	for (struct subio *e = g->head; e && go; e = e->gnext)
+		if (same_unit(e, s) && (writes(e) || writes(s)))
+			go = false;
+	s->gnext = NULL;
+	if (g->tail)
+		g->tail->gnext = s;
+	else
+		g->head = s;
+	g->tail = s;
+	if (go)
+		gate_start(t, s);
+	pthread_mutex_unlock(&g->lock);
+	return go;
+}
+
+void nvme_gate_leave(struct subio *s)
+{
+	struct tier_nvme *t = s->req->t;
+	struct nvme_gate *g = gate_of(t, s);
+	struct subio *prev = NULL, *go = NULL, **go_tail = &go;
+	bool ahead = false;
+
+	pthread_mutex_lock(&g->lock);
+	for (struct subio *e = g->head; e != s; e = e->gnext)
+		prev = e;
+	if (prev)
+		prev->gnext = s->gnext;
+	else
+		g->head = s->gnext;
+	if (g->tail == s)
+		g->tail = prev;
+	/* Start the unit's first waiting write, or its reads up to a write. */
+	for (struct subio *e = g->head; e; e = e->gnext) {
+		if (!same_unit(e, s))
+			continue;
+		if (!e->started && (!ahead || !writes(e))) {
+			gate_start(t, e);
+			e->next = NULL;
+			*go_tail = e;
+			go_tail = &e->next;
+		}
+		if (writes(e))
+			break;
+		ahead = true;
+	}
+	pthread_mutex_unlock(&g->lock);
+	while (go) {
+		struct subio *n = go->next;
+
+		nvme_hand_over(go->path, go, go);
+		go = n;
+	}
 }
 
 /* Sub-I/Os per path handed over at once: large requests start on the
  * devices while the checksums of their later units are still computed. */
 #define BATCH 4
 
+/* The sub-I/Os of a request not yet handed over, per path. */
+struct batch {
+	struct subio *head[TIERS_MAX_NVME_PATHS], *tail[TIERS_MAX_NVME_PATHS];
+	unsigned count[TIERS_MAX_NVME_PATHS];
+};
+
+/* Hands over what @b holds for every path. */
+static void batch_flush(struct tier_nvme *t, struct batch *b)
+{
+	for (unsigned i = 0; i < t->npaths; i++) {
+		if (b->head[i])
+			nvme_hand_over(&t->paths[i], b->head[i], b->tail[i]);
+		b->head[i] = b->tail[i] = NULL;
+		b->count[i] = 0;
+	}
+}
+
+/* Adds @s to its path's batch, and hands the batch over when full. */
+static void batch_add(struct tier_nvme *t, struct batch *b, struct subio *s)
+{
+	unsigned p = (unsigned)(s->path - t->paths);
+
+	if (b->tail[p])
+		b->tail[p]->next = s;
+	else
+		b->head[p] = s;
+	b->tail[p] = s;
+	if (++b->count[p] == BATCH) {
+		nvme_hand_over(&t->paths[p], b->head[p], b->tail[p]);
+		b->head[p] = b->tail[p] = NULL;
+		b->count[p] = 0;
+	}
+}
+
 int tier_nvme_submit(struct tier_nvme *t, struct tier_nvme_obj *o, enum tier_io_op op,
 		     uint64_t off, uint64_t len, void *buf, tier_io_cb cb, void *arg)
 {
-	struct subio *head[TIERS_MAX_NVME_PATHS] = { 0 }, *tail[TIERS_MAX_NVME_PATHS] = { 0 };
-	unsigned count[TIERS_MAX_NVME_PATHS] = { 0 };
+	struct batch batch = { 0 };
 	struct nvme_req *r;
 	uint64_t first, last;
 	int rc;
@@ -197,7 +343,6 @@ int tier_nvme_submit(struct tier_nvme *t, struct tier_nvme_obj *o, enum tier_io_
 		uint64_t a = off > ustart ? off : ustart;
 		uint64_t b = off + len < ustart + t->unit ? off + len : ustart + t->unit;
 		struct subio *s;
-		unsigned p;
 
 		rc = make_sub(t, r, u, (uint32_t)(a - ustart), (uint32_t)(b - a),
 			      (char *)buf + (a - off), &s);
@@ -211,28 +356,16 @@ int tier_nvme_submit(struct tier_nvme *t, struct tier_nvme_obj *o, enum tier_io_
 
 			nvme_req_fail(r, rc, "nvme: %s of '%s' at %" PRIu64 ": out of memory",
 				      nvme_op_name(op), o->name, a);
-			for (unsigned i = 0; i < t->npaths; i++)
-				if (head[i])
-					nvme_hand_over(&t->paths[i], head[i], tail[i]);
+			batch_flush(t, &batch);
 			if (atomic_fetch_sub(&r->pending, left) == left)
 				nvme_req_finish(r);
 			return 0;
 		}
-		p = (unsigned)(s->path - t->paths);
-		if (tail[p])
-			tail[p]->next = s;
-		else
-			head[p] = s;
-		tail[p] = s;
-		if (++count[p] == BATCH) {
-			nvme_hand_over(&t->paths[p], head[p], tail[p]);
-			head[p] = tail[p] = NULL;
-			count[p] = 0;
-		}
+		/* One that waits is handed over when those ahead of it are done. */
+		if (gate_enter(t, s))
+			batch_add(t, &batch, s);
 	}
-	for (unsigned i = 0; i < t->npaths; i++)
-		if (head[i])
-			nvme_hand_over(&t->paths[i], head[i], tail[i]);
+	batch_flush(t, &batch);
 	return 0;
 }
 

@@ -12,8 +12,9 @@
  * io_uring_enter.  A thread per ring sleeps in io_uring_wait_cqe (no busy
  * loop), handles each completion - retry on -EAGAIN/-EINTR, resubmit the
  * rest of a short transfer, verify the checksum, finish a
- * read-modify-write - and pumps again.  A request's callback runs when its
- * last sub-I/O is done.
+ * read-modify-write - and pumps again.  A sub-I/O that is done lets the
+ * ones waiting on its stripe unit go (nvme_gate_leave, tiers/nvme_req.c).
+ * A request's callback runs when its last sub-I/O is done.
  */
 #include "config.h"
 
@@ -178,11 +179,13 @@ static void resubmit(struct nvme_path *p, struct subio *s)
 	nvme_hand_over(p, s, s);
 }
 
-/* The last step of a sub-I/O: account, maybe finish its request. */
+/* The last step of a sub-I/O: let what waits on its unit go, account,
+ * maybe finish its request. */
 static void sub_done(struct subio *s)
 {
 	struct nvme_req *r = s->req;
 
+	nvme_gate_leave(s);
 	sub_free(s);
 	if (atomic_fetch_sub(&r->pending, 1) == 1)
 		nvme_req_finish(r);

@@ -122,13 +122,36 @@ typedef void (*tier_io_cb)(void *arg, int result, const char *detail);
  * Submits a read into, or a write from, @buf of bytes [off, off + len) of
  * object @o.  Any offset, length and buffer alignment work: whole stripe
  * units on block-aligned buffers go straight to the device, the rest
- * through a bounce buffer.  With checksums on, a write computes each
- * stripe unit's crc32c and a read verifies it (-EBADMSG on a mismatch).
- * Requests on one object must not overlap a stripe unit that a write in
- * flight covers.  Returns 0 when queued: @cb will be called exactly once
- * (with -ENOMEM too, if memory for a later part ran out).  Or returns
- * -EINVAL (range outside the object), -ESHUTDOWN (closing) or -ENOMEM (no
- * memory for the request itself): then @cb is not called.
+ * through a bounce buffer (a part of a unit written that way is a
+ * read-modify-write of the whole unit).  With checksums on, a write
+ * computes each stripe unit's crc32c and a read verifies it (-EBADMSG on
+ * a mismatch).
+ *
+ * Order.  Requests may overlap, in flight together, from any threads.  A
+ * request is one part per stripe unit it touches, and on each unit of an
+ * object the parts take effect one after another in the order they were
+ * submitted: a write's part starts when every part submitted before it on
+ * the unit is done, a read's when every write's part before it is done
+ * (reads of a unit run together).  Request A is submitted before B when
+ * A's tier_nvme_submit returned before B's was called (one thread, or
+ * threads ordered by other means).  Then B takes effect after A on every
+ * unit both touch: where both write, B's bytes replace A's; a read B sees
+ * A's write; a write B changes nothing a read A returns.  So each byte
+ * holds the bytes of the last write submitted over it, and a read returns,
+ * of each unit, exactly the bytes the writes submitted before it left
+ * there (none of a later write's, never a mix), verified against those
+ * writes' checksum: a write in flight causes no -EBADMSG.  Calls that run
+ * at the same time are ordered unit by unit:
+ * each unit ends as if they ran one after another, in an order that may
+ * differ from one unit to the next.  A write that fails leaves each unit
+ * it touched holding its old or its new bytes, or reading as -EBADMSG.
+ * Callbacks run in any order.  Parts on a unit that nothing else has in
+ * flight start at once.
+ *
+ * Returns 0 when queued: @cb will be called exactly once (with -ENOMEM
+ * too, if memory for a later part ran out).  Or returns -EINVAL (range
+ * outside the object), -ESHUTDOWN (closing) or -ENOMEM (no memory for the
+ * request itself): then @cb is not called.
  */
 TIER_API int tier_nvme_submit(struct tier_nvme *t, struct tier_nvme_obj *o,
 			      enum tier_io_op op, uint64_t off, uint64_t len, void *buf,
