@@ -326,7 +326,10 @@ struct tier_step_result {
  * gradient (numel elements of its dtype, host or device), @outs (NULL, or
  * one per parameter with ptr NULL for none) receive the updated parameters
  * in their dtype.  @lr > 0 sets the learning rate from this step on.  The
- * same as tier_optim_begin, a push per parameter, tier_optim_end.
+ * same as tier_optim_begin, a push per parameter, tier_optim_end, with
+ * their errors.  A step that fails part way (an I/O error that outlasted
+ * the NVMe tier's retries) is completed by calling it again with the same
+ * arguments: see tier_optim_end.
  */
 TIER_API int tier_optim_step(struct tier_optim *o, double lr, const struct tier_tensor *grads,
 			     const struct tier_tensor *outs, struct tier_step_result *res);
@@ -343,9 +346,21 @@ TIER_API int tier_optim_step(struct tier_optim *o, double lr, const struct tier_
  * Errors leave the state untouched: push -EINVAL (bad id, dtype or
  * buffer; no step begun), -EALREADY (the parameter was pushed this step);
  * end -ENODATA when a parameter was not pushed (named in the detail): the
- * step is abandoned and nothing is updated.  An error of the tiers in the
- * middle of end (a failed read) returns it; the shards already updated
- * stay updated and are reported in the detail.
+ * step is abandoned and nothing is updated.
+ *
+ * A step that fails part way: an error of the tiers in the middle of end
+ * (a fill that failed after the NVMe tier's retries) is returned, naming
+ * the shard and how many shards are updated.  Step N is then pending: the
+ * shards updated so far keep step N's values, the others step N-1's, the
+ * step count stays N-1 (res->applied false).  To recover, run the same
+ * step again with the same gradients (and output buffers) once the cause
+ * is fixed: it updates only the shards step N did not, with step N's lr,
+ * scale and count, and leaves the state bit for bit as a clean run would.
+ * Until then a step whose gradients differ (by a parameter's sum of
+ * squares) is refused at end with -EINVAL, begin with another lr with
+ * -EINVAL, and tier_optim_add_param with -EBUSY, none changing the state.
+ * An error in the update itself (the kernel) refuses every later step
+ * (restore a checkpoint).  docs/optimizer.md, "A step that fails".
  */
 TIER_API int tier_optim_begin(struct tier_optim *o, double lr);
 TIER_API int tier_optim_push(struct tier_optim *o, uint32_t id, const struct tier_tensor *grad,

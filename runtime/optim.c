@@ -371,17 +371,16 @@ static int shard_init(struct tier_optim *o, struct shard *sh, const float *init)
 	return tier_obj_release(o->s, sh->obj, TIER_DRAM, true);
 }
 
-int tier_optim_add_param(struct tier_optim *o, const char *name, size_t numel, const float *init,
-			 uint32_t *id)
+/* Whether parameter @name of @numel elements may be added now. */
+static int add_check(const struct tier_optim *o, const char *name, size_t numel)
 {
-	uint32_t nsh, first = o ? o->nshards : 0;
-	struct param *pp;
-	int rc = 0;
-
 	if (!o || !name || !*name)
 		return ts_err(-EINVAL, "tier_optim_add_param: no optimizer or no name");
 	if (o->in_step)
 		return ts_err(-EBUSY, "parameter '%s': cannot add a parameter inside a step", name);
+	if (o->pending)
+		return ts_err(-EBUSY, "parameter '%s': cannot add a parameter while step %" PRIu64 ", which failed part way, is pending (complete it first)",
+				name, o->applied + 1);
 	if (!numel)
 		return ts_err(-EINVAL, "parameter '%s': no elements", name);
 	if (strlen(name) > TIERS_NAME_MAX * 4)
@@ -389,7 +388,12 @@ int tier_optim_add_param(struct tier_optim *o, const char *name, size_t numel, c
 				TIERS_NAME_MAX * 4);
 	if (find_param(o, name) >= 0)
 		return ts_err(-EEXIST, "parameter '%s' already exists", name);
-	nsh = (uint32_t)((numel + o->shard_elems - 1) / o->shard_elems);
+	return 0;
+}
+
+/* Room for one more parameter and @nsh more shards. */
+static int add_room(struct tier_optim *o, const char *name, uint32_t nsh)
+{
 	if (o->nparams == o->params_cap) {
 		uint32_t cap = o->params_cap ? 2 * o->params_cap : 16;
 		struct param *np = ts_realloc(o->params, cap * sizeof(*np));
@@ -410,6 +414,21 @@ int tier_optim_add_param(struct tier_optim *o, const char *name, size_t numel, c
 		o->shards = ns;
 		o->shards_cap = cap;
 	}
+	return 0;
+}
+
+int tier_optim_add_param(struct tier_optim *o, const char *name, size_t numel, const float *init,
+			 uint32_t *id)
+{
+	uint32_t nsh, first = o ? o->nshards : 0;
+	struct param *pp;
+	int rc;
+
+	if ((rc = add_check(o, name, numel)))
+		return rc;
+	nsh = (uint32_t)((numel + o->shard_elems - 1) / o->shard_elems);
+	if ((rc = add_room(o, name, nsh)))
+		return rc;
 	pp = &o->params[o->nparams];
 	memset(pp, 0, sizeof(*pp));
 	if (!(pp->name = ts_strdup(name)))

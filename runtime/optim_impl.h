@@ -28,6 +28,7 @@ struct shard {
 	size_t off, n;           /* elements [off, off + n) of the parameter */
 	uint64_t bytes;
 	uint64_t after;          /* this step: bytes of items after it */
+	bool updated;            /* updated by this step, or by the pending one */
 	/* the store's event hook (store lock held) */
 	uint64_t fill_ns[TIER_LEVELS], flush_ns[TIER_LEVELS];
 };
@@ -41,10 +42,12 @@ struct param {
 	struct tier_tensor grad, out;
 	double sumsq;
 	bool nonfinite;
+	double pend_sumsq;       /* the pending step's gradient: its sum of squares */
 };
 
 struct lane {
 	int rc;
+	bool fatal;              /* failed in an update: a shard may be half updated */
 	char err[TIER_ERR_MAX];
 	uint64_t stall_ns, busy_ns, bytes;
 	uint32_t shards;
@@ -75,8 +78,16 @@ struct tier_optim {
 	uint64_t ran;            /* steps that ran to their end: the order's parity */
 	_Atomic uint64_t begun;  /* for the trace */
 	bool synced;             /* the store's schedule matches the next step */
-	int failed;              /* a step failed part way: later steps refused */
+	int failed;              /* an update failed: later steps refused */
 	char failed_msg[TIER_ERR_MAX + 64];
+	/*
+	 * A step that failed part way at a fill is pending (docs/optimizer.md,
+	 * "A step that fails"): the shards it updated are marked, o->ap stays
+	 * its update, and the next step must bring the same gradients (their
+	 * sums of squares are compared) to update the others and complete it.
+	 */
+	bool pending;
+	double pend_norm, pend_scale, pend_clip; /* the step's (kept while pending) */
 
 	/* the step in progress */
 	bool in_step;

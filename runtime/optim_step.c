@@ -121,6 +121,7 @@ static void run_lane(struct tier_optim *o, unsigned lane)
 		if (stall && o->feed)
 			atomic_fetch_add_explicit(&o->feed->prefetch.stall_ns, stall, memory_order_relaxed);
 		if (rc) {
+			/* its state did not come up: nothing of it changed */
 			snprintf(ln->err, sizeof(ln->err), "%s", tier_last_error());
 			ln->rc = rc;
 			la_done(&o->la, it, false);
@@ -140,13 +141,16 @@ static void run_lane(struct tier_optim *o, unsigned lane)
 			snprintf(ln->err, sizeof(ln->err), "'%s': update: %s", tier_obj_name(sh->obj),
 				 tier_last_error());
 			ln->rc = rc;
+			ln->fatal = true;
 			la_done(&o->la, it, false);
 			la_abort(&o->la);
 			break;
 		}
+		sh->updated = true;
 		if ((rc = la_done(&o->la, it, true))) {
 			snprintf(ln->err, sizeof(ln->err), "%s", tier_last_error());
 			ln->rc = rc;
+			ln->fatal = true;
 			la_abort(&o->la);
 			break;
 		}
@@ -205,10 +209,69 @@ static int sync_schedule(struct tier_optim *o)
 	return rc;
 }
 
+/* Room for @n items, lanes and order entries. */
+static int grow_items(struct tier_optim *o, size_t n)
+{
+	struct la_item *items;
+	unsigned char *lanes;
+	uint32_t *order;
+
+	if (n <= o->nitems)
+		return 0;
+	if (!(items = ts_realloc(o->items, n * sizeof(*items))))
+		return ts_err(-ENOMEM, "optimizer: out of memory");
+	o->items = items;
+	if (!(lanes = ts_realloc(o->lanes, n)))
+		return ts_err(-ENOMEM, "optimizer: out of memory");
+	o->lanes = lanes;
+	if (!(order = ts_realloc(o->order, n * sizeof(*order))))
+		return ts_err(-ENOMEM, "optimizer: out of memory");
+	o->order = order;
+	o->nitems = n;
+	return 0;
+}
+
+/*
+ * This step's items, in its order and split: every shard, or when it
+ * completes a pending step, the shards that step did not update.  Returns
+ * their count.
+ */
+static size_t build_items(struct tier_optim *o)
+{
+	size_t n = o->nshards, m = 0;
+	uint64_t after = 0;
+
+	sched_split(n, o->cpu_fraction, o->lanes);
+	sched_order(n, o->ran, o->order);
+	for (size_t i = 0; i < n; i++) {
+		struct shard *sh = o->shards[o->order[i]];
+		struct la_item *it = &o->items[m];
+
+		if (!o->pending)
+			sh->updated = false;
+		else if (sh->updated)
+			continue; /* the pending step updated it */
+		memset(it, 0, sizeof(*it));
+		it->obj = sh->obj;
+		it->lane = o->lanes[sh->index];
+		it->level = it->lane ? TIER_HBM : TIER_DRAM;
+		it->bytes = sh->bytes;
+		it->user = sh;
+		m++;
+	}
+	for (size_t i = m; i-- > 0;) {
+		struct shard *sh = o->items[i].user;
+
+		sh->after = after;
+		after += sh->bytes;
+	}
+	return m;
+}
+
 int tier_optim_begin(struct tier_optim *o, double lr)
 {
-	size_t n;
-	uint64_t after = 0;
+	struct la_watch w = { NULL, NULL };
+	size_t m;
 	int rc;
 
 	if (!o)
@@ -216,49 +279,23 @@ int tier_optim_begin(struct tier_optim *o, double lr)
 	if (o->in_step)
 		return ts_err(-EBUSY, "optimizer: a step is already begun (end it first)");
 	if (o->failed)
-		return ts_err(o->failed, "optimizer: a step failed part way, state is partly updated: %s",
+		return ts_err(o->failed, "optimizer: an update failed part way, state is partly updated: %s",
 				o->failed_msg);
 	if (!o->nparams)
 		return ts_err(-EINVAL, "optimizer: no parameters");
 	if (lr < 0 || !isfinite(lr))
 		return ts_err(-EINVAL, "optimizer: lr %g (> 0 sets it, 0 keeps %g)", lr, o->lr);
-	n = o->nshards;
-	if (n > o->nitems) {
-		struct la_item *items = ts_realloc(o->items, n * sizeof(*items));
-		unsigned char *lanes;
-		uint32_t *order;
-
-		if (!items)
-			return ts_err(-ENOMEM, "optimizer: out of memory");
-		o->items = items;
-		if (!(lanes = ts_realloc(o->lanes, n)))
-			return ts_err(-ENOMEM, "optimizer: out of memory");
-		o->lanes = lanes;
-		if (!(order = ts_realloc(o->order, n * sizeof(*order))))
-			return ts_err(-ENOMEM, "optimizer: out of memory");
-		o->order = order;
-		o->nitems = n;
-	}
+	if (o->pending && lr > 0 && lr != o->ap.lr)
+		return ts_err(-EINVAL, "optimizer: step %" PRIu64 " failed part way; this step completes it and takes its lr, %g, not %g (pass it or 0)",
+				o->applied + 1, o->ap.lr, lr);
+	if ((rc = grow_items(o, o->nshards)))
+		return rc;
 	if (!o->synced && (rc = sync_schedule(o)))
 		return rc;
 	if (lr > 0)
 		o->lr = lr;
 	o->keep = sched_keep_bytes(o->dram_cap, o->lookahead, o->shard_bytes, optim_state_bytes(o));
-	sched_split(n, o->cpu_fraction, o->lanes);
-	sched_order(n, o->ran, o->order);
-	for (size_t i = n; i-- > 0;) {
-		struct shard *sh = o->shards[o->order[i]];
-		struct la_item *it = &o->items[i];
-
-		memset(it, 0, sizeof(*it));
-		it->obj = sh->obj;
-		it->lane = o->lanes[sh->index];
-		it->level = it->lane ? TIER_HBM : TIER_DRAM;
-		it->bytes = sh->bytes;
-		it->user = sh;
-		sh->after = after;
-		after += sh->bytes;
-	}
+	m = build_items(o);
 	for (uint32_t i = 0; i < o->nparams; i++) {
 		o->params[i].pushed = false;
 		o->params[i].sumsq = 0;
@@ -269,16 +306,12 @@ int tier_optim_begin(struct tier_optim *o, double lr)
 	o->t0 = ts_now_ns();
 	atomic_fetch_add(&o->begun, 1);
 	o->in_step = true;
-	{
-		struct la_watch w = { NULL, NULL };
-
-		if (o->feed) {
-			w.bytes = &o->feed->prefetch.ahead_bytes;
-			w.items = &o->feed->prefetch.shards_ahead;
-			atomic_store_explicit(&o->feed->prefetch.active, 1, memory_order_relaxed);
-		}
-		return la_start(&o->la, o->s, o->items, n, o->lookahead, o->hbm_budget, &w);
+	if (o->feed) {
+		w.bytes = &o->feed->prefetch.ahead_bytes;
+		w.items = &o->feed->prefetch.shards_ahead;
+		atomic_store_explicit(&o->feed->prefetch.active, 1, memory_order_relaxed);
 	}
+	return la_start(&o->la, o->s, o->items, m, o->lookahead, o->hbm_budget, &w);
 }
 
 static int check_tensor(const struct tier_optim *o, const struct param *pp, const char *what,
@@ -413,48 +446,37 @@ static void auto_adjust(struct tier_optim *o)
 			  f, rc, rg);
 }
 
-int tier_optim_end(struct tier_optim *o, struct tier_step_result *res)
+/*
+ * Before a step that completes the pending one runs: its gradients must be
+ * the pending step's (each parameter's sum of squares, which is computed
+ * the same way to the bit for the same gradient, equal to the one
+ * recorded).  0, or the step abandoned and -EINVAL naming the first that
+ * differs.
+ */
+static int pending_check(struct tier_optim *o)
 {
-	struct tier_step_result dummy;
-	double total = 0, scale, norm, clip = 1.0;
-	bool nonfinite = false, skip, gpu_items = false;
-	int rc = 0;
+	uint32_t left = 0;
 
-	if (!res)
-		res = &dummy;
-	if (!o)
-		return ts_err(-EINVAL, "tier_optim_end: no optimizer");
-	if (!o->in_step)
-		return ts_err(-EINVAL, "optimizer: end without a step begun");
+	for (size_t i = 0; i < o->nshards; i++)
+		left += !o->shards[i]->updated;
 	for (uint32_t i = 0; i < o->nparams; i++) {
-		if (!o->params[i].pushed) {
-			optim_abandon(o);
-			return ts_err(-ENODATA, "parameter '%s' (id %u): no gradient pushed this step; the step is abandoned and no state changed",
-					o->params[i].name, i);
-		}
-		total += o->params[i].sumsq;
-		nonfinite |= o->params[i].nonfinite;
+		const struct param *pp = &o->params[i];
+
+		if (pp->sumsq == pp->pend_sumsq && !pp->nonfinite)
+			continue;
+		optim_abandon(o); /* before the detail: it clears the last error */
+		return ts_err(-EINVAL, "optimizer: step %" PRIu64 " failed part way (%u of %zu shards not updated) and must be completed before another step: call it again with the same gradients; parameter '%s' has another gradient (sum of squares %.17g, step %" PRIu64 "'s %.17g); the step is abandoned and no state changed",
+				o->applied + 1, left, (size_t)o->nshards, pp->name, pp->sumsq,
+				o->applied + 1, pp->pend_sumsq);
 	}
-	scale = o->p.dynamic_loss_scale ? o->scaler.scale : o->p.loss_scale;
-	norm = sqrt(total) / scale;
-	skip = nonfinite;
-	if (o->p.dynamic_loss_scale)
-		skip = tier_loss_scaler_update(&o->scaler, nonfinite);
-	if (skip || nonfinite) {
-		optim_abandon(o);
-		fill_result(o, res, false, norm, scale, 1.0);
-		trace_span(o->trace, TRACE_STEP, 0, atomic_load(&o->begun), o->t0, ts_now_ns(), 0);
-		TIER_INFO(TIER_SS_OPTIM, "optimizer: step skipped: a gradient holds an inf or nan (loss scale %g, next %g)",
-			  scale, res->next_loss_scale);
-		return 0;
-	}
-	if (o->p.max_grad_norm > 0)
-		clip = tier_clip_coef(norm, o->p.max_grad_norm);
-	o->ap = (struct tier_adam_params){ .size = sizeof(struct tier_adam_params),
-		.lr = o->lr, .beta1 = o->p.beta1, .beta2 = o->p.beta2, .eps = o->p.eps,
-		.weight_decay = o->p.weight_decay, .decoupled = o->p.decoupled,
-		.step = o->applied + 1, .grad_scale = clip / scale,
-	};
+	return 0;
+}
+
+/* Runs both lanes over this step's items and waits for them. */
+static void run_lanes(struct tier_optim *o)
+{
+	bool gpu_items = false;
+
 	for (size_t i = 0; i < o->nshards; i++)
 		gpu_items |= o->lanes[i] != 0;
 	if (gpu_items) {
@@ -472,22 +494,113 @@ int tier_optim_end(struct tier_optim *o, struct tier_step_result *res)
 	}
 	la_finish(&o->la);
 	o->in_step = false;
-	o->applied++;
-	o->ran++;
-	fill_result(o, res, true, norm, scale, clip);
-	trace_span(o->trace, TRACE_STEP, 0, atomic_load(&o->begun), o->t0, ts_now_ns(), 0);
-	for (unsigned l = 0; l < LA_LANES && !rc; l++) {
-		if (o->lane[l].rc) {
-			rc = o->lane[l].rc;
-			o->failed = rc;
-			snprintf(o->failed_msg, sizeof(o->failed_msg), "step %" PRIu64 ", %s lane: %s",
-				 o->applied, l ? "GPU" : "CPU", o->lane[l].err);
-			ts_err(rc, "optimizer: %s (the shards before it are updated, the rest are not)",
-				 o->failed_msg);
-		}
+}
+
+/*
+ * After the lanes: the step is complete (0), or it failed part way.  A
+ * fill that failed leaves it pending (its shards updated so far marked, the
+ * step count and the order where they were); a failed update, which may
+ * have left a shard half updated, refuses later steps.
+ */
+static int step_outcome(struct tier_optim *o, struct tier_step_result *res)
+{
+	bool retry = o->pending;
+	uint32_t done = 0;
+	unsigned l;
+
+	for (l = 0; l < LA_LANES && !o->lane[l].rc; l++)
+		;
+	if (l == LA_LANES) {
+		o->applied++;
+		o->ran++;
+		o->pending = false;
+		if (retry)
+			o->synced = false; /* the store's schedule cursor saw part of a step */
+		fill_result(o, res, true, o->pend_norm, o->pend_scale, o->pend_clip);
+		trace_span(o->trace, TRACE_STEP, 0, atomic_load(&o->begun), o->t0, ts_now_ns(), 0);
+		if (!retry)
+			auto_adjust(o);
+		return 0;
 	}
-	if (!rc)
-		auto_adjust(o);
+	fill_result(o, res, false, o->pend_norm, o->pend_scale, o->pend_clip);
+	trace_span(o->trace, TRACE_STEP, 0, atomic_load(&o->begun), o->t0, ts_now_ns(), 0);
+	o->synced = false;
+	for (size_t i = 0; i < o->nshards; i++)
+		done += o->shards[i]->updated;
+	if (o->lane[0].fatal || o->lane[1].fatal) {
+		l = o->lane[0].fatal ? 0 : 1;
+		o->failed = o->lane[l].rc;
+		snprintf(o->failed_msg, sizeof(o->failed_msg), "step %" PRIu64 ", %s lane: %s",
+			 o->applied + 1, l ? "GPU" : "CPU", o->lane[l].err);
+		return ts_err(o->failed, "optimizer: %s (%u of %zu shards are updated, the rest are not; later steps are refused: restore a checkpoint)",
+				o->failed_msg, done, (size_t)o->nshards);
+	}
+	o->pending = true;
+	return ts_err(o->lane[l].rc, "optimizer: step %" PRIu64 ", %s lane: %s (%u of %zu shards are updated, the rest are not: call the step again with the same gradients to complete it)",
+			o->applied + 1, l ? "GPU" : "CPU", o->lane[l].err, done, (size_t)o->nshards);
+}
+
+/* The step's decisions from its gradients (norm, skip, clip, the update);
+ * true when it is skipped (an inf or nan). */
+static bool step_decide(struct tier_optim *o, double total, bool nonfinite)
+{
+	double scale = o->p.dynamic_loss_scale ? o->scaler.scale : o->p.loss_scale;
+	double norm = sqrt(total) / scale, clip = 1.0;
+	bool skip = nonfinite;
+
+	if (o->p.dynamic_loss_scale)
+		skip = tier_loss_scaler_update(&o->scaler, nonfinite);
+	o->pend_norm = norm;
+	o->pend_scale = scale;
+	if (skip || nonfinite)
+		return true;
+	if (o->p.max_grad_norm > 0)
+		clip = tier_clip_coef(norm, o->p.max_grad_norm);
+	o->pend_clip = clip;
+	o->ap = (struct tier_adam_params){ .size = sizeof(struct tier_adam_params),
+		.lr = o->lr, .beta1 = o->p.beta1, .beta2 = o->p.beta2, .eps = o->p.eps,
+		.weight_decay = o->p.weight_decay, .decoupled = o->p.decoupled,
+		.step = o->applied + 1, .grad_scale = clip / scale,
+	};
+	for (uint32_t i = 0; i < o->nparams; i++)
+		o->params[i].pend_sumsq = o->params[i].sumsq;
+	return false;
+}
+
+int tier_optim_end(struct tier_optim *o, struct tier_step_result *res)
+{
+	struct tier_step_result dummy;
+	double total = 0;
+	bool nonfinite = false;
+	int rc;
+
+	if (!res)
+		res = &dummy;
+	if (!o)
+		return ts_err(-EINVAL, "tier_optim_end: no optimizer");
+	if (!o->in_step)
+		return ts_err(-EINVAL, "optimizer: end without a step begun");
+	for (uint32_t i = 0; i < o->nparams; i++) {
+		if (!o->params[i].pushed) {
+			optim_abandon(o);
+			return ts_err(-ENODATA, "parameter '%s' (id %u): no gradient pushed this step; the step is abandoned and no state changed",
+					o->params[i].name, i);
+		}
+		total += o->params[i].sumsq;
+		nonfinite |= o->params[i].nonfinite;
+	}
+	if (o->pending && (rc = pending_check(o)))
+		return rc;
+	if (!o->pending && step_decide(o, total, nonfinite)) {
+		optim_abandon(o);
+		fill_result(o, res, false, o->pend_norm, o->pend_scale, 1.0);
+		trace_span(o->trace, TRACE_STEP, 0, atomic_load(&o->begun), o->t0, ts_now_ns(), 0);
+		TIER_INFO(TIER_SS_OPTIM, "optimizer: step skipped: a gradient holds an inf or nan (loss scale %g, next %g)",
+			  o->pend_scale, res->next_loss_scale);
+		return 0;
+	}
+	run_lanes(o);
+	rc = step_outcome(o, res);
 	{
 		char detail[TIER_ERR_MAX];
 		int wrc = wb_take_error(o->wb, detail, sizeof(detail));

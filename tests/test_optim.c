@@ -65,12 +65,19 @@
  *    parameter missing at end (-ENODATA naming it, nothing updated, a
  *    following step works and counts from the old step count), end
  *    without begin;
- *  - a tier failing in the middle of a step (tier_failure): one failed
- *    fill (fault site store_io) with the CPU lane alone and with both
- *    lanes, every NVMe operation failing (nvme_io_err): end returns an
- *    error naming a shard (and returns: no lane waits forever for the
- *    other), nothing after the failing shard is updated, later steps are
- *    refused;
+ *  - a tier failing in the middle of a step (tier_failure), with the CPU
+ *    lane alone and with both lanes: a transient -EIO on a shard fill
+ *    (nvme_io_err, once or as often as the NVMe tier retries, in the first
+ *    fill of an emptied store or mid-step) in every step: each completes
+ *    and equals the reference bit for bit; a persistent -EIO (first fill,
+ *    or mid-step with some shards updated) or a failed fill (store_io):
+ *    end returns the error naming a shard and the shards updated (and
+ *    returns: no lane waits forever for the other), the step count stays;
+ *    a step with other gradients, another lr and add_param are refused
+ *    without changing the state; the same step again completes it, and
+ *    the state (master weights, both moments, outputs) equals the
+ *    reference's after it and after the later steps, a dynamic loss scale
+ *    included;
  *  - creation (optim_create): tier_optim_params_init's defaults, the
  *    manifest's moment dtype, offload fraction and shard size taken when
  *    asked; NULL params (the defaults); bad moment dtypes, offload
@@ -630,8 +637,9 @@ static struct tier_tensor out_t(const struct param *q)
 /* How a step is driven. */
 enum drive { D_STEP, D_FORWARD, D_REVERSE, D_SHUFFLE };
 
-/* The optimizer's step: tier_optim_step or begin / push in some order / end. */
-static int opt_step(struct world *w, double lr, enum drive d, uint64_t seed,
+/* The optimizer's step: tier_optim_step or begin / push in some order /
+ * end; its result (begin and the pushes must work). */
+static int try_step(struct world *w, double lr, enum drive d, uint64_t seed,
 		    struct tier_step_result *res)
 {
 	struct tier_tensor g[MAXP], out[MAXP];
@@ -644,11 +652,8 @@ static int opt_step(struct world *w, double lr, enum drive d, uint64_t seed,
 		order[i] = (uint32_t)i;
 	}
 	memset(res, 0xee, sizeof(*res));
-	if (d == D_STEP) {
-		rc = tier_optim_step(w->o, lr, g, w->outs ? out : NULL, res);
-		ck_assert_msg(rc == 0, "step: %d: %s", rc, tier_last_error());
-		return rc;
-	}
+	if (d == D_STEP)
+		return tier_optim_step(w->o, lr, g, w->outs ? out : NULL, res);
 	if (d == D_REVERSE)
 		for (size_t i = 0; i < w->np; i++)
 			order[i] = (uint32_t)(w->np - 1 - i);
@@ -671,8 +676,16 @@ static int opt_step(struct world *w, double lr, enum drive d, uint64_t seed,
 		rc = tier_optim_push(w->o, id, &g[id], w->outs ? &out[id] : NULL);
 		ck_assert_msg(rc == 0, "push %u: %d: %s", id, rc, tier_last_error());
 	}
-	rc = tier_optim_end(w->o, res);
-	ck_assert_msg(rc == 0, "end: %d: %s", rc, tier_last_error());
+	return tier_optim_end(w->o, res);
+}
+
+/* try_step, which must work. */
+static int opt_step(struct world *w, double lr, enum drive d, uint64_t seed,
+		    struct tier_step_result *res)
+{
+	int rc = try_step(w, lr, d, seed, res);
+
+	ck_assert_msg(rc == 0, "step (drive %d): %d: %s", (int)d, rc, tier_last_error());
 	return rc;
 }
 
@@ -1374,96 +1387,217 @@ START_TEST(stream_errors)
 END_TEST
 
 /*
- * A failure of the tiers in the middle of end (docs/optimizer.md): the
- * error comes back naming a shard, the shards before it are updated and
- * the rest are not, and the optimizer refuses further steps (the trainer
- * restores a checkpoint).  The store stays consistent and closes.
+ * The tiers failing in the middle of a step (docs/optimizer.md, "A step
+ * that fails"), over 4 steps of the big set on 2 MiB of DRAM, the fault
+ * armed from step 1 on.  "empty": the store is flushed and everything
+ * evicted first (a filler object the size of DRAM), so the step's first
+ * NVMe operation is the fill of its first shard and the fault's nth is 1;
+ * else the step's nth NVMe operation (mid-step: the shards the last step
+ * left resident are updated first, and later fills fail).
  *
- * "one fill": the store is flushed and everything evicted (a filler object
- * the size of DRAM), so the first fill of the next step, that of its first
- * shard, is the first call of the store_io site, armed to fail once: the
- * lane that owns that shard fails there and the other lane (if any) has
- * every shard it needs.  With the CPU lane alone nothing is updated.
- * "nvme errors": every NVMe operation fails from the step on.
+ *  - transient (the NVMe tier retries it): one -EIO, or as many as it
+ *    retries, in every step from step 1 on: every step completes and
+ *    equals the in-memory reference bit for bit (master weights, both
+ *    moments, outputs, the result);
+ *  - failing (a persistent -EIO, or the store_io site): step 1 fails with
+ *    the error, naming a shard and how many are updated (some, when
+ *    mid-step), applied false and the step count unchanged.  Then, the
+ *    fault lifted: a step with other gradients is refused (-EINVAL, the
+ *    detail says the failed step must be completed), and so are another
+ *    lr and a new parameter (-EBUSY), none changing the state; the same
+ *    step again completes it; the state equals the reference's after that
+ *    step, and after the later steps.
  */
 struct fcase {
 	const char *name;
-	bool one_fill;
+	enum ts_fault_site site;
+	uint64_t nth;           /* 0: "empty", the step's first fill (nth 1) */
+	int64_t count;
+	bool fails;             /* step 1 fails (else every step completes) */
+	bool partial;           /* it fails with some shards updated */
 	double offload;
 	uint64_t hbm;
+	bool dynamic;           /* a dynamic loss scale that grows every step */
+	enum drive drive;
 };
 
+#define FSTEPS 4
+
 static const struct fcase fcases[] = {
-	{ "one-fill-cpu", true, 1.0, 0 },
-	{ "one-fill-split", true, 0.5, 1 * MiB },
-	{ "nvme-errors-split", false, 0.5, 1 * MiB },
+	{ "eio-once-first-fill-cpu", TIER_FAULT_NVME_IO_ERR, 0, 1, false, false, 1.0, 0, false,
+	  D_STEP },
+	{ "eio-retried-out-first-fill-split", TIER_FAULT_NVME_IO_ERR, 0, TIER_NVME_IO_RETRIES,
+	  false, false, 0.5, 1 * MiB, false, D_SHUFFLE },
+	{ "eio-once-mid-step-split", TIER_FAULT_NVME_IO_ERR, 7, 1, false, false, 0.5, 1 * MiB,
+	  true, D_STEP },
+	{ "eio-persistent-first-fill-cpu", TIER_FAULT_NVME_IO_ERR, 0, TIER_FAULT_PERSISTENT, true,
+	  false, 1.0, 0, false, D_STEP },
+	{ "eio-persistent-mid-step-cpu-dynamic", TIER_FAULT_NVME_IO_ERR, 10, TIER_FAULT_PERSISTENT,
+	  true, true, 1.0, 0, true, D_STEP },
+	{ "eio-persistent-mid-step-split", TIER_FAULT_NVME_IO_ERR, 10, TIER_FAULT_PERSISTENT, true,
+	  true, 0.5, 1 * MiB, false, D_REVERSE },
+	{ "store-io-first-fill-cpu", TIER_FAULT_STORE_IO, 0, 1, true, false, 1.0, 0, false, D_STEP },
+	{ "store-io-first-fill-split", TIER_FAULT_STORE_IO, 0, 1, true, false, 0.5, 1 * MiB, false,
+	  D_SHUFFLE },
 };
+
+static void fworld_open(struct world *w, const struct fcase *c)
+{
+	struct scfg sc = { .dram = 2 * MiB, .hbm = c->hbm };
+	struct tier_optim_params hp;
+
+	world_open(w, c->name, &sc);
+	hp_base(&hp);
+	hp.offload_fraction = c->offload;
+	if (c->dynamic) {
+		hp.loss_scale = 1024;
+		hp.dynamic_loss_scale = true;
+		hp.growth_interval = 1;
+	}
+	world_create(w, &hp);
+	w->outs = true;
+	for (size_t i = 0; i < ARRAY_SIZE(big_set); i++)
+		world_add(w, big_set[i].name, big_set[i].n, big_set[i].zeros, TIER_FP32,
+			  turn_dt[i % 3], 70 + i);
+}
+
+/* Arms the case's fault for the next step ("empty": the store emptied first). */
+static void arm_fault(struct world *w, const struct fcase *c)
+{
+	if (c->nth == 0) {
+		struct tier_obj *f;
+		void *ptr;
+
+		ck_assert_int_eq(tier_store_flush(w->s), 0);
+		ck_assert_int_eq(tier_obj_create(w->s, "filler", w->sc.dram, &f), 0);
+		ck_assert_int_eq(tier_obj_acquire(w->s, f, TIER_DRAM,
+						  TIER_ACQUIRE_WRITE | TIER_ACQUIRE_DISCARD, &ptr),
+				 0);
+		ck_assert_int_eq(tier_obj_release(w->s, f, TIER_DRAM, false), 0);
+		ck_assert_int_eq(tier_obj_destroy(w->s, f), 0);
+	}
+	ck_assert_int_eq(ts_fault_arm(c->site, c->nth ? c->nth : 1, c->count, -EIO), 0);
+}
+
+/* FNV-1a over every parameter's state read back. */
+static uint64_t state_hash(struct world *w)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+	size_t ms = tier_dtype_size((enum tier_dtype)w->md);
+
+	for (size_t i = 0; i < w->np; i++) {
+		struct param *q = &w->pa[i];
+		const unsigned char *parts[3] = { (void *)q->rp, q->rm, q->rv };
+		size_t len[3] = { q->n * 4, q->n * ms, q->n * ms };
+
+		ck_assert_int_eq(tier_optim_read(w->o, q->id, q->rp, q->rm, q->rv), 0);
+		for (int k = 0; k < 3; k++)
+			for (size_t j = 0; j < len[k]; j++)
+				h = (h ^ parts[k][j]) * 0x100000001b3ull;
+	}
+	return h;
+}
+
+/* The failed step's detail: names a shard, says how to complete it, and
+ * how many shards are updated (*done of *all). */
+static void check_fail_detail(const struct fcase *c, unsigned *done, unsigned *all)
+{
+	const char *d = tier_last_error(), *p = strstr(d, " shards are updated");
+
+	ck_assert_msg(strchr(d, '#') && strstr(d, "call the step again with the same gradients"),
+		      "%s: the detail: %s", c->name, d);
+	ck_assert_msg(p != NULL, "%s: the detail does not count the shards updated: %s", c->name, d);
+	while (p > d && *p != '(')
+		p--;
+	ck_assert_msg(sscanf(p, "(%u of %u", done, all) == 2, "%s: the detail: %s", c->name, d);
+}
+
+/* After the failed step: what is refused until it is completed; nothing
+ * of that changes the state. */
+static void check_refusals(struct world *w, const struct fcase *c, double lr)
+{
+	struct param *q = &w->pa[2];
+	float *keep = malloc(q->n * 4);
+	uint64_t h = state_hash(w);
+	struct tier_step_result r;
+	int rc;
+
+	ck_assert_ptr_nonnull(keep);
+	memcpy(keep, q->g, q->n * 4);
+	gen_grad(q->g, q->gdt, q->n, 4242, w->scale); /* the next batch's gradient */
+	rc = try_step(w, lr, c->drive, 5, &r);
+	ck_assert_msg(rc == -EINVAL && strstr(tier_last_error(), "must be completed") &&
+			      strstr(tier_last_error(), q->name),
+		      "%s: a step with other gradients: %d: %s", c->name, rc, tier_last_error());
+	memcpy(q->g, keep, q->n * 4);
+	free(keep);
+	rc = tier_optim_begin(w->o, lr * 2);
+	ck_assert_msg(rc == -EINVAL && strstr(tier_last_error(), "failed part way"),
+		      "%s: the failed step with another lr: %d: %s", c->name, rc, tier_last_error());
+	rc = tier_optim_add_param(w->o, "late", 100, NULL, NULL);
+	ck_assert_msg(rc == -EBUSY, "%s: add_param with a step pending: %d: %s", c->name, rc,
+		      tier_last_error());
+	ck_assert_msg(state_hash(w) == h, "%s: a refused call changed the state", c->name);
+	VALID(w->s);
+}
+
+/* Step @k fails, then is completed; *r gets the completing step's result. */
+static void fail_and_complete(struct world *w, const struct fcase *c, double lr, int k,
+			      struct tier_step_result *r)
+{
+	unsigned done = 0, all = 0;
+	int rc;
+
+	rc = try_step(w, lr, c->drive, (uint64_t)k, r);
+	ck_assert_msg(rc == -EIO, "%s: a step with a failing fill returned %d: %s", c->name, rc,
+		      tier_last_error());
+	check_fail_detail(c, &done, &all);
+	ck_assert_msg(!r->applied && r->step == w->step,
+		      "%s: the failed step's result: applied %d, step %llu (want %llu)", c->name,
+		      r->applied, U64(r->step), U64(w->step));
+	ck_assert_uint_ge(ts_fault_fired(c->site), 1);
+	ts_fault_disarm(c->site);
+	VALID(w->s);
+	ck_assert_msg(done < all && (!c->partial || done > 0),
+		      "%s: %u of %u shards updated by the failed step", c->name, done, all);
+	check_refusals(w, c, lr);
+	opt_step(w, lr, c->drive, (uint64_t)k, r); /* the same step again */
+}
 
 /* _i = case */
 START_TEST(tier_failure)
 {
 	const struct fcase *c = &fcases[_i];
-	struct scfg sc = { .dram = 2 * MiB, .hbm = c->hbm };
-	struct tier_optim_params hp;
-	struct tier_tensor g[MAXP], out[MAXP];
 	struct world w;
-	struct tier_step_result r;
-	struct ref_res rr;
-	enum ts_fault_site site = c->one_fill ? TIER_FAULT_STORE_IO : TIER_FAULT_NVME_IO_ERR;
 	uint32_t nshards;
-	int rc, rc2;
-	const char *d;
 
 	NEED_FAULTS();
-	world_open(&w, c->name, &sc);
-	hp_base(&hp);
-	hp.offload_fraction = c->offload;
-	world_create(&w, &hp);
-	w.outs = true;
-	for (size_t i = 0; i < ARRAY_SIZE(big_set); i++)
-		world_add(&w, big_set[i].name, big_set[i].n, big_set[i].zeros, TIER_FP32,
-			  turn_dt[i % 3], 70 + i);
+	fworld_open(&w, c);
 	nshards = world_count_shards(&w, SHARD);
-	world_grads(&w, 21, 0);
-	opt_step(&w, 1e-3, D_STEP, 0, &r);
-	ref_step(&w, 1e-3, &rr);
-	check_result(&w, &r, &rr, nshards, 0);
-	world_grads(&w, 21, 1);
-	if (c->one_fill) {
-		struct tier_obj *f;
-		void *ptr;
+	for (int k = 0; k < FSTEPS; k++) {
+		struct tier_step_result r;
+		struct ref_res rr;
+		double lr = step_lr[k];
+		bool armed = k >= 1 && (!c->fails || k == 1);
+		char when[80];
 
-		ck_assert_int_eq(tier_store_flush(w.s), 0);
-		ck_assert_int_eq(tier_obj_create(w.s, "filler", sc.dram, &f), 0);
-		ck_assert_int_eq(tier_obj_acquire(w.s, f, TIER_DRAM, TIER_ACQUIRE_WRITE | TIER_ACQUIRE_DISCARD, &ptr), 0);
-		ck_assert_int_eq(tier_obj_release(w.s, f, TIER_DRAM, false), 0);
-		ck_assert_int_eq(tier_obj_destroy(w.s, f), 0);
-		ck_assert_int_eq(ts_fault_arm(site, 1, 1, -EIO), 0);
-	} else {
-		ck_assert_int_eq(ts_fault_arm(site, 1, TIER_FAULT_PERSISTENT, -EIO), 0);
+		world_grads(&w, 21, k);
+		if (armed)
+			arm_fault(&w, c);
+		if (armed && c->fails) {
+			fail_and_complete(&w, c, lr, k, &r);
+		} else {
+			opt_step(&w, lr, c->drive, (uint64_t)k, &r);
+			if (armed) {
+				ck_assert_uint_ge(ts_fault_fired(c->site), 1);
+				ts_fault_disarm(c->site);
+			}
+		}
+		ref_step(&w, lr, &rr);
+		check_result(&w, &r, &rr, nshards, k);
+		snprintf(when, sizeof(when), "%s, after step %d", c->name, k + 1);
+		check_state(&w, when);
 	}
-	for (size_t i = 0; i < w.np; i++) {
-		g[i] = grad_t(&w.pa[i]);
-		out[i] = out_t(&w.pa[i]);
-	}
-	rc = tier_optim_step(w.o, 1e-3, g, out, &r);
-	ck_assert_msg(rc < 0, "%s: a step with a failing fill returned %d", c->name, rc);
-	d = tier_last_error();
-	ck_assert_msg(strchr(d, '#') != NULL, "%s: the detail '%s' names no shard", c->name, d);
-	ck_assert_uint_ge(ts_fault_fired(site), 1);
-	ts_fault_disarm(site);
-	if (c->one_fill && c->offload == 1.0)
-		check_state(&w, "after a step whose first fill failed");
-	rc2 = tier_optim_step(w.o, 1e-3, g, out, &r);
-	ck_assert_msg(rc2 < 0, "%s: a step after a failed one: %d", c->name, rc2);
-	ck_assert_msg(*tier_last_error() != '\0', "%s: the refusal has no detail", c->name);
-	rc2 = tier_optim_begin(w.o, 1e-3);
-	ck_assert_msg(rc2 < 0, "%s: begin after a failed step: %d", c->name, rc2);
-	VALID(w.s);
-	/* destroy returns 0 or the error met */
-	rc2 = tier_optim_destroy(w.o);
-	ck_assert_msg(rc2 == 0 || rc2 == rc, "%s: destroy: %d: %s", c->name, rc2, tier_last_error());
-	w.o = NULL;
 	world_close(&w);
 }
 END_TEST

@@ -50,6 +50,9 @@ struct subio {
 	bool full_unit;           /* the transfer covers the whole unit */
 	int buf_index;            /* fixed buffer index, or -1 */
 	unsigned cancels;         /* -ECANCELED completions resubmitted (nvme_ring.c) */
+	unsigned retries;         /* transient errors retried (TIER_NVME_IO_RETRIES) */
+	bool backoff;             /* its next SQE is the wait before a retry */
+	struct __kernel_timespec backoff_ts;
 	uint64_t t_sub;           /* when its SQE was prepared (live stats) */
 	uint32_t crc;             /* a full-unit write: the unit's crc32c, set when it starts */
 	/* Its unit's order (nvme_req.c, struct nvme_gate). */

@@ -12,9 +12,12 @@
  * io_uring_enter.  A thread per ring sleeps in io_uring_wait_cqe (no busy
  * loop), handles each completion - retry on -EAGAIN/-EINTR, resubmit the
  * rest of a short transfer, verify the checksum, finish a
- * read-modify-write - and pumps again.  A sub-I/O that is done lets the
- * ones waiting on its stripe unit go (nvme_gate_leave, tiers/nvme_req.c).
- * A request's callback runs when its last sub-I/O is done.
+ * read-modify-write - and pumps again.  A transient error (-EIO,
+ * -ETIMEDOUT, -EILSEQ, a checksum mismatch) is retried up to
+ * TIER_NVME_IO_RETRIES times after a backoff that is a timeout SQE on the
+ * same ring, so no thread sleeps.  A sub-I/O that is done lets the ones
+ * waiting on its stripe unit go (nvme_gate_leave, tiers/nvme_req.c).  A
+ * request's callback runs when its last sub-I/O is done.
  */
 #include "config.h"
 
@@ -56,6 +59,12 @@ static void prep(struct nvme_path *p, struct subio *s)
 	unsigned len = s->dev_len - s->done;
 	uint64_t off = s->file_off + s->done;
 
+	if (s->backoff) {
+		/* The wait before a retry: its completion resubmits @s. */
+		io_uring_prep_timeout(sqe, &s->backoff_ts, 0, 0);
+		io_uring_sqe_set_data(sqe, s);
+		return;
+	}
 	if (s->buf_index >= 0) {
 		if (s->op == TIER_IO_WRITE)
 			io_uring_prep_write_fixed(sqe, fd, b, len, off, s->buf_index);
@@ -179,6 +188,30 @@ static void resubmit(struct nvme_path *p, struct subio *s)
 	nvme_hand_over(p, s, s);
 }
 
+/*
+ * Sends @s again after a backoff of 1, 4, 16 ms (a timeout on its ring),
+ * as a retry of a transient error @err (@why: what went wrong, for the
+ * log).  Counted in retries; one warning per sub-I/O, at its first retry.
+ */
+static void retry_later(struct nvme_path *p, struct subio *s, int err, const char *why)
+{
+	struct tier_nvme *t = p->t;
+	uint64_t ns = 1000000ull << (2 * s->retries);
+
+	if (s->retries == 0)
+		TIER_WARN(TIER_SS_NVME, "nvme%d (%s): %s of '%s' at %" PRIu64 " (file offset %" PRIu64
+			  "): %s (%s); retrying, at most %d times",
+			  p->index, p->file, nvme_op_name(s->op), s->req->obj->name,
+			  s->unit * t->unit + s->unit_off, s->file_off + s->done, why,
+			  tier_strerror(err), TIER_NVME_IO_RETRIES);
+	s->retries++;
+	atomic_fetch_add(&t->retries, 1);
+	s->backoff = true;
+	s->backoff_ts.tv_sec = 0;
+	s->backoff_ts.tv_nsec = (long long)ns;
+	resubmit(p, s);
+}
+
 /* The last step of a sub-I/O: let what waits on its unit go, account,
  * maybe finish its request. */
 static void sub_done(struct subio *s)
@@ -191,6 +224,12 @@ static void sub_done(struct subio *s)
 		nvme_req_finish(r);
 }
 
+/*
+ * Verifies the unit @s read.  True: it matches (or has no checksum).
+ * False: a mismatch, counted, and @s is taken care of - read again (a bad
+ * transfer is possible) while retries are left, else its request failed
+ * and @s done.
+ */
 static bool unit_verify(struct tier_nvme *t, struct subio *s, const char *data)
 {
 	struct tier_nvme_obj *o = s->req->obj;
@@ -205,11 +244,17 @@ static bool unit_verify(struct tier_nvme *t, struct subio *s, const char *data)
 #if TIER_STATS_BUILD
 	atomic_fetch_add_explicit(&s->path->c_csum_errors, 1, memory_order_relaxed);
 #endif
+	if (s->retries < TIER_NVME_IO_RETRIES) {
+		s->done = 0;
+		retry_later(s->path, s, -EBADMSG, "checksum mismatch");
+		return false;
+	}
 	nvme_req_fail(s->req, -EBADMSG,
 		      "nvme%d (%s): checksum mismatch in '%s' at %" PRIu64 " (stripe unit %" PRIu64
-		      ", file offset %" PRIu64 ", %u bytes): crc32c %08x, expected %08x",
+		      ", file offset %" PRIu64 ", %u bytes): crc32c %08x, expected %08x (read %u times)",
 		      s->path->index, s->path->file, o->name, s->unit * t->unit, s->unit,
-		      s->file_off, s->unit_len, crc, o->crc[s->unit]);
+		      s->file_off, s->unit_len, crc, o->crc[s->unit], s->retries + 1);
+	sub_done(s);
 	return false;
 }
 
@@ -218,10 +263,8 @@ static void read_work(struct tier_nvme *t, struct subio *s)
 {
 	struct tier_nvme_obj *o = s->req->obj;
 
-	if (s->full_unit && !unit_verify(t, s, s->dev_buf)) {
-		sub_done(s);
-		return;
-	}
+	if (s->full_unit && !unit_verify(t, s, s->dev_buf))
+		return; /* read again, or failed */
 	if (s->rmw) {
 		/* Phase 2 of a partial write: patch the unit, write it back. */
 		memcpy(s->bounce + s->unit_off, s->user_buf, s->user_len);
@@ -316,12 +359,20 @@ static void path_count(struct nvme_path *p, const struct subio *s, int res)
 }
 #endif
 
-static void handle_cqe(struct tier_nvme *t, struct nvme_path *p, struct subio *s, int res)
+/* Whether @res is an error of @s to retry: one that may not repeat (a
+ * failed or timed-out command, a bad transfer), with retries left. */
+static bool transient(const struct subio *s, int res)
 {
-	int inj;
+	return (res == -EIO || res == -ETIMEDOUT || res == -EILSEQ) &&
+	       s->retries < TIER_NVME_IO_RETRIES;
+}
 
-	atomic_fetch_add(&t->ios, 1);
-	inj = ts_fault_check(TIER_FAULT_NVME_IO_ERR);
+/* A device operation's result @res through the fault sites: an error, a
+ * short transfer, a late completion. */
+static int cqe_faults(const struct nvme_path *p, int res)
+{
+	int inj = ts_fault_check(TIER_FAULT_NVME_IO_ERR);
+
 	if (inj)
 		res = inj;
 	if (res > 0 && ts_fault_check(TIER_FAULT_NVME_SHORT)) {
@@ -333,6 +384,19 @@ static void handle_cqe(struct tier_nvme *t, struct nvme_path *p, struct subio *s
 	}
 	if (ts_fault_check(TIER_FAULT_NVME_DELAY))
 		ts_sleep_ns(20 * 1000000ull);
+	return res;
+}
+
+static void handle_cqe(struct tier_nvme *t, struct nvme_path *p, struct subio *s, int res)
+{
+	if (s->backoff) {
+		/* The wait before a retry is over (-ETIME): send it. */
+		s->backoff = false;
+		resubmit(p, s);
+		return;
+	}
+	atomic_fetch_add(&t->ios, 1);
+	res = cqe_faults(p, res);
 #if TIER_STATS_BUILD
 	path_count(p, s, res);
 #endif
@@ -357,12 +421,20 @@ static void handle_cqe(struct tier_nvme *t, struct nvme_path *p, struct subio *s
 		resubmit(p, s);
 		return;
 	}
+	if (transient(s, res)) {
+		retry_later(p, s, res, "device error");
+		return;
+	}
 	if (res < 0) {
+		char tries[32] = "";
+
+		if (s->retries)
+			snprintf(tries, sizeof(tries), " (tried %u times)", s->retries + 1);
 		nvme_req_fail(s->req, res,
-			      "nvme%d (%s): %s of '%s' at %" PRIu64 " (file offset %" PRIu64 "%s): %s",
+			      "nvme%d (%s): %s of '%s' at %" PRIu64 " (file offset %" PRIu64 "%s): %s%s",
 			      p->index, p->file, nvme_op_name(s->req->op), s->req->obj->name,
 			      s->unit * t->unit + s->unit_off, s->file_off + s->done,
-			      s->rmw ? ", reading its stripe unit first" : "", tier_strerror(res));
+			      s->rmw ? ", reading its stripe unit first" : "", tier_strerror(res), tries);
 		sub_done(s);
 		return;
 	}

@@ -167,6 +167,15 @@ TIER_API int tier_nvme_read(struct tier_nvme *t, struct tier_nvme_obj *o, uint64
 TIER_API int tier_nvme_write(struct tier_nvme *t, struct tier_nvme_obj *o, uint64_t off,
 			     uint64_t len, const void *buf);
 
+/*
+ * A device operation that fails with an error that may not repeat (-EIO,
+ * -ETIMEDOUT, -EILSEQ, or data read back with a bad checksum, which is
+ * read again) is retried up to this many times, 1, 4 and 16 ms apart,
+ * before its request fails.  Other errors (-ENOSPC among them) fail the
+ * request at once.
+ */
+#define TIER_NVME_IO_RETRIES 3
+
 /* Counters of the NVMe tier since open. */
 struct tier_nvme_stats {
 	uint64_t capacity;        /* data bytes over all paths */
@@ -178,8 +187,11 @@ struct tier_nvme_stats {
 	uint64_t errors;          /* requests failed */
 	uint64_t csum_errors;     /* stripe units that failed verification */
 	uint64_t short_ios;       /* short transfers resubmitted */
-	uint64_t retries;         /* resubmissions: -EAGAIN, -EINTR, and requests the
-				   * kernel cancelled when their submitting thread exited */
+	uint64_t retries;         /* resubmissions: -EAGAIN, -EINTR, requests the
+				   * kernel cancelled when their submitting thread
+				   * exited, and transient errors retried (-EIO,
+				   * -ETIMEDOUT, -EILSEQ, a checksum mismatch on read;
+				   * TIER_NVME_IO_RETRIES) */
 	uint64_t bounced;         /* device operations through a bounce buffer */
 	uint32_t npaths;
 	uint32_t stripe_unit;
@@ -193,7 +205,7 @@ struct tier_nvme_path_stats {
 	uint64_t inflight;         /* device operations submitted, not completed */
 	uint64_t reads, writes;    /* device operations completed */
 	uint64_t bytes_read, bytes_written;
-	uint64_t errors;           /* device operations that failed */
+	uint64_t errors;           /* device operations that failed (retried ones too) */
 	uint64_t csum_errors;      /* stripe units read back with a bad crc32c */
 	uint64_t lat_count;        /* operations timed (the histogram's total), and their total time */
 	uint64_t lat_sum_ns;
