@@ -37,7 +37,13 @@
  *  - gpu_optim_overflow: after two clean steps, an inf (fp32) or a nan
  *    (bf16) in one device gradient: applied false, the step count, the
  *    state read back and every output buffer (host and device) unchanged;
- *    the next clean step applies with the old count + 1.
+ *    the next clean step applies with the old count + 1;
+ *  - gpu_optim_fill_failure (issue 15, item 7; needs fault sites): after
+ *    two clean steps, DRAM emptied and an EIO armed on the next NVMe
+ *    operation (a shard fill): once, the tier retries it and the step
+ *    equals the reference; persistent, the step fails, and with the fault
+ *    lifted the same step again (same gradients and outputs) completes it,
+ *    equal to the reference then and after one more step.
  * Without a CUDA build or a device the program exits 77 (SKIP).
  */
 #include "config.h"
@@ -54,11 +60,13 @@
 #if TIER_HAVE_CUDA
 
 #include <cuda_runtime_api.h>
+#include <errno.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "common/fault.h"
 #include "tierstore.h"
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
@@ -119,6 +127,16 @@ static const struct {
 	int base;
 	float bad;
 } k_ocases[] = { { 2, INFINITY }, { 1, NAN } };
+
+/* gpu_optim_fill_failure: the k_cases row, and how many times the EIO
+ * comes (1: retried by the tier; persistent: the step fails). */
+static const struct {
+	int base;
+	int64_t count;
+} k_fcases[] = {
+	{ 0, 1 }, { 0, TIER_FAULT_PERSISTENT }, { 1, TIER_FAULT_PERSISTENT },
+	{ 2, TIER_FAULT_PERSISTENT }, { 4, TIER_FAULT_PERSISTENT },
+};
 
 /* ------------------------------------------------------------ helpers */
 
@@ -422,7 +440,9 @@ static void ref_step(struct gworld *w, double lr, struct ref_res *rr)
 	rr->step = w->step;
 }
 
-static void opt_step(struct gworld *w, double lr, struct tier_step_result *res)
+/* One step of the optimizer (tier_optim_step, or begin / push / end);
+ * its error, with the detail in tier_last_error(). */
+static int opt_try(struct gworld *w, double lr, struct tier_step_result *res)
 {
 	struct tier_tensor g[NP], out[NP];
 	int rc;
@@ -438,19 +458,19 @@ static void opt_step(struct gworld *w, double lr, struct tier_step_result *res)
 					       .mem = q->dout ? TIER_MEM_DEVICE : TIER_MEM_HOST };
 	}
 	memset(res, 0xee, sizeof(*res));
-	if (!w->c->stream) {
-		rc = tier_optim_step(w->o, lr, g, out, res);
-		ck_assert_msg(rc == 0, "step: %d: %s", rc, tier_last_error());
-		return;
-	}
+	if (!w->c->stream)
+		return tier_optim_step(w->o, lr, g, out, res);
 	rc = tier_optim_begin(w->o, lr);
-	ck_assert_msg(rc == 0, "begin: %d: %s", rc, tier_last_error());
-	for (size_t i = NP; i-- > 0;) {
+	for (size_t i = NP; rc == 0 && i-- > 0;)
 		rc = tier_optim_push(w->o, (uint32_t)i, &g[i], &out[i]);
-		ck_assert_msg(rc == 0, "push %zu: %d: %s", i, rc, tier_last_error());
-	}
-	rc = tier_optim_end(w->o, res);
-	ck_assert_msg(rc == 0, "end: %d: %s", rc, tier_last_error());
+	return rc ? rc : tier_optim_end(w->o, res);
+}
+
+static void opt_step(struct gworld *w, double lr, struct tier_step_result *res)
+{
+	int rc = opt_try(w, lr, res);
+
+	ck_assert_msg(rc == 0, "step: %d: %s", rc, tier_last_error());
 }
 
 static void check_result(struct gworld *w, const struct tier_step_result *r,
@@ -583,6 +603,60 @@ START_TEST(gpu_optim_overflow)
 }
 END_TEST
 
+START_TEST(gpu_optim_fill_failure)
+{
+	const struct gcase *c = &k_cases[k_fcases[_i].base];
+	int64_t count = k_fcases[_i].count;
+	struct tier_step_result res;
+	struct ref_res rr;
+	struct tier_obj *f;
+	struct gworld w;
+	char when[200];
+	void *ptr;
+	int rc;
+
+	if (!ts_fault_available()) {
+		printf("gpu_optim_fill_failure: no fault sites in this build; skipped\n");
+		return;
+	}
+	world_open(&w, c, 900 + (uint64_t)_i);
+	for (int k = 0; k < 2; k++) {
+		world_grads(&w);
+		step_and_check(&w, k, k_lrs[k]);
+	}
+	world_grads(&w);
+	/* DRAM emptied, so the step's first NVMe operation is a fill. */
+	ck_assert_int_eq(tier_store_flush(w.s), 0);
+	ck_assert_int_eq(tier_obj_create(w.s, "filler", DRAM, &f), 0);
+	ck_assert_int_eq(tier_obj_acquire(w.s, f, TIER_DRAM, TIER_ACQUIRE_WRITE | TIER_ACQUIRE_DISCARD,
+					  &ptr), 0);
+	ck_assert_int_eq(tier_obj_release(w.s, f, TIER_DRAM, false), 0);
+	ck_assert_int_eq(tier_obj_destroy(w.s, f), 0);
+	ck_assert_int_eq(ts_fault_arm(TIER_FAULT_NVME_IO_ERR, 1, count, -EIO), 0);
+	if (count == TIER_FAULT_PERSISTENT) {
+		rc = opt_try(&w, k_lrs[2], &res);
+		ck_assert_msg(rc == -EIO, "%s: the step with a persistent EIO gave %d: %s", c->name, rc,
+			      tier_last_error());
+		printf("%s: step 2 failed as it should: %s\n", c->name, tier_last_error());
+	}
+	/* Transient: retried inside; persistent: the same step again, lifted. */
+	if (count == TIER_FAULT_PERSISTENT)
+		ts_fault_disarm(TIER_FAULT_NVME_IO_ERR);
+	opt_step(&w, k_lrs[2], &res);
+	ck_assert_uint_ge(ts_fault_fired(TIER_FAULT_NVME_IO_ERR), 1);
+	ts_fault_disarm(TIER_FAULT_NVME_IO_ERR);
+	ref_step(&w, k_lrs[2], &rr);
+	check_result(&w, &res, &rr, 2);
+	snprintf(when, sizeof(when), "%s, step 2 %s", c->name,
+		 count == 1 ? "with one EIO retried" : "completed after a persistent EIO");
+	check_state(&w, when);
+	printf("%s: %s: equal to the reference\n", c->name, when);
+	world_grads(&w);
+	step_and_check(&w, 3, k_lrs[3]);
+	world_close(&w);
+}
+END_TEST
+
 static Suite *gpu_optim_suite(void)
 {
 	Suite *s = suite_create("gpu-optim");
@@ -592,6 +666,7 @@ static Suite *gpu_optim_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_loop_test(tc, gpu_optim_steps, 0, (int)ARRAY_SIZE(k_cases));
 	tcase_add_loop_test(tc, gpu_optim_overflow, 0, (int)ARRAY_SIZE(k_ocases));
+	tcase_add_loop_test(tc, gpu_optim_fill_failure, 0, (int)ARRAY_SIZE(k_fcases));
 	suite_add_tcase(s, tc);
 	return s;
 }
