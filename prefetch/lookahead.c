@@ -69,6 +69,15 @@ static void pump(struct lookahead *la)
 	pthread_cond_broadcast(&la->cond);
 }
 
+uint64_t la_shard_default(uint64_t dram)
+{
+	uint64_t s = LA_SHARD_DEFAULT;
+
+	while (s > LA_SHARD_MIN && s > dram / 8)
+		s /= 2;
+	return s;
+}
+
 uint64_t la_default(uint64_t dram)
 {
 	uint64_t w = dram / 4;

@@ -78,6 +78,15 @@ struct lookahead {
 };
 
 /*
+ * The shard size for a DRAM tier of @dram bytes when nobody chose one: an
+ * eighth of it rounded down to a power of two, between LA_SHARD_MIN and
+ * LA_SHARD_DEFAULT (64 MiB), so four shards and the window always fit.
+ */
+#define LA_SHARD_MIN (64ull << 10)
+#define LA_SHARD_DEFAULT (64ull << 20)
+uint64_t la_shard_default(uint64_t dram);
+
+/*
  * The window's size, the one place it is worked out.  la_default: the
  * manifest's prefetch.lookahead when it has none, from its DRAM tier's
  * @dram bytes (a quarter, at most 4 GiB).  la_window: what an optimizer

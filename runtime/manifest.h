@@ -33,6 +33,8 @@ struct tier_manifest {
 	enum tier_dtype master_dtype;
 	enum tier_dtype moment_dtype;
 	uint64_t shard_size;
+	bool shard_derived;     /* not written: sized from the DRAM tier, again by an
+				 * optimizer on a store whose DRAM tier is another size */
 };
 
 /* Frees the paths @m holds (npaths becomes 0). */

@@ -522,14 +522,30 @@ void mf_resolve_rest(struct walker *w, struct tier_manifest *c)
 	c->offload_fraction = c->offload_auto ? 0.0 : r->offload;
 	c->master_dtype = TIER_FP32;
 	c->moment_dtype = r->moment;
-	c->shard_size = r->shard.at.line ? r->shard.v.bytes : (64u << 20);
+	/* What the user did not write is sized from what they did, so that
+	 * an error only ever names a value they wrote. */
+	c->shard_derived = !r->shard.at.line;
+	c->shard_size = r->shard.at.line ? r->shard.v.bytes : la_shard_default(c->tiers.dram_capacity);
 	if (r->lookahead.at.line) {
 		c->lookahead = resolve_size(&r->lookahead, c->tiers.dram_capacity);
+		while (c->shard_derived && c->shard_size > LA_SHARD_MIN && c->shard_size > c->lookahead)
+			c->shard_size /= 2;
 	} else {
 		c->lookahead = la_default(c->tiers.dram_capacity);
+		if (c->lookahead < c->shard_size && c->shard_size <= c->tiers.dram_capacity / 2)
+			c->lookahead = c->shard_size;
 	}
-	if (c->lookahead < c->shard_size)
-		mf_diag(w, r->lookahead.at.line ? r->lookahead.at : r->dram.at,
+	if (c->shard_derived && c->tiers.dram_capacity && c->shard_size > c->tiers.dram_capacity / 4) {
+		mf_diag(w, r->dram.at.line ? r->dram.at : r->dram_at,
+			"dram.capacity: %s is too small for the optimizer: it needs four shards of at least %s",
+			ts_size_fmt(c->tiers.dram_capacity, a, sizeof(a)),
+			ts_size_fmt(LA_SHARD_MIN, b, sizeof(b)));
+		return;
+	}
+	/* A derived window is at least a shard unless the shard itself is
+	 * wrong, which the check below names. */
+	if (r->lookahead.at.line && c->lookahead < c->shard_size)
+		mf_diag(w, r->lookahead.at,
 			"prefetch.lookahead: %s is less than one shard (optimizer.shard_size %s); the prefetcher could not keep a shard in flight",
 			ts_size_fmt(c->lookahead, a, sizeof(a)),
 			ts_size_fmt(c->shard_size, b, sizeof(b)));
@@ -538,7 +554,7 @@ void mf_resolve_rest(struct walker *w, struct tier_manifest *c)
 			ts_size_fmt(c->lookahead, a, sizeof(a)),
 			ts_size_fmt(c->tiers.dram_capacity, b, sizeof(b)));
 	if (c->tiers.dram_capacity && c->shard_size > c->tiers.dram_capacity / 4)
-		mf_diag(w, r->shard.at.line ? r->shard.at : r->dram.at,
+		mf_diag(w, r->shard.at,
 			"optimizer.shard_size: %s is more than a quarter of the DRAM tier (%s); prefetch needs room for several shards",
 			ts_size_fmt(c->shard_size, a, sizeof(a)),
 			ts_size_fmt(c->tiers.dram_capacity, b, sizeof(b)));

@@ -271,15 +271,17 @@ int tier_optim_create(struct tier_store *s, const struct tier_optim_params *p,
 		goto fail;
 	}
 	o->mb = tier_dtype_size(o->md);
-	shard_size = p->shard_size ? p->shard_size : cfg->shard_size;
-	o->shard_elems = shard_size / (4 + 2 * o->mb) / SHARD_ALIGN * SHARD_ALIGN;
-	shard_bytes = o->shard_elems * (4 + 2 * o->mb);
-
 	tier_store_get_stats(s, &st);
 	have_hbm = st.level[TIER_HBM].present;
 	o->home_nvme = tier_store_home(s) == TIER_NVME;
 	o->dram_cap = st.level[TIER_DRAM].capacity;
 	o->hbm_cap = have_hbm ? st.level[TIER_HBM].capacity : 0;
+	/* A shard size nobody wrote follows the store's own DRAM tier, which
+	 * tier_store_params may have made another size than the manifest's. */
+	shard_size = p->shard_size ? p->shard_size
+		     : cfg->shard_derived ? la_shard_default(o->dram_cap) : cfg->shard_size;
+	o->shard_elems = shard_size / (4 + 2 * o->mb) / SHARD_ALIGN * SHARD_ALIGN;
+	shard_bytes = o->shard_elems * (4 + 2 * o->mb);
 	if (shard_bytes > o->dram_cap / 4) {
 		rc = ts_err(-EINVAL, "optimizer: shards of %" PRIu64 " bytes do not fit four times in the DRAM tier (%" PRIu64 " bytes); use a smaller shard_size",
 			      shard_bytes, o->dram_cap);

@@ -188,8 +188,9 @@ static const struct bad_case bad_cases[] = {
 	{ "trailing slash on a file",
 	  SMALL "nvme:\n  paths:\n    - path: ${T}/m.yaml/\n      capacity: 1MiB\n",
 	  5, 13, "ends in '/' but is a file, not a directory" },
-	{ "lookahead smaller than a shard",
-	  SMALL "prefetch:\n  lookahead: 1MiB\n", 4, 14, "less than one shard" },
+	{ "lookahead smaller than a shard (both written; a shard size not written follows it)",
+	  SMALL "optimizer:\n  shard_size: 2MiB\nprefetch:\n  lookahead: 1MiB\n", 6, 14,
+	  "less than one shard" },
 	{ "empty environment variable",
 	  SMALL "nvme:\n  paths:\n    - path: ${TIER_TEST_EMPTY_VAR}/x\n      capacity: 1MiB\n",
 	  5, 13, "'TIER_TEST_EMPTY_VAR' is not set or empty" },
@@ -858,6 +859,69 @@ START_TEST(test_alloc_fail_nth)
 }
 END_TEST
 
+/* ------------------------------------------------ values sized from others */
+
+/*
+ * What the user did not write is sized from what they did: the shard size
+ * from the DRAM tier (an eighth, a power of two, 64 KiB - 64 MiB), the
+ * window from both; an error names only a key the user wrote.
+ *
+ * REGRESSION (issue 16, item 1): the shard size was 64 MiB whatever the DRAM
+ * tier, so `dram: capacity: 64MiB` alone was refused with errors about
+ * prefetch.lookahead and optimizer.shard_size, keys the user never wrote.
+ */
+struct sized_case {
+	const char *text;
+	uint64_t shard, lookahead;  /* 0, 0: refused */
+	const char *err;            /* the refusal (at the position of what it names) */
+	const char *not_named;      /* a key the refusal must not name */
+};
+
+static const struct sized_case sized_cases[] = {
+	{ "dram:\n  capacity: 64MiB\n", 8u << 20, 16u << 20, NULL, NULL },
+	{ "dram:\n  capacity: 192MiB\n", 16u << 20, 48u << 20, NULL, NULL },
+	{ "dram:\n  capacity: 1GiB\n", 64u << 20, 256u << 20, NULL, NULL },
+	{ "dram:\n  capacity: 300KiB\n", 64u << 10, 75u << 10, NULL, NULL },
+	{ "dram:\n  capacity: 1GiB\nprefetch:\n  lookahead: 1MiB\n", 1u << 20, 1u << 20, NULL,
+	  NULL },
+	{ "dram:\n  capacity: 64MiB\noptimizer:\n  shard_size: 12MiB\n", 12u << 20, 16u << 20,
+	  NULL, NULL },
+	{ "dram:\n  capacity: 64MiB\noptimizer:\n  shard_size: 16MiB\n", 16u << 20, 16u << 20,
+	  NULL, NULL },
+	{ "dram:\n  capacity: 200KiB\n", 0, 0, ":2:13: dram.capacity: 200.00 KiB is too small",
+	  "optimizer.shard_size" },
+	{ "dram:\n  capacity: 64MiB\noptimizer:\n  shard_size: 20MiB\nprefetch:\n  lookahead: 8MiB\n",
+	  0, 0, ":6:14: prefetch.lookahead: 8.00 MiB is less than one shard", NULL },
+	{ "dram:\n  capacity: 64MiB\noptimizer:\n  shard_size: 48MiB\n", 0, 0,
+	  ":4:15: optimizer.shard_size: 48.00 MiB is more than a quarter", "prefetch.lookahead" },
+	{ "dram:\n  capacity: 64MiB\nprefetch:\n  lookahead: 32KiB\n", 0, 0,
+	  ":4:14: prefetch.lookahead: 32.00 KiB is less than one shard", "optimizer.shard_size:" },
+};
+
+START_TEST(test_sized_defaults)
+{
+	const struct sized_case *c = &sized_cases[_i];
+	struct tier_manifest *m = NULL;
+	int rc = load_text(c->text, &m);
+
+	if (!c->err) {
+		ck_assert_msg(rc == 0, "REGRESSION: %s refused: %s", c->text, tier_last_error());
+		ck_assert_msg(m->shard_size == c->shard && m->lookahead == c->lookahead,
+			      "%s: shard %llu, lookahead %llu; expected %llu, %llu", c->text,
+			      (unsigned long long)m->shard_size, (unsigned long long)m->lookahead,
+			      (unsigned long long)c->shard, (unsigned long long)c->lookahead);
+		round_trip(m);
+		tier_manifest_free(m);
+		return;
+	}
+	ck_assert_msg(rc == -EINVAL && strstr(tier_last_error(), c->err),
+		      "%s: %d, expected '%s': %s", c->text, rc, c->err, tier_last_error());
+	ck_assert_msg(!c->not_named || !strstr(tier_last_error(), c->not_named),
+		      "%s: the refusal names %s, which the manifest does not have: %s", c->text,
+		      c->not_named, tier_last_error());
+}
+END_TEST
+
 static Suite *manifest_suite(void)
 {
 	Suite *s = suite_create("manifest");
@@ -886,6 +950,7 @@ static Suite *manifest_suite(void)
 	tcase_add_test(tc, test_one_message_per_mistake);
 	tcase_add_test(tc, test_no_probe);
 	tcase_add_test(tc, test_not_nul_terminated);
+	tcase_add_loop_test(tc, test_sized_defaults, 0, (int)(sizeof(sized_cases) / sizeof(sized_cases[0])));
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("faults");

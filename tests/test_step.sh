@@ -70,6 +70,39 @@ if [ "$rc" -ne 2 ] || ! grep -q "at least two requests" "$T/err"; then
 	exit 1
 fi
 
+# A manifest that gives only the DRAM capacity (and a path): the shard size
+# and the window are sized from it, and tier-bench step --dram runs and
+# streams through NVMe (issue 16: a 64 MiB shard did not fit four times).
+cat >"$T/dram-only.yaml" <<YAML
+dram:
+  capacity: 64MiB
+nvme:
+  paths:
+    - path: $T/data2/
+      capacity: 1GiB
+      create: true
+YAML
+if ! "$TB" step --manifest "$T/dram-only.yaml" --dram 64MiB --steps 2 --io-size 8MiB \
+	--io-passes 1 --update-runs 1 --verify --json --no-progress >"$T/small.json" 2>"$T/err"; then
+	echo "FAIL: tier-bench step on a manifest with only dram.capacity: 64MiB exited $?"
+	sed 's/^/  /' "$T/err"
+	exit 1
+fi
+python3 - "$T/small.json" <<'PY' || exit 1
+import json, sys
+r = json.load(open(sys.argv[1]))
+fails = []
+if r.get("verified") is not True:
+    fails.append("state not verified bit for bit")
+if not r["shard_size"] <= r["dram_bytes"] // 8:
+    fails.append("shard %d for a DRAM tier of %d" % (r["shard_size"], r["dram_bytes"]))
+if not all(b > 0 for b in r["steps"]["nvme_read_bytes"][1:]):
+    fails.append("no NVMe reads: %r" % r["steps"]["nvme_read_bytes"])
+for f in fails:
+    print("FAIL: dram-only manifest:", f)
+sys.exit(1 if fails else 0)
+PY
+
 STEPS=3
 if ! TIER_TRACE="$T/trace.json" "$TB" step --manifest "$T/m.yaml" --params 2000000 \
 	--steps $STEPS --offload-fraction 0.5 --hbm-capacity 2MiB --io-size 8MiB \

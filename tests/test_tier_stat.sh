@@ -33,6 +33,15 @@ grep_in() { # name file pattern
 export TIER_DATA="$T/data"
 
 check "version" 0 "$TS" --version && grep_in "version" "$T/out" "tier-stat (tierstore)"
+# A release build never carries fault sites (an environment variable could
+# fail a production run); a debug build with tests has them, unless told.
+# $2: meson's buildtype, $3: the fault_sites option.
+case "${2:-}:${3:-auto}" in
+release:auto | minsize:auto | plain:auto | *:disabled) want_faults=no ;;
+debug:auto | debugoptimized:auto | *:enabled) want_faults=yes ;;
+*) want_faults= ;;
+esac
+[ -z "$want_faults" ] || grep_in "fault sites in a ${2:-} build" "$T/out" "fault_sites=$want_faults"
 check "help" 0 "$TS" --help && grep_in "help" "$T/out" "usage:"
 mkdir -p "$T/stats"
 check "no arguments lists the stores" 0 env TIER_STATS_DIR="$T/stats" "$TS" && \

@@ -289,6 +289,12 @@ static int step_setup(const struct step_opts *o, const struct tier_manifest *m,
 	su->bpe = oi.bytes_per_elem;
 	su->shard_elems = oi.shard_elems;
 	su->lookahead = oi.window_bytes;
+	/* Without --shard-size, the shard size the optimizer chose: a manifest
+	 * that does not set one has it sized from this run's DRAM tier.  Its
+	 * shards are that size rounded down to whole groups of elements (less
+	 * than 64 KiB off): round back up. */
+	if (!o->shard_size && oi.shard_bytes < su->shard_size)
+		su->shard_size = (oi.shard_bytes + (64u << 10) - 1) / (64u << 10) * (64u << 10);
 
 	/* The model: by default its state is twice the DRAM tier. */
 	su->numel = o->params ? o->params : 2 * su->dram / su->bpe;
