@@ -33,6 +33,7 @@ grep_in() { # name file pattern
 export TIER_DATA="$T/data"
 
 check "version" 0 "$TS" --version && grep_in "version" "$T/out" "tier-stat (tierstore)"
+cp "$T/out" "$T/out.version"
 # A release build never carries fault sites (an environment variable could
 # fail a production run); a debug build with tests has them, unless told.
 # $2: meson's buildtype, $3: the fault_sites option.
@@ -43,6 +44,14 @@ debug:auto | debugoptimized:auto | *:enabled) want_faults=yes ;;
 esac
 [ -z "$want_faults" ] || grep_in "fault sites in a ${2:-} build" "$T/out" "fault_sites=$want_faults"
 check "help" 0 "$TS" --help && grep_in "help" "$T/out" "usage:"
+# A CUDA build on a machine without a driver says so plainly, not with the
+# CUDA runtime's "driver version is insufficient" (issue 16).
+if grep -q "cuda=yes" "$T/out.version" 2>/dev/null && ! ldconfig -p 2>/dev/null | grep -q "libcuda.so.1 "; then
+	check "--gpu-selftest without a driver" 1 "$TS" --gpu-selftest 0
+	grep_in "--gpu-selftest without a driver" "$T/err" "no GPU: no CUDA driver found"
+	check "--check without a driver" 0 "$TS" --check
+	grep_in "--check without a driver" "$T/out" "auto: no GPU (no CUDA driver found"
+fi
 mkdir -p "$T/stats"
 check "no arguments lists the stores" 0 env TIER_STATS_DIR="$T/stats" "$TS" && \
 	grep_in "no arguments: empty list" "$T/out" "no running stores in $T/stats"

@@ -8,6 +8,7 @@
  */
 #include "config.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -16,6 +17,38 @@
 #include "common/cuda_check.h"
 #include "common/fault.h"
 #include "tiers/gpu.h"
+
+/*
+ * Why there is no GPU, in words for a user: a machine without a driver
+ * gets cudaErrorInsufficientDriver from the runtime, whose own text ("CUDA
+ * driver version is insufficient for CUDA runtime version") suggests an
+ * old driver when there is none at all.
+ */
+static void no_gpu_why(cudaError_t e, char *why, int whylen)
+{
+	int drv = 0, rt = 0;
+	void *lib;
+
+	if (e == cudaErrorNoDevice) {
+		snprintf(why, (size_t)whylen, "no CUDA device");
+		return;
+	}
+	if (e != cudaErrorInsufficientDriver) {
+		snprintf(why, (size_t)whylen, "%s", cudaGetErrorString(e));
+		return;
+	}
+	lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+	if (!lib) {
+		snprintf(why, (size_t)whylen, "no CUDA driver found: libcuda.so.1 is not installed");
+		return;
+	}
+	dlclose(lib);
+	(void)cudaDriverGetVersion(&drv);
+	(void)cudaRuntimeGetVersion(&rt);
+	snprintf(why, (size_t)whylen,
+		 "the CUDA driver (%d.%d) is older than the CUDA runtime of this build (%d.%d)",
+		 drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
+}
 
 extern "C" int gpu_count(int *count, char *why, int whylen)
 {
@@ -30,7 +63,7 @@ extern "C" int gpu_count(int *count, char *why, int whylen)
 	if (e != cudaSuccess) {
 		(void)cudaGetLastError();
 		if (why && whylen > 0)
-			snprintf(why, (size_t)whylen, "%s", cudaGetErrorString(e));
+			no_gpu_why(e, why, whylen);
 		return 0;
 	}
 	if (n == 0 && why && whylen > 0)
@@ -78,8 +111,14 @@ extern "C" int gpu_selftest(int index)
 	unsigned *dev = NULL, *host = NULL;
 	void *devmem = NULL, *st = NULL;
 	cudaStream_t stream;
-	int rc = 0;
+	int rc = 0, count = 0;
+	char why[160] = "";
 
+	if ((rc = gpu_count(&count, why, (int)sizeof(why))))
+		return rc;
+	if (index < 0 || index >= count)
+		return count ? ts_err(-ENODEV, "GPU %d: no such device (%d present)", index, count)
+			     : ts_err(-ENODEV, "no GPU: %s", why);
 	if ((rc = ts_cuda_use_device(index)) || (rc = ts_cuda_alloc(n * sizeof(unsigned), &devmem)))
 		goto out;
 	dev = (unsigned *)devmem;
