@@ -103,6 +103,15 @@ for f in fails:
 sys.exit(1 if fails else 0)
 PY
 
+# The text report ends with one plain sentence on what the efficiency means.
+"$TB" step --manifest "$T/m.yaml" --params 300000 --steps 2 --io-size 8MiB --io-passes 1 \
+	--update-runs 1 --no-progress >"$T/text.out" 2>"$T/err"
+last=$(tail -n 1 "$T/text.out")
+case "$last" in
+"In short: a step took "*" of what the "*" allows: the run was "*-bound*) ;;
+*) echo "FAIL: the text report's last line: $last"; exit 1 ;;
+esac
+
 STEPS=3
 if ! TIER_TRACE="$T/trace.json" "$TB" step --manifest "$T/m.yaml" --params 2000000 \
 	--steps $STEPS --offload-fraction 0.5 --hbm-capacity 2MiB --io-size 8MiB \

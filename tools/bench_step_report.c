@@ -259,6 +259,21 @@ static void print_text_setup(const struct step_opts *o, const struct step_setup 
 	       o->update_runs);
 }
 
+/* The last line: what the efficiency means, in one plain sentence. */
+static void print_summary(const struct step_bound *b, const struct step_figs *f)
+{
+	bool nvme = b->nvme_s >= b->update_s;
+
+	printf("In short: a step took %.3f s, and %s takes %.3f s, so the steps ran at %.0f%%"
+	       " of what %s allows: the run was %s-bound (%s takes %.3f s).\n",
+	       f->step_s, nvme ? "moving its bytes over NVMe at the rates measured in this run"
+				: "the optimizer update in memory alone",
+	       b->bound_s, 100 * b->bound_s / f->step_s, nvme ? "the disk" : "the CPU",
+	       nvme ? "NVMe" : "update",
+	       nvme ? "the update in memory alone" : "moving its bytes over NVMe",
+	       nvme ? b->update_s : b->nvme_s);
+}
+
 static void print_text(const struct step_opts *o, const struct step_setup *su,
 		       const struct step_record *rec, const struct step_nvme *nv,
 		       const struct step_bound *b, const struct step_store_summary *st,
@@ -305,6 +320,7 @@ static void print_text(const struct step_opts *o, const struct step_setup *su,
 	if (o->verify)
 		printf("  every parameter's state and copy-out equal tier_adam_step in"
 		       " memory, bit for bit\n");
+	print_summary(b, f);
 }
 
 void step_report(const struct step_opts *o, const struct step_setup *su,
