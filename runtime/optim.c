@@ -106,8 +106,8 @@ static int check_params(const struct tier_optim_params *p)
 {
 	if (ts_params_size("optimizer: struct tier_optim_params", p->size, sizeof(*p)))
 		return -EINVAL;
-	if (!(p->lr > 0) || !isfinite(p->lr))
-		return ts_err(-EINVAL, "optimizer: lr %g (must be a finite number > 0)", p->lr);
+	if (!(p->lr >= 0) || !isfinite(p->lr))
+		return ts_err(-EINVAL, "optimizer: lr %g (must be a finite number >= 0)", p->lr);
 	if (!(p->beta1 >= 0 && p->beta1 < 1) || !(p->beta2 >= 0 && p->beta2 < 1))
 		return ts_err(-EINVAL, "optimizer: betas (%g, %g) (each in [0, 1))", p->beta1,
 				p->beta2);
