@@ -259,7 +259,8 @@ struct tier_optim_params {
 	double min_loss_scale, growth_factor, backoff_factor;
 	uint32_t growth_interval, hysteresis;
 	uint64_t shard_size;   /* bytes of state per shard; 0 = the manifest's */
-	unsigned threads;      /* CPU update threads; 0 = TIER_THREADS / one per CPU */
+	unsigned threads;      /* CPU update threads; 0 = TIER_THREADS / one per CPU;
+				* at most TIER_POOL_MAX_THREADS (1024) */
 };
 
 /* torch's AdamW defaults (lr 1e-3, betas 0.9/0.999, eps 1e-8, weight decay
@@ -297,8 +298,10 @@ TIER_API int tier_optim_create(struct tier_store *s, const struct tier_optim_par
  * Adds a parameter of @numel elements named @name (its shards are the
  * store objects "NAME#K"), initial master values @init (fp32, host; NULL:
  * zeros), moments zero.  *id (may be NULL) gets its index: 0, 1, ... in
- * the order of adding.  0, -EEXIST, -EINVAL, -ENOSPC (no room at the
- * store's home), -EBUSY (inside a step), -ENOMEM.
+ * the order of adding.  0, -EEXIST, -EINVAL, -EOVERFLOW (numel whose state
+ * bytes overflow 64 bits or whose shards exceed a uint32_t count with the
+ * others; the detail names it), -ENOSPC (a state larger than the home
+ * tier, or no room at the store's home), -EBUSY (inside a step), -ENOMEM.
  */
 TIER_API int tier_optim_add_param(struct tier_optim *o, const char *name, size_t numel,
 				  const float *init, uint32_t *id);

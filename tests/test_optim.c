@@ -86,7 +86,17 @@
  *    order, names and sizes back, duplicate name (-EEXIST), numel 0 and
  *    NULL name (-EINVAL), inside a step (-EBUSY), no room at home
  *    (-ENOSPC, nothing left behind); read with a bad id; destroy frees the
- *    state objects.
+ *    state objects;
+ *  - lr values (lr_values): lr 0 (and -0.0) leaves the parameters bit for
+ *    bit while the moments and step advance, as the reference at lr 0;
+ *    TIER_LR_KEEP keeps the previous rate (0 included); created at lr 0;
+ *    negative and non-finite values refused by begin and step, named;
+ *  - sizes (size_errors, count_errors; a 10 s timeout): numel SIZE_MAX,
+ *    2^60 + 12345, 2^32 shards and others refused in under 1 s with
+ *    -EOVERFLOW or -ENOSPC naming numel, nothing left, stepping on;
+ *    threads 100000 / 1025 / UINT32_MAX refused by create and
+ *    tier_pool_create naming the value; store objects of 2^63 bytes and
+ *    more refused with -ENOSPC.
  */
 #include "config.h"
 
@@ -99,6 +109,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/fault.h"
 #include "t_helpers.h"
@@ -1986,6 +1997,120 @@ START_TEST(add_errors)
 }
 END_TEST
 
+/* ------------------------------------------------------------ sizes */
+
+/* A parameter size add_param must refuse at once: numel = mul x the shard
+ * elements + add (mul 0: numel = add). */
+struct zcase {
+	const char *name;
+	uint64_t mul;
+	size_t add;
+	int want;
+};
+static const struct zcase zcases[] = {
+	{ "SIZE_MAX", 0, SIZE_MAX, -EOVERFLOW },
+	{ "bytes overflow", 0, SIZE_MAX / 12 + 1, -EOVERFLOW },
+	{ "2^60 + 12345", 0, ((size_t)1 << 60) + 12345, -EOVERFLOW },
+	{ "2^32 shards", 1ull << 32, 0, -EOVERFLOW },
+	{ "2^32 - 1 shards (with the one held)", (1ull << 32) - 1, 0, -EOVERFLOW },
+	{ "2^20 shards: over the home", 1ull << 20, 0, -ENOSPC },
+	{ "one element over the home", 0, 16 * MiB / 12 + 1, -ENOSPC },
+};
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* _i = case: refused quickly, naming numel, nothing left behind; the
+ * optimizer steps on. */
+START_TEST(size_errors)
+{
+	const struct zcase *c = &zcases[_i];
+	struct scfg sc = { .dram = 512 * KiB, .hbm = 0, .nvme = 16 * MiB };
+	struct tier_optim_params hp;
+	struct tier_optim_info info;
+	struct world w;
+	char val[48];
+	size_t numel;
+	double t0;
+
+	world_open(&w, "size", &sc);
+	hp_base(&hp);
+	world_create(&w, &hp);
+	w.outs = true;
+	world_add(&w, "first", 100, false, TIER_FP32, TIER_FP32, 1);
+	ck_assert_int_eq(tier_optim_info(w.o, &info), 0);
+	numel = c->mul ? (size_t)(c->mul * info.shard_elems) + c->add : c->add;
+	snprintf(val, sizeof(val), "numel %zu", numel);
+	t0 = now_s();
+	ASSERT_ERR(tier_optim_add_param(w.o, "big", numel, NULL, NULL), c->want, c->name);
+	ck_assert_msg(now_s() - t0 < 1.0, "%s: took %.2f s", c->name, now_s() - t0);
+	ck_assert_msg(strstr(tier_last_error(), val), "%s: '%s' does not name %s", c->name,
+		      tier_last_error(), val);
+	ck_assert_ptr_null(tier_obj_find(w.s, "big#0"));
+	ck_assert_uint_eq(tier_optim_nparams(w.o), 1);
+	ck_assert_int_eq(tier_optim_info(w.o, &info), 0);
+	ck_assert_uint_eq(info.nshards, 1);
+	{
+		struct tier_step_result r;
+		struct ref_res rr;
+
+		world_grads(&w, 3, 0);
+		opt_step(&w, 1e-3, D_STEP, 0, &r);
+		ref_step(&w, 1e-3, &rr);
+		check_state(&w, c->name);
+	}
+	world_close(&w);
+}
+END_TEST
+
+/* Thread counts over TIER_POOL_MAX_THREADS refused by create and by the
+ * pool, naming the value; store objects too large for any tier. */
+START_TEST(count_errors)
+{
+	static const unsigned bad_threads[] = { 100000, TIER_POOL_MAX_THREADS + 1, UINT32_MAX };
+	static const uint64_t big_objs[] = { UINT64_MAX, UINT64_MAX - 4095, 1ull << 63 };
+	struct scfg sc = { .dram = 512 * KiB, .hbm = 0, .nvme = 16 * MiB };
+	struct tier_optim_params hp;
+	struct world w;
+
+	world_open(&w, "count", &sc);
+	for (size_t i = 0; i < ARRAY_SIZE(bad_threads); i++) {
+		struct tier_optim *o = (void *)1;
+		struct tier_pool *pool = (void *)1;
+		char val[48];
+		double t0 = now_s();
+
+		hp_base(&hp);
+		hp.threads = bad_threads[i];
+		snprintf(val, sizeof(val), "threads %u", bad_threads[i]);
+		ASSERT_ERR(tier_optim_create(w.s, &hp, &o), -EINVAL, val);
+		ck_assert_msg(strstr(tier_last_error(), val) && strstr(tier_last_error(), "1024"),
+			      "'%s' does not name %s and the cap", tier_last_error(), val);
+		ck_assert_ptr_null(o);
+		snprintf(val, sizeof(val), "%u threads", bad_threads[i]);
+		ASSERT_ERR(tier_pool_create(bad_threads[i], &pool), -EINVAL, val);
+		ck_assert_msg(strstr(tier_last_error(), val), "'%s' does not name %s",
+			      tier_last_error(), val);
+		ck_assert_ptr_null(pool);
+		ck_assert_msg(now_s() - t0 < 1.0, "%s: took %.2f s", val, now_s() - t0);
+	}
+	for (size_t i = 0; i < ARRAY_SIZE(big_objs); i++) {
+		struct tier_obj *obj = (void *)1;
+
+		ASSERT_ERR(tier_obj_create(w.s, "big", big_objs[i], &obj), -ENOSPC, "a huge object");
+		ck_assert_ptr_null(obj);
+		ck_assert_ptr_null(tier_obj_find(w.s, "big"));
+	}
+	VALID(w.s);
+	world_close(&w);
+}
+END_TEST
+
 /* ------------------------------------------------------------ suite */
 
 /* A case of @s with the per-case and per-test fixtures and @timeout s. */
@@ -2032,6 +2157,11 @@ static Suite *optim_suite(void)
 	tcase_add_test(tc, create_errors);
 	tcase_add_loop_test(tc, optim_info, 0, (int)ARRAY_SIZE(info_cases));
 	tcase_add_test(tc, add_errors);
+
+	/* a short timeout: a size that loops is a failure here */
+	tc = new_case(s, "sizes", 10);
+	tcase_add_loop_test(tc, size_errors, 0, (int)ARRAY_SIZE(zcases));
+	tcase_add_test(tc, count_errors);
 	return s;
 }
 
