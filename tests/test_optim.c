@@ -1572,7 +1572,8 @@ static void fail_and_complete(struct world *w, const struct fcase *c, double lr,
 	ck_assert_msg(done < all && (!c->partial || done > 0),
 		      "%s: %u of %u shards updated by the failed step", c->name, done, all);
 	check_refusals(w, c, lr);
-	opt_step(w, lr, c->drive, (uint64_t)k, r); /* the same step again */
+	/* the same step again: with its lr, or (the split cases) TIER_LR_KEEP */
+	opt_step(w, c->offload < 1.0 ? TIER_LR_KEEP : lr, c->drive, (uint64_t)k, r);
 }
 
 /* _i = case */
