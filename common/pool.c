@@ -150,8 +150,10 @@ static unsigned default_threads(void)
 	long cpus;
 
 	if (t > 0)
-		return (unsigned)t;
+		return t < TIER_POOL_MAX_THREADS ? (unsigned)t : TIER_POOL_MAX_THREADS;
 	cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	if (cpus > (long)TIER_POOL_MAX_THREADS)
+		return TIER_POOL_MAX_THREADS;
 	return cpus > 0 ? (unsigned)cpus : 1;
 }
 
@@ -161,6 +163,9 @@ int tier_pool_create(unsigned nthreads, struct tier_pool **out)
 	int rc = 0;
 
 	*out = NULL;
+	if (nthreads > TIER_POOL_MAX_THREADS)
+		return ts_err(-EINVAL, "tier_pool_create: %u threads (at most %u)", nthreads,
+				TIER_POOL_MAX_THREADS);
 	if (nthreads == 0)
 		nthreads = default_threads();
 	p = ts_calloc(1, sizeof(*p));

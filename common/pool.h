@@ -22,7 +22,8 @@ typedef void (*ts_pool_fn)(void *arg, size_t index, unsigned worker);
 /*
  * tier_pool_create(n): a pool of @n threads in all, the caller included
  * (so n - 1 workers are started); 0 = TIER_THREADS, or one per online
- * CPU.  Returns 0, -ENOMEM, or the error of thread creation (nothing is
+ * CPU, at most TIER_POOL_MAX_THREADS).  Returns 0, -EINVAL (@n above
+ * TIER_POOL_MAX_THREADS), -ENOMEM, or the error of thread creation (nothing is
  * left running on failure).  tier_pool_destroy() stops and joins the
  * workers; no job may be running.
  */

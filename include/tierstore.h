@@ -229,10 +229,17 @@ struct tier_tensor {
 #define TIER_DTYPE_MANIFEST (-1)
 /* offload_fraction: the manifest's optimizer.offload_fraction. */
 #define TIER_OFFLOAD_MANIFEST (-2.0)
+/* The lr of tier_optim_step / tier_optim_begin that keeps the learning
+ * rate of the previous step (at the first step, the creation lr).  Any
+ * other lr is the step's: a finite value >= 0, 0 included (the parameters
+ * stay, the moments and the step count advance, as torch.optim.AdamW at
+ * lr 0). */
+#define TIER_LR_KEEP (-1.0)
 
 struct tier_optim_params {
 	uint32_t size;         /* sizeof, set by tier_optim_params_init */
-	/* torch.optim.AdamW (decoupled = true) / Adam (false) semantics */
+	/* torch.optim.AdamW (decoupled = true) / Adam (false) semantics;
+	 * lr: finite, >= 0 */
 	double lr, beta1, beta2, eps, weight_decay;
 	bool decoupled;
 	/* moments: TIER_FP32, TIER_BF16, or TIER_DTYPE_MANIFEST */
@@ -252,7 +259,8 @@ struct tier_optim_params {
 	double min_loss_scale, growth_factor, backoff_factor;
 	uint32_t growth_interval, hysteresis;
 	uint64_t shard_size;   /* bytes of state per shard; 0 = the manifest's */
-	unsigned threads;      /* CPU update threads; 0 = TIER_THREADS / one per CPU */
+	unsigned threads;      /* CPU update threads; 0 = TIER_THREADS / one per CPU;
+				* at most TIER_POOL_MAX_THREADS (1024) */
 };
 
 /* torch's AdamW defaults (lr 1e-3, betas 0.9/0.999, eps 1e-8, weight decay
@@ -290,8 +298,10 @@ TIER_API int tier_optim_create(struct tier_store *s, const struct tier_optim_par
  * Adds a parameter of @numel elements named @name (its shards are the
  * store objects "NAME#K"), initial master values @init (fp32, host; NULL:
  * zeros), moments zero.  *id (may be NULL) gets its index: 0, 1, ... in
- * the order of adding.  0, -EEXIST, -EINVAL, -ENOSPC (no room at the
- * store's home), -EBUSY (inside a step), -ENOMEM.
+ * the order of adding.  0, -EEXIST, -EINVAL, -EOVERFLOW (numel whose state
+ * bytes overflow 64 bits or whose shards exceed a uint32_t count with the
+ * others; the detail names it), -ENOSPC (a state larger than the home
+ * tier, or no room at the store's home), -EBUSY (inside a step), -ENOMEM.
  */
 TIER_API int tier_optim_add_param(struct tier_optim *o, const char *name, size_t numel,
 				  const float *init, uint32_t *id);
@@ -325,7 +335,9 @@ struct tier_step_result {
  * One step with every gradient at hand: @grads[i] is parameter i's
  * gradient (numel elements of its dtype, host or device), @outs (NULL, or
  * one per parameter with ptr NULL for none) receive the updated parameters
- * in their dtype.  @lr > 0 sets the learning rate from this step on.  The
+ * in their dtype.  @lr (finite, >= 0; 0 too) is the learning rate from
+ * this step on; TIER_LR_KEEP keeps the previous one; any other value is
+ * refused with -EINVAL naming it.  The
  * same as tier_optim_begin, a push per parameter, tier_optim_end, with
  * their errors.  A step that fails part way (an I/O error that outlasted
  * the NVMe tier's retries) is completed by calling it again with the same
@@ -358,7 +370,8 @@ TIER_API int tier_optim_step(struct tier_optim *o, double lr, const struct tier_
  * scale and count, and leaves the state bit for bit as a clean run would.
  * Until then a step whose gradients differ (by a parameter's sum of
  * squares) is refused at end with -EINVAL, begin with another lr with
- * -EINVAL, and tier_optim_add_param with -EBUSY, none changing the state.
+ * -EINVAL (the same lr or TIER_LR_KEEP is taken), and
+ * tier_optim_add_param with -EBUSY, none changing the state.
  * An error in the update itself (the kernel) refuses every later step
  * (restore a checkpoint).  docs/optimizer.md, "A step that fails".
  */

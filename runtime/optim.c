@@ -106,8 +106,8 @@ static int check_params(const struct tier_optim_params *p)
 {
 	if (ts_params_size("optimizer: struct tier_optim_params", p->size, sizeof(*p)))
 		return -EINVAL;
-	if (!(p->lr > 0) || !isfinite(p->lr))
-		return ts_err(-EINVAL, "optimizer: lr %g (must be a finite number > 0)", p->lr);
+	if (!(p->lr >= 0) || !isfinite(p->lr))
+		return ts_err(-EINVAL, "optimizer: lr %g (must be a finite number >= 0)", p->lr);
 	if (!(p->beta1 >= 0 && p->beta1 < 1) || !(p->beta2 >= 0 && p->beta2 < 1))
 		return ts_err(-EINVAL, "optimizer: betas (%g, %g) (each in [0, 1))", p->beta1,
 				p->beta2);
@@ -130,6 +130,9 @@ static int check_params(const struct tier_optim_params *p)
 	if (!(p->loss_scale > 0) || !isfinite(p->loss_scale))
 		return ts_err(-EINVAL, "optimizer: loss_scale %g (must be > 0; 1 = none)",
 				p->loss_scale);
+	if (p->threads > TIER_POOL_MAX_THREADS)
+		return ts_err(-EINVAL, "optimizer: threads %u (0 for TIER_THREADS or one per CPU, at most %u)",
+				p->threads, (unsigned)TIER_POOL_MAX_THREADS);
 	if (p->shard_size && (p->shard_size % 4096 || p->shard_size < (64u << 10) ||
 			      p->shard_size > (4ull << 30)))
 		return ts_err(-EINVAL, "optimizer: shard_size %" PRIu64 " (a multiple of 4 KiB, 64 KiB - 4 GiB; 0 for the manifest's)",
@@ -385,6 +388,9 @@ static int add_check(const struct tier_optim *o, const char *name, size_t numel)
 				name, o->applied + 1);
 	if (!numel)
 		return ts_err(-EINVAL, "parameter '%s': no elements", name);
+	if (o->nparams == UINT32_MAX)
+		return ts_err(-EOVERFLOW, "tier_optim_add_param: parameter '%s': the optimizer holds %u parameters, the most a uint32_t id counts",
+				name, o->nparams);
 	if (strlen(name) > TIERS_NAME_MAX * 4)
 		return ts_err(-EINVAL, "parameter '%.32s...': name longer than %d bytes", name,
 				TIERS_NAME_MAX * 4);
@@ -393,11 +399,51 @@ static int add_check(const struct tier_optim *o, const char *name, size_t numel)
 	return 0;
 }
 
-/* Room for one more parameter and @nsh more shards. */
+/*
+ * The shard count of a parameter of @numel elements into *nsh: 0, or
+ * -EOVERFLOW when its state's bytes overflow 64 bits (or its master
+ * weights' a size_t), or its shards with the optimizer's others exceed a
+ * uint32_t; -ENOSPC when its state exceeds the home tier's capacity.
+ */
+static int add_size(const struct tier_optim *o, const char *name, size_t numel, uint32_t *nsh)
+{
+	uint64_t bytes, n;
+	size_t master;
+	struct tier_store_stats st;
+	enum tier_level home = tier_store_home(o->s);
+
+	if (__builtin_mul_overflow((uint64_t)numel, (uint64_t)(4 + 2 * o->mb), &bytes) ||
+	    __builtin_mul_overflow(numel, (size_t)4, &master))
+		return ts_err(-EOVERFLOW, "tier_optim_add_param: parameter '%s': numel %zu: its state (%zu bytes per element) overflows a 64-bit byte count",
+				name, numel, 4 + 2 * o->mb);
+	n = numel / o->shard_elems + (numel % o->shard_elems != 0);
+	if (n > UINT32_MAX - o->nshards)
+		return ts_err(-EOVERFLOW, "tier_optim_add_param: parameter '%s': numel %zu needs %" PRIu64 " shards of %zu elements; with the %u held that exceeds %u (uint32_t)",
+				name, numel, n, o->shard_elems, o->nshards, UINT32_MAX);
+	tier_store_get_stats(o->s, &st);
+	if (bytes > st.level[home].capacity)
+		return ts_err(-ENOSPC, "tier_optim_add_param: parameter '%s': numel %zu: %" PRIu64 " bytes of state exceed the home tier (%s, %" PRIu64 " bytes)",
+				name, numel, bytes, tier_level_name(home), st.level[home].capacity);
+	*nsh = (uint32_t)n;
+	return 0;
+}
+
+/* @cap doubled (from @first when 0) until it holds @need, at most UINT32_MAX. */
+static uint32_t grow_cap(uint32_t cap, uint32_t first, uint64_t need)
+{
+	uint64_t c = cap ? cap : first;
+
+	while (c < need)
+		c *= 2;
+	return c > UINT32_MAX ? UINT32_MAX : (uint32_t)c;
+}
+
+/* Room for one more parameter and @nsh more shards (add_size checked the
+ * counts). */
 static int add_room(struct tier_optim *o, const char *name, uint32_t nsh)
 {
 	if (o->nparams == o->params_cap) {
-		uint32_t cap = o->params_cap ? 2 * o->params_cap : 16;
+		uint32_t cap = grow_cap(o->params_cap, 16, (uint64_t)o->nparams + 1);
 		struct param *np = ts_realloc(o->params, cap * sizeof(*np));
 
 		if (!np)
@@ -405,12 +451,10 @@ static int add_room(struct tier_optim *o, const char *name, uint32_t nsh)
 		o->params = np;
 		o->params_cap = cap;
 	}
-	if (o->nshards + nsh > o->shards_cap) {
-		uint32_t cap = o->shards_cap ? o->shards_cap : 64;
+	if ((uint64_t)o->nshards + nsh > o->shards_cap) {
+		uint32_t cap = grow_cap(o->shards_cap, 64, (uint64_t)o->nshards + nsh);
 		struct shard **ns;
 
-		while (cap < o->nshards + nsh)
-			cap *= 2;
 		if (!(ns = ts_realloc(o->shards, cap * sizeof(*ns))))
 			return ts_err(-ENOMEM, "parameter '%s': out of memory", name);
 		o->shards = ns;
@@ -422,13 +466,12 @@ static int add_room(struct tier_optim *o, const char *name, uint32_t nsh)
 int tier_optim_add_param(struct tier_optim *o, const char *name, size_t numel, const float *init,
 			 uint32_t *id)
 {
-	uint32_t nsh, first = o ? o->nshards : 0;
+	uint32_t nsh = 0, first = o ? o->nshards : 0;
 	struct param *pp;
 	int rc;
 
-	if ((rc = add_check(o, name, numel)))
+	if ((rc = add_check(o, name, numel)) || (rc = add_size(o, name, numel, &nsh)))
 		return rc;
-	nsh = (uint32_t)((numel + o->shard_elems - 1) / o->shard_elems);
 	if ((rc = add_room(o, name, nsh)))
 		return rc;
 	pp = &o->params[o->nparams];

@@ -283,16 +283,17 @@ int tier_optim_begin(struct tier_optim *o, double lr)
 				o->failed_msg);
 	if (!o->nparams)
 		return ts_err(-EINVAL, "optimizer: no parameters");
-	if (lr < 0 || !isfinite(lr))
-		return ts_err(-EINVAL, "optimizer: lr %g (> 0 sets it, 0 keeps %g)", lr, o->lr);
-	if (o->pending && lr > 0 && lr != o->ap.lr)
-		return ts_err(-EINVAL, "optimizer: step %" PRIu64 " failed part way; this step completes it and takes its lr, %g, not %g (pass it or 0)",
+	if (lr != TIER_LR_KEEP && !(lr >= 0 && isfinite(lr)))
+		return ts_err(-EINVAL, "tier_optim_begin: lr %g (a finite value >= 0, 0 included, or TIER_LR_KEEP to keep %g)",
+				lr, o->lr);
+	if (o->pending && lr != TIER_LR_KEEP && lr != o->ap.lr)
+		return ts_err(-EINVAL, "optimizer: step %" PRIu64 " failed part way; this step completes it and takes its lr, %g, not %g (pass it or TIER_LR_KEEP)",
 				o->applied + 1, o->ap.lr, lr);
 	if ((rc = grow_items(o, o->nshards)))
 		return rc;
 	if (!o->synced && (rc = sync_schedule(o)))
 		return rc;
-	if (lr > 0)
+	if (lr != TIER_LR_KEEP)
 		o->lr = lr;
 	o->keep = sched_keep_bytes(o->dram_cap, o->lookahead, o->shard_bytes, optim_state_bytes(o));
 	m = build_items(o);

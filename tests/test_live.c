@@ -389,7 +389,7 @@ START_TEST(tier_stat_matches_store)
 
 		if (k == 1)
 			grad[5] = 1.0f / 0.0f; /* an overflow: skipped */
-		ck_assert_int_eq(tier_optim_step(o, 0, &g, NULL, &res[k]), 0);
+		ck_assert_int_eq(tier_optim_step(o, TIER_LR_KEEP, &g, NULL, &res[k]), 0);
 		grad[5] = 1.0f;
 	}
 	ck_assert(res[0].applied && !res[1].applied && res[2].applied);

@@ -29,7 +29,7 @@
  *    ragged sizes (1, 4099, 70000, 300000 elements; the first starts at
  *    zeros), 64 KiB shards, ~4.5 MB of state over a 2 MiB DRAM tier
  *    (the delayed cases: three parameters, ~0.9 MB over 512 KiB), 3-8
- *    steps with a learning rate that changes (and lr 0 = keep).  After
+ *    steps with a learning rate that changes (TIER_LR_KEEP, lr 0).  After
  *    every step: the result's fields (applied, step, grad_norm and
  *    clip_coef exactly, loss scales, shard counts = the store objects
  *    "NAME#K", CPU/GPU split, NVMe bytes read and written when the state
@@ -86,7 +86,17 @@
  *    order, names and sizes back, duplicate name (-EEXIST), numel 0 and
  *    NULL name (-EINVAL), inside a step (-EBUSY), no room at home
  *    (-ENOSPC, nothing left behind); read with a bad id; destroy frees the
- *    state objects.
+ *    state objects;
+ *  - lr values (lr_values): lr 0 (and -0.0) leaves the parameters bit for
+ *    bit while the moments and step advance, as the reference at lr 0;
+ *    TIER_LR_KEEP keeps the previous rate (0 included); created at lr 0;
+ *    negative and non-finite values refused by begin and step, named;
+ *  - sizes (size_errors, count_errors; a 10 s timeout): numel SIZE_MAX,
+ *    2^60 + 12345, 2^32 shards and others refused in under 1 s with
+ *    -EOVERFLOW or -ENOSPC naming numel, nothing left, stepping on;
+ *    threads 100000 / 1025 / UINT32_MAX refused by create and
+ *    tier_pool_create naming the value; store objects of 2^63 bytes and
+ *    more refused with -ENOSPC.
  */
 #include "config.h"
 
@@ -99,6 +109,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/fault.h"
 #include "t_helpers.h"
@@ -563,7 +574,7 @@ static void ref_step(struct world *w, double lr, struct ref_res *rr)
 	double total = 0.0;
 	bool nonfinite = false;
 
-	if (lr > 0)
+	if (lr != TIER_LR_KEEP)
 		w->lr = lr;
 	for (size_t i = 0; i < w->np; i++) {
 		struct tier_grad_stats st = { 0 };
@@ -823,8 +834,8 @@ static void world_close(struct world *w)
 	memset(w, 0, sizeof(*w));
 }
 
-/* Learning rates of the steps; 0 keeps the previous one. */
-static const double step_lr[] = { 1e-3, 2e-3, 0, 5e-4, 1.5e-3, 0, 3e-3, 1e-3 };
+/* Learning rates of the steps; TIER_LR_KEEP keeps the previous one. */
+static const double step_lr[] = { 1e-3, 2e-3, TIER_LR_KEEP, 5e-4, 1.5e-3, TIER_LR_KEEP, 3e-3, 1e-3 };
 
 /* Parameter sets. */
 struct pdef {
@@ -1561,7 +1572,8 @@ static void fail_and_complete(struct world *w, const struct fcase *c, double lr,
 	ck_assert_msg(done < all && (!c->partial || done > 0),
 		      "%s: %u of %u shards updated by the failed step", c->name, done, all);
 	check_refusals(w, c, lr);
-	opt_step(w, lr, c->drive, (uint64_t)k, r); /* the same step again */
+	/* the same step again: with its lr, or (the split cases) TIER_LR_KEEP */
+	opt_step(w, c->offload < 1.0 ? TIER_LR_KEEP : lr, c->drive, (uint64_t)k, r);
 }
 
 /* _i = case */
@@ -1598,6 +1610,142 @@ START_TEST(tier_failure)
 		snprintf(when, sizeof(when), "%s, after step %d", c->name, k + 1);
 		check_state(&w, when);
 	}
+	world_close(&w);
+}
+END_TEST
+
+/* ------------------------------------------------------------ lr values */
+
+/* A case of lr_values: the world, the lr at creation, how steps are driven. */
+struct lcase {
+	const char *name;
+	double offload;
+	enum tier_dtype moment;
+	double create_lr;
+	enum drive drive;
+};
+static const struct lcase lcases[] = {
+	{ "cpu-fp32", 1.0, TIER_FP32, 1e-3, D_STEP },
+	{ "split-bf16", 0.5, TIER_BF16, 1e-3, D_SHUFFLE },
+	{ "gpu-fp32-created-at-0", 0.0, TIER_FP32, 0.0, D_FORWARD },
+};
+
+/* The steps: the lr passed and whether the parameters must stay (the
+ * learning rate in effect is 0). */
+static const struct {
+	double lr;
+	bool still;
+} lsteps[] = {
+	{ 1e-3, false }, { 0.0, true }, { TIER_LR_KEEP, true }, { 2e-3, false },
+	{ TIER_LR_KEEP, false }, { -0.0, true }, { 5e-4, false },
+};
+
+/* Values begin and step refuse. */
+static const double bad_lrs[] = { -2.0, -1e-3, -0.9999999, -INFINITY, INFINITY, NAN };
+
+/* Snapshots every parameter's state read back into @p, @m (concatenated). */
+static void lr_snapshot(struct world *w, float *p, unsigned char *m)
+{
+	size_t ms = tier_dtype_size((enum tier_dtype)w->md);
+
+	for (size_t i = 0; i < w->np; i++) {
+		struct param *q = &w->pa[i];
+
+		ck_assert_int_eq(tier_optim_read(w->o, q->id, p, m, m + q->n * ms), 0);
+		p += q->n;
+		m += 2 * q->n * ms;
+	}
+}
+
+/* Every bad lr refused by begin and by step, naming it, the state unchanged. */
+static void lr_refusals(struct world *w)
+{
+	struct tier_tensor g[MAXP];
+	uint64_t h = state_hash(w);
+
+	for (size_t i = 0; i < w->np; i++)
+		g[i] = grad_t(&w->pa[i]);
+	for (size_t b = 0; b < ARRAY_SIZE(bad_lrs); b++) {
+		char val[32];
+
+		snprintf(val, sizeof(val), "lr %g ", bad_lrs[b]);
+		ASSERT_ERR(tier_optim_begin(w->o, bad_lrs[b]), -EINVAL, val);
+		ck_assert_msg(strstr(tier_last_error(), val), "begin: '%s' does not name %s",
+			      tier_last_error(), val);
+		ASSERT_ERR(tier_optim_step(w->o, bad_lrs[b], g, NULL, NULL), -EINVAL, val);
+		ck_assert_msg(strstr(tier_last_error(), val), "step: '%s' does not name %s",
+			      tier_last_error(), val);
+	}
+	ck_assert_msg(state_hash(w) == h, "a refused lr changed the state");
+}
+
+/* _i = case: lr 0 leaves the parameters bit for bit while the moments and
+ * the step count advance (the reference: tier_adam_step at lr 0);
+ * TIER_LR_KEEP keeps the previous rate; bad values are refused. */
+START_TEST(lr_values)
+{
+	const struct lcase *c = &lcases[_i];
+	struct scfg sc = { .dram = 512 * KiB, .hbm = 1 * MiB };
+	struct tier_optim_params hp;
+	struct world w;
+	size_t total = 0, ms;
+	float *p0, *p1;
+	unsigned char *m0, *m1;
+
+	world_open(&w, c->name, &sc);
+	hp_base(&hp);
+	hp.offload_fraction = c->offload;
+	hp.moment_dtype = c->moment;
+	hp.lr = c->create_lr;
+	world_create(&w, &hp);
+	w.outs = true;
+	for (size_t i = 0; i < ARRAY_SIZE(small_set); i++) {
+		world_add(&w, small_set[i].name, small_set[i].n, small_set[i].zeros, TIER_FP32,
+			  turn_dt[i % 3], 90 + i);
+		total += small_set[i].n;
+	}
+	ms = tier_dtype_size(c->moment);
+	p0 = malloc(total * 4);
+	p1 = malloc(total * 4);
+	m0 = malloc(total * 2 * ms);
+	m1 = malloc(total * 2 * ms);
+	ck_assert(p0 && p1 && m0 && m1);
+	if (c->create_lr == 0.0) { /* created at 0: a first step that keeps it stays */
+		struct tier_step_result r;
+		struct ref_res rr;
+
+		world_grads(&w, 7, 99);
+		lr_snapshot(&w, p0, m0);
+		opt_step(&w, TIER_LR_KEEP, c->drive, 99, &r);
+		ref_step(&w, TIER_LR_KEEP, &rr);
+		lr_snapshot(&w, p1, m1);
+		ck_assert_msg(memcmp(p0, p1, total * 4) == 0, "%s: created at lr 0, a step moved the parameters",
+			      c->name);
+		check_state(&w, "created at lr 0, after a step");
+	}
+	for (size_t k = 0; k < ARRAY_SIZE(lsteps); k++) {
+		struct tier_step_result r;
+		struct ref_res rr;
+		char when[96];
+
+		world_grads(&w, 7, (int)k);
+		lr_snapshot(&w, p0, m0);
+		opt_step(&w, lsteps[k].lr, c->drive, k, &r);
+		ref_step(&w, lsteps[k].lr, &rr);
+		lr_snapshot(&w, p1, m1);
+		snprintf(when, sizeof(when), "%s, step %zu (lr %g)", c->name, k + 1, lsteps[k].lr);
+		ck_assert_msg(r.applied && r.step == w.step, "%s: applied %d, step %llu (want %llu)",
+			      when, r.applied, U64(r.step), U64(w.step));
+		ck_assert_msg((memcmp(p0, p1, total * 4) == 0) == lsteps[k].still,
+			      "%s: the parameters %s", when, lsteps[k].still ? "moved" : "stayed");
+		ck_assert_msg(memcmp(m0, m1, total * 2 * ms) != 0, "%s: the moments stayed", when);
+		check_state(&w, when);
+	}
+	lr_refusals(&w);
+	free(p0);
+	free(p1);
+	free(m0);
+	free(m1);
 	world_close(&w);
 }
 END_TEST
@@ -1850,6 +1998,120 @@ START_TEST(add_errors)
 }
 END_TEST
 
+/* ------------------------------------------------------------ sizes */
+
+/* A parameter size add_param must refuse at once: numel = mul x the shard
+ * elements + add (mul 0: numel = add). */
+struct zcase {
+	const char *name;
+	uint64_t mul;
+	size_t add;
+	int want;
+};
+static const struct zcase zcases[] = {
+	{ "SIZE_MAX", 0, SIZE_MAX, -EOVERFLOW },
+	{ "bytes overflow", 0, SIZE_MAX / 12 + 1, -EOVERFLOW },
+	{ "2^60 + 12345", 0, ((size_t)1 << 60) + 12345, -EOVERFLOW },
+	{ "2^32 shards", 1ull << 32, 0, -EOVERFLOW },
+	{ "2^32 - 1 shards (with the one held)", (1ull << 32) - 1, 0, -EOVERFLOW },
+	{ "2^20 shards: over the home", 1ull << 20, 0, -ENOSPC },
+	{ "one element over the home", 0, 16 * MiB / 12 + 1, -ENOSPC },
+};
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* _i = case: refused quickly, naming numel, nothing left behind; the
+ * optimizer steps on. */
+START_TEST(size_errors)
+{
+	const struct zcase *c = &zcases[_i];
+	struct scfg sc = { .dram = 512 * KiB, .hbm = 0, .nvme = 16 * MiB };
+	struct tier_optim_params hp;
+	struct tier_optim_info info;
+	struct world w;
+	char val[48];
+	size_t numel;
+	double t0;
+
+	world_open(&w, "size", &sc);
+	hp_base(&hp);
+	world_create(&w, &hp);
+	w.outs = true;
+	world_add(&w, "first", 100, false, TIER_FP32, TIER_FP32, 1);
+	ck_assert_int_eq(tier_optim_info(w.o, &info), 0);
+	numel = c->mul ? (size_t)(c->mul * info.shard_elems) + c->add : c->add;
+	snprintf(val, sizeof(val), "numel %zu", numel);
+	t0 = now_s();
+	ASSERT_ERR(tier_optim_add_param(w.o, "big", numel, NULL, NULL), c->want, c->name);
+	ck_assert_msg(now_s() - t0 < 1.0, "%s: took %.2f s", c->name, now_s() - t0);
+	ck_assert_msg(strstr(tier_last_error(), val), "%s: '%s' does not name %s", c->name,
+		      tier_last_error(), val);
+	ck_assert_ptr_null(tier_obj_find(w.s, "big#0"));
+	ck_assert_uint_eq(tier_optim_nparams(w.o), 1);
+	ck_assert_int_eq(tier_optim_info(w.o, &info), 0);
+	ck_assert_uint_eq(info.nshards, 1);
+	{
+		struct tier_step_result r;
+		struct ref_res rr;
+
+		world_grads(&w, 3, 0);
+		opt_step(&w, 1e-3, D_STEP, 0, &r);
+		ref_step(&w, 1e-3, &rr);
+		check_state(&w, c->name);
+	}
+	world_close(&w);
+}
+END_TEST
+
+/* Thread counts over TIER_POOL_MAX_THREADS refused by create and by the
+ * pool, naming the value; store objects too large for any tier. */
+START_TEST(count_errors)
+{
+	static const unsigned bad_threads[] = { 100000, TIER_POOL_MAX_THREADS + 1, UINT32_MAX };
+	static const uint64_t big_objs[] = { UINT64_MAX, UINT64_MAX - 4095, 1ull << 63 };
+	struct scfg sc = { .dram = 512 * KiB, .hbm = 0, .nvme = 16 * MiB };
+	struct tier_optim_params hp;
+	struct world w;
+
+	world_open(&w, "count", &sc);
+	for (size_t i = 0; i < ARRAY_SIZE(bad_threads); i++) {
+		struct tier_optim *o = (void *)1;
+		struct tier_pool *pool = (void *)1;
+		char val[48];
+		double t0 = now_s();
+
+		hp_base(&hp);
+		hp.threads = bad_threads[i];
+		snprintf(val, sizeof(val), "threads %u", bad_threads[i]);
+		ASSERT_ERR(tier_optim_create(w.s, &hp, &o), -EINVAL, val);
+		ck_assert_msg(strstr(tier_last_error(), val) && strstr(tier_last_error(), "1024"),
+			      "'%s' does not name %s and the cap", tier_last_error(), val);
+		ck_assert_ptr_null(o);
+		snprintf(val, sizeof(val), "%u threads", bad_threads[i]);
+		ASSERT_ERR(tier_pool_create(bad_threads[i], &pool), -EINVAL, val);
+		ck_assert_msg(strstr(tier_last_error(), val), "'%s' does not name %s",
+			      tier_last_error(), val);
+		ck_assert_ptr_null(pool);
+		ck_assert_msg(now_s() - t0 < 1.0, "%s: took %.2f s", val, now_s() - t0);
+	}
+	for (size_t i = 0; i < ARRAY_SIZE(big_objs); i++) {
+		struct tier_obj *obj = (void *)1;
+
+		ASSERT_ERR(tier_obj_create(w.s, "big", big_objs[i], &obj), -ENOSPC, "a huge object");
+		ck_assert_ptr_null(obj);
+		ck_assert_ptr_null(tier_obj_find(w.s, "big"));
+	}
+	VALID(w.s);
+	world_close(&w);
+}
+END_TEST
+
 /* ------------------------------------------------------------ suite */
 
 /* A case of @s with the per-case and per-test fixtures and @timeout s. */
@@ -1887,12 +2149,20 @@ static Suite *optim_suite(void)
 	tc = new_case(s, "failure", 20);
 	tcase_add_loop_test(tc, tier_failure, 0, (int)ARRAY_SIZE(fcases));
 
+	tc = new_case(s, "lr", 60);
+	tcase_add_loop_test(tc, lr_values, 0, (int)ARRAY_SIZE(lcases));
+
 	tc = new_case(s, "create", 60);
 	tcase_add_test(tc, params_defaults);
 	tcase_add_test(tc, manifest_values);
 	tcase_add_test(tc, create_errors);
 	tcase_add_loop_test(tc, optim_info, 0, (int)ARRAY_SIZE(info_cases));
 	tcase_add_test(tc, add_errors);
+
+	/* a short timeout: a size that loops is a failure here */
+	tc = new_case(s, "sizes", 10);
+	tcase_add_loop_test(tc, size_errors, 0, (int)ARRAY_SIZE(zcases));
+	tcase_add_test(tc, count_errors);
 	return s;
 }
 

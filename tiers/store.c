@@ -120,8 +120,11 @@ struct tier_obj *store_find_locked(struct tier_store *s, const char *name)
 static int hash_grow(struct tier_store *s)
 {
 	uint32_t n = s->nbuckets * 2;
-	struct tier_obj **h = ts_calloc(n, sizeof(*h));
+	struct tier_obj **h;
 
+	if (s->nbuckets > UINT32_MAX / 2)
+		return 0; /* 2^31 buckets: the chains grow longer instead */
+	h = ts_calloc(n, sizeof(*h));
 	if (!h)
 		return -ENOMEM;
 	for (uint32_t i = 0; i < s->nbuckets; i++) {
@@ -157,8 +160,14 @@ int tier_obj_create(struct tier_store *s, const char *name, uint64_t size, struc
 		rc = ts_err(-EEXIST, "object '%s' exists", name);
 		goto out;
 	}
+	if (s->nobjs == UINT32_MAX) {
+		rc = ts_err(-EOVERFLOW, "tier_obj_create: '%s': the store holds %u objects, the most a uint32_t counts",
+			      name, s->nobjs);
+		goto out;
+	}
 	if (s->nobjs == s->objs_cap) {
-		uint32_t cap = s->objs_cap ? s->objs_cap * 2 : 64;
+		uint32_t cap = s->objs_cap > UINT32_MAX / 2 ? UINT32_MAX
+			       : s->objs_cap ? s->objs_cap * 2 : 64;
 		struct tier_obj **a = ts_realloc(s->objs, cap * sizeof(*a));
 
 		if (!a) {

@@ -234,9 +234,9 @@ static uint64_t block_for(const struct buddy *b, uint64_t need)
 {
 	uint64_t blk = b->min_block;
 
-	while (blk < need)
+	while (blk < need && blk <= UINT64_MAX / 2)
 		blk <<= 1;
-	return blk;
+	return blk < need ? UINT64_MAX : blk; /* past 2^63: no slot holds it */
 }
 
 /*

@@ -215,7 +215,7 @@ static int step_one(const struct step_opts *o, struct step_model *sm, uint64_t k
 	char what[160];
 	int rc;
 
-	rc = tier_optim_begin(sm->opt, 0);
+	rc = tier_optim_begin(sm->opt, TIER_LR_KEEP);
 	if (rc) {
 		snprintf(what, sizeof(what), "step %" PRIu64 ": begin", k + 1);
 		return step_fail(what, rc);

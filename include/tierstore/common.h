@@ -112,8 +112,11 @@ TIER_API int tier_dtype_parse(const char *name, enum tier_dtype *out);
 /*
  * The persistent thread pool the CPU kernels split their work over: @n
  * threads in all, the caller included (0 = TIER_THREADS, or one per
- * online CPU).  0, -ENOMEM or the error of thread creation.
+ * online CPU, at most TIER_POOL_MAX_THREADS).  0, -EINVAL (@n above
+ * TIER_POOL_MAX_THREADS, named in the detail), -ENOMEM or the error of
+ * thread creation.
  */
+#define TIER_POOL_MAX_THREADS 1024u /* as TIER_THREADS */
 struct tier_pool;
 TIER_API int tier_pool_create(unsigned n, struct tier_pool **out);
 TIER_API void tier_pool_destroy(struct tier_pool *pool);

@@ -27,7 +27,7 @@
  *    bf16 outputs in host memory, device memory and mixed; clipping that
  *    clips; a static loss scale of 1024; tier_optim_step and the streaming
  *    form (pushes in reverse order); 5 steps of random gradients with a
- *    learning rate that changes (and lr 0 = keep).  After every step: the
+ *    learning rate that changes (and TIER_LR_KEEP = keep).  After every step: the
  *    result (applied, step, grad_norm and clip_coef exactly, loss scale,
  *    the shard split: all on the GPU lane with H2D and D2H traffic for 0,
  *    half and half for 0.5), tier_store_validate(), the outputs (device
@@ -91,7 +91,7 @@
 	} while (0)
 
 static const size_t k_sizes[NP] = { 1, 4099, 70000, 300000 };
-static const double k_lrs[] = { 1e-3, 2e-3, 0.0, 5e-4, 1.5e-3 };
+static const double k_lrs[] = { 1e-3, 2e-3, TIER_LR_KEEP, 5e-4, 1.5e-3 };
 
 /* Where a case's buffers live; MIX: parameter i's gradient on the device
  * when i is odd, its output when i is even. */
@@ -399,7 +399,7 @@ static void ref_step(struct gworld *w, double lr, struct ref_res *rr)
 	double total = 0.0;
 	bool nonfinite = false;
 
-	if (lr > 0)
+	if (lr != TIER_LR_KEEP)
 		w->lr = lr;
 	for (size_t i = 0; i < NP; i++) {
 		struct tier_grad_stats st = { 0 };
