@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <yaml.h>
 
@@ -54,6 +55,72 @@ struct pos mf_pos_of(const yaml_node_t *n)
 	return (struct pos){ (int)n->start_mark.line + 1, (int)n->start_mark.column + 1 };
 }
 
+/*
+ * One code point of @s (a well-formed UTF-8 sequence, or one byte) into
+ * @out (at least 5 bytes): printable text as is, control characters and
+ * bytes that are not UTF-8 as \n, \t or \xNN.  Returns the bytes of @s used.
+ */
+static size_t escape_one(const unsigned char *s, char *out, size_t *outlen)
+{
+	uint32_t cp;
+	size_t n = mf_utf8_next(s, &cp);
+
+	if (n == 0 || cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp < 0xa0)) {
+		if (n == 0)
+			n = 1;
+		if (n == 1 && *s == '\n')
+			*outlen = (size_t)snprintf(out, 5, "\\n");
+		else if (n == 1 && *s == '\t')
+			*outlen = (size_t)snprintf(out, 5, "\\t");
+		else if (n == 1)
+			*outlen = (size_t)snprintf(out, 5, "\\x%02x", *s);
+		else /* C1 controls, two bytes in UTF-8 */
+			*outlen = (size_t)snprintf(out, 5, "\\x%02x", (unsigned)cp);
+		return n;
+	}
+	memcpy(out, s, n);
+	*outlen = n;
+	return n;
+}
+
+/*
+ * The message @msg into @dst (@len bytes), rewritten so that it holds no
+ * control character and no byte that is not UTF-8 (escaped), and so that
+ * no quoted value ('...') shows more than MF_EXCERPT code points of
+ * itself: the rest is cut and marked with "…".
+ */
+void mf_sanitize(const char *msg, char *dst, size_t len)
+{
+	char out[1200], one[8];
+	size_t o = 0, i = 0, n, ol;
+	bool quoted = false;
+	unsigned shown = 0;
+
+	while (msg[i] && o + 16 < sizeof(out)) {
+		/* An apostrophe inside a word ("manifest's") opens nothing. */
+		if (msg[i] == '\'' && (quoted || i == 0 || strchr(" ([=\"", msg[i - 1]))) {
+			quoted = !quoted;
+			shown = 0;
+			out[o++] = msg[i++];
+			continue;
+		}
+		n = escape_one((const unsigned char *)msg + i, one, &ol);
+		i += n;
+		if (quoted && shown == MF_EXCERPT) {
+			memcpy(out + o, "\xe2\x80\xa6", 3); /* … */
+			o += 3;
+			shown++;
+		}
+		if (quoted && shown > MF_EXCERPT)
+			continue;
+		memcpy(out + o, one, ol);
+		o += ol;
+		shown++;
+	}
+	out[o] = '\0';
+	snprintf(dst, len, "%s", out);
+}
+
 __attribute__((format(printf, 3, 4)))
 void mf_diag(struct walker *w, struct pos at, const char *fmt, ...)
 {
@@ -68,9 +135,20 @@ void mf_diag(struct walker *w, struct pos at, const char *fmt, ...)
 		snprintf(msg, sizeof(msg), "too many errors; stopping");
 		at.line = 0;
 	} else {
+		char *full = NULL;
+
+		/* Whole first (a value may be long), then escaped and cut. */
 		va_start(ap, fmt);
-		vsnprintf(msg, sizeof(msg), fmt, ap);
+		n = vasprintf(&full, fmt, ap);
 		va_end(ap);
+		if (n < 0) {
+			va_start(ap, fmt);
+			vsnprintf(msg, sizeof(msg), fmt, ap);
+			va_end(ap);
+			full = NULL;
+		}
+		mf_sanitize(full ? full : msg, msg, sizeof(msg));
+		free(full);
 	}
 	/*
 	 * The report is kept here, not in the thread's detail message, which
@@ -258,6 +336,68 @@ static int yaml_error(struct walker *w, yaml_parser_t *p)
 	return -EINVAL;
 }
 
+/*
+ * Nesting and size are checked on libyaml's events, before any document
+ * is built: the loader's cost grows faster than the input with the
+ * nesting, so a deep document would take minutes to refuse after loading.
+ * A node at level MAX_DEPTH + 1 (the top-level node is level 0), or past
+ * TIER_YAML_NODE_LIMIT nodes as written (aliases counted once; pass 1
+ * counts them expanded), is refused where it starts; a syntax error found
+ * on the way is reported as the loader would.
+ */
+static int depth_check(struct walker *w, const char *text, size_t len)
+{
+	uint64_t nodes = 0, limit = (uint64_t)ts_opt_int(TIER_OPT_YAML_NODE_LIMIT);
+	yaml_parser_t parser;
+	yaml_event_t ev;
+	int open = 0, rc = 0;
+	bool done = false;
+
+	if (!yaml_parser_initialize(&parser))
+		return ts_err(-ENOMEM, "%s: cannot set up the YAML parser", w->file);
+	yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+	while (!done && !rc) {
+		if (!yaml_parser_parse(&parser, &ev)) {
+			rc = yaml_error(w, &parser);
+			break;
+		}
+		switch (ev.type) {
+		case YAML_SEQUENCE_START_EVENT:
+		case YAML_MAPPING_START_EVENT:
+		case YAML_SCALAR_EVENT:
+		case YAML_ALIAS_EVENT:
+			if (open > MAX_DEPTH) {
+				mf_diag(w, (struct pos){ (int)ev.start_mark.line + 1,
+							 (int)ev.start_mark.column + 1 },
+					"YAML nesting deeper than %d levels (the limit); refused",
+					MAX_DEPTH);
+				rc = -EINVAL;
+			} else if (++nodes > limit) {
+				mf_diag(w, (struct pos){ (int)ev.start_mark.line + 1,
+							 (int)ev.start_mark.column + 1 },
+					"YAML document has more than %llu nodes (TIER_YAML_NODE_LIMIT); refused",
+					(unsigned long long)limit);
+				rc = -EINVAL;
+			}
+			open += ev.type == YAML_SEQUENCE_START_EVENT ||
+				ev.type == YAML_MAPPING_START_EVENT;
+			break;
+		case YAML_SEQUENCE_END_EVENT:
+		case YAML_MAPPING_END_EVENT:
+			open--;
+			break;
+		case YAML_STREAM_END_EVENT:
+			done = true;
+			break;
+		default:
+			break;
+		}
+		yaml_event_delete(&ev);
+	}
+	yaml_parser_delete(&parser);
+	return rc;
+}
+
 int tier_manifest_parse(const char *text, size_t len, const char *name, unsigned flags,
 			struct tier_manifest **out)
 {
@@ -274,8 +414,8 @@ int tier_manifest_parse(const char *text, size_t len, const char *name, unsigned
 	*out = NULL;
 	ts_err_clear();
 	if (len > MAX_MANIFEST_BYTES)
-		return ts_err(-EFBIG, "%s: manifest is larger than %u bytes", w.file,
-				MAX_MANIFEST_BYTES);
+		return ts_err(-EFBIG, "%s: the manifest is %zu bytes, more than the limit of %u bytes (1 MiB)",
+			      w.file, len, MAX_MANIFEST_BYTES);
 	m = ts_calloc(1, sizeof(*m));
 	raw = ts_calloc(1, sizeof(*raw));
 	w.diags = ts_calloc(1, TIER_ERR_MAX);
@@ -289,6 +429,9 @@ int tier_manifest_parse(const char *text, size_t len, const char *name, unsigned
 		goto out;
 	}
 	parser_ok = true;
+	rc = depth_check(&w, text, len);
+	if (rc)
+		goto out;
 	yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
 	if (!yaml_parser_load(&parser, &doc)) {
 		rc = yaml_error(&w, &parser);
@@ -376,10 +519,88 @@ out:
 	return rc;
 }
 
+static const char *file_kind(mode_t mode)
+{
+	switch (mode & S_IFMT) {
+	case S_IFDIR:
+		return "a directory";
+	case S_IFIFO:
+		return "a FIFO (named pipe)";
+	case S_IFCHR:
+		return "a character device";
+	case S_IFBLK:
+		return "a block device";
+	case S_IFSOCK:
+		return "a socket";
+	default:
+		return "not a regular file";
+	}
+}
+
+/*
+ * Opens @path for reading without blocking (a FIFO would wait for a
+ * writer) and refuses anything but a regular file, or one larger than
+ * MAX_MANIFEST_BYTES; the descriptor, or -errno with the error set.
+ */
+static int open_manifest(const char *path)
+{
+	struct stat st;
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+
+	if (fd < 0)
+		return ts_err(-errno, "%s: %s", path, tier_strerror(errno));
+	if (fstat(fd, &st) != 0) {
+		int rc = ts_err(-errno, "%s: %s", path, tier_strerror(errno));
+
+		close(fd);
+		return rc;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		close(fd);
+		return ts_err(S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL,
+			      "%s: is %s; a manifest must be a regular file", path,
+			      file_kind(st.st_mode));
+	}
+	if (st.st_size > (off_t)MAX_MANIFEST_BYTES) {
+		close(fd);
+		return ts_err(-EFBIG, "%s: the manifest is %lld bytes, more than the limit of %u bytes (1 MiB)",
+			      path, (long long)st.st_size, MAX_MANIFEST_BYTES);
+	}
+	return fd;
+}
+
+/* Up to MAX_MANIFEST_BYTES + 1 bytes of @fd into *@buf (*@len of them). */
+static int read_manifest(int fd, const char *path, char **buf, size_t *len)
+{
+	size_t cap = MAX_MANIFEST_BYTES + 1;
+	int rc;
+
+	*len = 0;
+	*buf = ts_malloc(cap);
+	if (!*buf)
+		return ts_err(-ENOMEM, "%s: out of memory", path);
+	while (*len < cap) {
+		ssize_t n;
+
+		rc = ts_fault_check(TIER_FAULT_MANIFEST_READ);
+		if (rc)
+			return ts_err(rc, "%s: read: %s", path, tier_strerror(rc));
+		n = read(fd, *buf + *len, cap - *len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return ts_err(-errno, "%s: read: %s", path, tier_strerror(errno));
+		if (n == 0)
+			break;
+		*len += (size_t)n;
+	}
+	return 0;
+}
+
 int tier_manifest_load_flags(const char *path, unsigned flags, struct tier_manifest **out)
 {
 	char *buf = NULL;
-	size_t len = 0, cap = 0;
+	size_t len = 0;
 	int fd, rc;
 
 	*out = NULL;
@@ -387,46 +608,12 @@ int tier_manifest_load_flags(const char *path, unsigned flags, struct tier_manif
 	rc = ts_fault_check(TIER_FAULT_MANIFEST_OPEN);
 	if (rc)
 		return ts_err(rc, "%s: %s", path, tier_strerror(rc));
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = open_manifest(path);
 	if (fd < 0)
-		return ts_err(-errno, "%s: %s", path, tier_strerror(errno));
-	for (;;) {
-		ssize_t n;
-
-		if (len == cap) {
-			char *nb;
-
-			if (cap > MAX_MANIFEST_BYTES) {
-				rc = ts_err(-EFBIG, "%s: manifest is larger than %u bytes", path,
-					      MAX_MANIFEST_BYTES);
-				goto out;
-			}
-			cap = cap ? cap * 2 : 8192;
-			nb = ts_realloc(buf, cap);
-			if (!nb) {
-				rc = ts_err(-ENOMEM, "%s: out of memory", path);
-				goto out;
-			}
-			buf = nb;
-		}
-		rc = ts_fault_check(TIER_FAULT_MANIFEST_READ);
-		if (rc) {
-			ts_err(rc, "%s: read: %s", path, tier_strerror(rc));
-			goto out;
-		}
-		n = read(fd, buf + len, cap - len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			rc = ts_err(-errno, "%s: read: %s", path, tier_strerror(errno));
-			goto out;
-		}
-		if (n == 0)
-			break;
-		len += (size_t)n;
-	}
-	rc = tier_manifest_parse(buf, len, path, flags, out);
-out:
+		return fd;
+	rc = read_manifest(fd, path, &buf, &len);
+	if (rc == 0)
+		rc = tier_manifest_parse(buf, len, path, flags, out);
 	free(buf);
 	close(fd);
 	return rc;

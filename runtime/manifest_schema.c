@@ -103,12 +103,20 @@ static int get_size(struct walker *w, const char *key, yaml_node_t *v, bool allo
 		    struct raw_size *out)
 {
 	const char *s = want_scalar(w, key, v, "a size such as 64GiB");
-	char why[256], k[300];
+	char k[300];
 
 	if (!s)
 		return -EINVAL;
-	if (ts_size_parse(s, allow_percent, &out->v, why, sizeof(why))) {
-		mf_diag(w, mf_pos_of(v), "%s: %s", mf_keypath(w, key, k, sizeof(k)), why);
+	if (ts_size_parse(s, allow_percent, &out->v, NULL, 0)) {
+		/* Room for the whole value: the message is cut to an excerpt. */
+		size_t len = strlen(s) + 256;
+		char *why = ts_malloc(len);
+
+		if (why)
+			ts_size_parse(s, allow_percent, &out->v, why, len);
+		mf_diag(w, mf_pos_of(v), "%s: %s", mf_keypath(w, key, k, sizeof(k)),
+			why ? why : "out of memory");
+		free(why);
 		return -EINVAL;
 	}
 	out->at = mf_pos_of(v);
