@@ -398,16 +398,88 @@ static int depth_check(struct walker *w, const char *text, size_t len)
 	return rc;
 }
 
+/* Defaults for what the document leaves out. */
+static void raw_defaults(struct raw *raw)
+{
+	raw->version = 1;
+	snprintf(raw->name, sizeof(raw->name), "tierstore");
+	raw->device = -2;
+	raw->numa = -2;
+	raw->huge = TIER_HUGE_AUTO;
+	raw->direct = true;
+	raw->checksum = TIER_CSUM_CRC32C;
+	raw->offload = -1.0;
+	raw->moment = TIER_FP32;
+}
+
+/*
+ * The one document of @text into *@doc (the caller deletes it when this
+ * returns 0): limits checked on the events first, then loaded; an empty
+ * stream or a second document is refused.
+ */
+static int load_one_document(struct walker *w, yaml_parser_t *parser, const char *text,
+			     size_t len, yaml_document_t *doc)
+{
+	yaml_document_t extra;
+	yaml_node_t *x;
+	int rc = depth_check(w, text, len);
+
+	if (rc)
+		return rc;
+	yaml_parser_set_input_string(parser, (const unsigned char *)text, len);
+	if (!yaml_parser_load(parser, doc))
+		return yaml_error(w, parser);
+	if (!yaml_document_get_root_node(doc)) {
+		rc = ts_err(-EINVAL, "%s:1:1: the manifest is empty (an empty mapping '{}' takes every default)",
+			    w->file);
+	} else if (!yaml_parser_load(parser, &extra)) {
+		rc = yaml_error(w, parser);
+	} else {
+		/* Exactly one document. */
+		x = yaml_document_get_root_node(&extra);
+		if (x)
+			rc = ts_err(-EINVAL, "%s:%zu:%zu: a manifest holds one YAML document; a second one starts here",
+				    w->file, x->start_mark.line + 1, x->start_mark.column + 1);
+		yaml_document_delete(&extra);
+	}
+	if (rc)
+		yaml_document_delete(doc);
+	return rc;
+}
+
+/* Pass 3: w->raw against this machine into @c; 0 or -errno. */
+static int resolve_all(struct walker *w, struct tier_manifest *c)
+{
+	struct facts facts;
+	int rc = mf_gather_facts(w, &facts);
+
+	if (rc) {
+		ts_err_prefix("%s", w->file);
+		return rc;
+	}
+	snprintf(c->tiers.source, sizeof(c->tiers.source), "%s", w->file);
+	snprintf(c->tiers.name, sizeof(c->tiers.name), "%s", w->raw->name);
+	c->version = (int)w->raw->version;
+	mf_resolve_gpu(w, &facts, c);
+	mf_resolve_dram(w, &facts, c);
+	mf_resolve_nvme(w, c);
+	mf_resolve_rest(w, c);
+	if (w->ndiags)
+		return -EINVAL;
+	TIER_INFO(TIER_SS_MANIFEST, "%s: %zu NVMe path(s), DRAM %llu bytes, GPU %d",
+		  w->file, c->tiers.npaths, (unsigned long long)c->tiers.dram_capacity, c->tiers.gpu);
+	return 0;
+}
+
 int tier_manifest_parse(const char *text, size_t len, const char *name, unsigned flags,
 			struct tier_manifest **out)
 {
 	struct tier_manifest *m = NULL;
 	struct raw *raw = NULL;
 	yaml_parser_t parser;
-	yaml_document_t doc, extra;
+	yaml_document_t doc;
 	bool parser_ok = false, doc_ok = false;
 	struct walker w = { .file = name ? name : "<manifest>", .flags = flags };
-	struct facts facts;
 	yaml_node_t *root;
 	int rc = 0;
 
@@ -429,35 +501,11 @@ int tier_manifest_parse(const char *text, size_t len, const char *name, unsigned
 		goto out;
 	}
 	parser_ok = true;
-	rc = depth_check(&w, text, len);
+	rc = load_one_document(&w, &parser, text, len, &doc);
 	if (rc)
 		goto out;
-	yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
-	if (!yaml_parser_load(&parser, &doc)) {
-		rc = yaml_error(&w, &parser);
-		goto out;
-	}
 	doc_ok = true;
 	root = yaml_document_get_root_node(&doc);
-	if (!root) {
-		rc = ts_err(-EINVAL, "%s:1:1: the manifest is empty (an empty mapping '{}' takes every default)",
-			      w.file);
-		goto out;
-	}
-	/* Exactly one document. */
-	if (!yaml_parser_load(&parser, &extra)) {
-		rc = yaml_error(&w, &parser);
-		goto out;
-	}
-	if (yaml_document_get_root_node(&extra)) {
-		yaml_node_t *x = yaml_document_get_root_node(&extra);
-
-		rc = ts_err(-EINVAL, "%s:%zu:%zu: a manifest holds one YAML document; a second one starts here",
-			      w.file, x->start_mark.line + 1, x->start_mark.column + 1);
-		yaml_document_delete(&extra);
-		goto out;
-	}
-	yaml_document_delete(&extra);
 
 	w.doc = &doc;
 	w.raw = raw;
@@ -465,38 +513,12 @@ int tier_manifest_parse(const char *text, size_t len, const char *name, unsigned
 	if (rc)
 		goto out;
 
-	/* Defaults for what the document leaves out. */
-	raw->version = 1;
-	snprintf(raw->name, sizeof(raw->name), "tierstore");
-	raw->device = -2;
-	raw->numa = -2;
-	raw->huge = TIER_HUGE_AUTO;
-	raw->direct = true;
-	raw->checksum = TIER_CSUM_CRC32C;
-	raw->offload = -1.0;
-	raw->moment = TIER_FP32;
+	raw_defaults(raw);
 	mf_walk_schema(&w, root);
 
-	rc = mf_gather_facts(&w, &facts);
-	if (rc) {
-		ts_err_prefix("%s", w.file);
+	rc = resolve_all(&w, m);
+	if (rc)
 		goto out;
-	}
-	struct tier_manifest *c = m;
-
-	snprintf(c->tiers.source, sizeof(c->tiers.source), "%s", w.file);
-	snprintf(c->tiers.name, sizeof(c->tiers.name), "%s", raw->name);
-	c->version = (int)raw->version;
-	mf_resolve_gpu(&w, &facts, c);
-	mf_resolve_dram(&w, &facts, c);
-	mf_resolve_nvme(&w, c);
-	mf_resolve_rest(&w, c);
-	if (w.ndiags) {
-		rc = -EINVAL;
-		goto out;
-	}
-	TIER_INFO(TIER_SS_MANIFEST, "%s: %zu NVMe path(s), DRAM %llu bytes, GPU %d",
-		  w.file, c->tiers.npaths, (unsigned long long)c->tiers.dram_capacity, c->tiers.gpu);
 	*out = m;
 	m = NULL;
 	rc = 0;
