@@ -9,7 +9,7 @@
 # and it can be replayed:
 #   BUILD_DIR/tests/fuzz/fuzz_manifest BUILD_DIR/fuzz-artifacts/crash-...
 set -eu
-build=$1
+build=$(cd "$1" && pwd)
 secs=${2:-60}
 here=$(cd "$(dirname "$0")" && pwd)
 keep=${FUZZ_ARTIFACTS:-$build/fuzz-artifacts}
