@@ -46,6 +46,12 @@
 
 #define MAX_DIAGS 20
 #define MAX_DEPTH 32
+/*
+ * libyaml's loader finds an alias's anchor, and checks a new anchor for a
+ * duplicate, by a linear search of the anchors so far: bounded here so
+ * that a 1 MiB document of anchors and aliases loads in milliseconds.
+ */
+#define MAX_ANCHORS 256
 #define MAX_MANIFEST_BYTES (1u << 20)
 
 /* ---------------------------------------------------------------- diags */
@@ -336,13 +342,29 @@ static int yaml_error(struct walker *w, yaml_parser_t *p)
 	return -EINVAL;
 }
 
+/* The anchor a node event defines, or NULL. */
+static const yaml_char_t *event_anchor(const yaml_event_t *ev)
+{
+	switch (ev->type) {
+	case YAML_SCALAR_EVENT:
+		return ev->data.scalar.anchor;
+	case YAML_SEQUENCE_START_EVENT:
+		return ev->data.sequence_start.anchor;
+	case YAML_MAPPING_START_EVENT:
+		return ev->data.mapping_start.anchor;
+	default:
+		return NULL;
+	}
+}
+
 /*
  * Nesting and size are checked on libyaml's events, before any document
  * is built: the loader's cost grows faster than the input with the
  * nesting, so a deep document would take minutes to refuse after loading.
  * A node at level MAX_DEPTH + 1 (the top-level node is level 0), or past
  * TIER_YAML_NODE_LIMIT nodes as written (aliases counted once; pass 1
- * counts them expanded), is refused where it starts; a syntax error found
+ * counts them expanded), or defining anchor MAX_ANCHORS + 1, is refused
+ * where it starts; a syntax error found
  * on the way is reported as the loader would.
  */
 static int depth_check(struct walker *w, const char *text, size_t len)
@@ -350,7 +372,7 @@ static int depth_check(struct walker *w, const char *text, size_t len)
 	uint64_t nodes = 0, limit = (uint64_t)ts_opt_int(TIER_OPT_YAML_NODE_LIMIT);
 	yaml_parser_t parser;
 	yaml_event_t ev;
-	int open = 0, rc = 0;
+	int open = 0, anchors = 0, rc = 0;
 	bool done = false;
 
 	if (!yaml_parser_initialize(&parser))
@@ -377,6 +399,12 @@ static int depth_check(struct walker *w, const char *text, size_t len)
 							 (int)ev.start_mark.column + 1 },
 					"YAML document has more than %llu nodes (TIER_YAML_NODE_LIMIT); refused",
 					(unsigned long long)limit);
+				rc = -EINVAL;
+			}
+			if (!rc && event_anchor(&ev) && ++anchors > MAX_ANCHORS) {
+				mf_diag(w, (struct pos){ (int)ev.start_mark.line + 1,
+							 (int)ev.start_mark.column + 1 },
+					"more than %d YAML anchors (the limit); refused", MAX_ANCHORS);
 				rc = -EINVAL;
 			}
 			open += ev.type == YAML_SEQUENCE_START_EVENT ||

@@ -907,6 +907,41 @@ START_TEST(test_worst_case_time)
 }
 END_TEST
 
+/*
+ * libyaml's loader looks anchors up linearly: ~5000 distinct long anchors
+ * and as many aliases took seconds.  More than 256 anchors are refused
+ * while parsing, at once.
+ */
+START_TEST(test_many_anchors_time)
+{
+	double limit = SLOW_BUILD ? 10.0 : 1.0;
+	struct tier_manifest *m = NULL;
+	size_t cap = 1u << 20, o = 0;
+	char *text = malloc(cap + 1), pre[96];
+	double t0, s;
+	int i, rc;
+
+	ck_assert_ptr_nonnull(text);
+	memset(pre, 'y', sizeof(pre) - 1);
+	pre[sizeof(pre) - 1] = '\0';
+	o += (size_t)snprintf(text, cap, "a: [");
+	for (i = 0; i < 4990; i++)
+		o += (size_t)snprintf(text + o, cap - o, "&%s%05d 1, ", pre, i);
+	for (i = 0; i < 5000 && o + 200 < cap; i++)
+		o += (size_t)snprintf(text + o, cap - o, "*%s%05d, ", pre, 4989);
+	snprintf(text + o, cap - o, "1]\n");
+	t0 = now_s();
+	rc = tier_manifest_parse(text, strlen(text), "w.yaml", TIER_MANIFEST_NO_PROBE, &m);
+	s = now_s() - t0;
+	ck_assert_int_eq(rc, -EINVAL);
+	ck_assert_msg(strstr(tier_last_error(), "w.yaml:1:"), "%s", tier_last_error());
+	ck_assert_msg(strstr(tier_last_error(), "more than 256 YAML anchors (the limit); refused"),
+		      "%s", tier_last_error());
+	ck_assert_msg(s < limit, "%.3f s (limit %.0f s)", s, limit);
+	free(text);
+}
+END_TEST
+
 /* One byte over the cap: refused by size, naming the file, size and cap. */
 START_TEST(test_size_cap)
 {
@@ -1081,6 +1116,7 @@ static Suite *manifest_suite(void)
 			    (int)(sizeof(good_units) / sizeof(good_units[0])));
 	tcase_add_loop_test(tc, test_worst_case_time, 0,
 			    (int)(sizeof(worst_cases) / sizeof(worst_cases[0])));
+	tcase_add_test(tc, test_many_anchors_time);
 	tcase_add_test(tc, test_size_cap);
 	tcase_add_test(tc, test_not_regular);
 	tcase_add_test(tc, test_long_value_excerpt);
