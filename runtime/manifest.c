@@ -174,6 +174,11 @@ void mf_diag(struct walker *w, struct pos at, const char *fmt, ...)
 		w->diags_len = TIER_ERR_MAX - 1;
 }
 
+bool mf_report_full(const struct walker *w)
+{
+	return w->ndiags > MAX_DIAGS;
+}
+
 size_t mf_utf8_next(const unsigned char *p, uint32_t *cp)
 {
 	static const uint32_t min[5] = { 0, 0, 0x80, 0x800, 0x10000 };

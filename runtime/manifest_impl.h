@@ -99,6 +99,8 @@ struct facts {
 struct pos mf_pos_of(const yaml_node_t *n);
 __attribute__((format(printf, 3, 4)))
 void mf_diag(struct walker *w, struct pos at, const char *fmt, ...);
+/* Whether the report has ended ("too many errors; stopping"). */
+bool mf_report_full(const struct walker *w);
 
 /*
  * The UTF-8 sequence at @p (NUL-terminated): its code point in *cp and its

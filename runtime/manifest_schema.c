@@ -740,8 +740,9 @@ static void walk_mapping(struct walker *w, const char *section, yaml_node_t *nod
 			section[0] ? section : "manifest", mf_node_kind(node));
 		return;
 	}
+	/* Stops once the report is full: the duplicate check is quadratic. */
 	for (yaml_node_pair_t *p = node->data.mapping.pairs.start;
-	     p < node->data.mapping.pairs.top; p++) {
+	     p < node->data.mapping.pairs.top && !mf_report_full(w); p++) {
 		yaml_node_t *k = yaml_document_get_node(w->doc, p->key);
 		yaml_node_t *v = yaml_document_get_node(w->doc, p->value);
 		const struct key_spec *spec = NULL;

@@ -942,6 +942,38 @@ START_TEST(test_many_anchors_time)
 }
 END_TEST
 
+/*
+ * With TIER_YAML_NODE_LIMIT raised to its maximum, 100000 keys reach the
+ * schema walk, whose duplicate check is quadratic: it stops once the
+ * report is full (20 problems), instead of taking minutes.
+ */
+START_TEST(test_many_keys_raised_limit)
+{
+	double limit = SLOW_BUILD ? 10.0 : 1.0;
+	struct tier_manifest *m = NULL;
+	size_t cap = 1u << 20, o = 0;
+	char *text = malloc(cap + 1);
+	double t0, s;
+	int rc;
+
+	ck_assert_ptr_nonnull(text);
+	for (int i = 0; o + 16 < cap; i++)
+		o += (size_t)snprintf(text + o, cap - o, "k%d: 1\n", i);
+	ck_assert_int_eq(setenv("TIER_YAML_NODE_LIMIT", "10000000", 1), 0);
+	ts_options_reload();
+	t0 = now_s();
+	rc = tier_manifest_parse(text, o, "w.yaml", TIER_MANIFEST_NO_PROBE, &m);
+	s = now_s() - t0;
+	unsetenv("TIER_YAML_NODE_LIMIT");
+	ts_options_reload();
+	ck_assert_int_eq(rc, -EINVAL);
+	ck_assert_msg(strstr(tier_last_error(), "w.yaml: too many errors; stopping"), "%.300s",
+		      tier_last_error());
+	ck_assert_msg(s < limit, "%.3f s (limit %.0f s)", s, limit);
+	free(text);
+}
+END_TEST
+
 /* One byte over the cap: refused by size, naming the file, size and cap. */
 START_TEST(test_size_cap)
 {
@@ -1117,6 +1149,7 @@ static Suite *manifest_suite(void)
 	tcase_add_loop_test(tc, test_worst_case_time, 0,
 			    (int)(sizeof(worst_cases) / sizeof(worst_cases[0])));
 	tcase_add_test(tc, test_many_anchors_time);
+	tcase_add_test(tc, test_many_keys_raised_limit);
 	tcase_add_test(tc, test_size_cap);
 	tcase_add_test(tc, test_not_regular);
 	tcase_add_test(tc, test_long_value_excerpt);
