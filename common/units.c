@@ -53,6 +53,18 @@ static long double decimal(const char *s)
 	return v;
 }
 
+/*
+ * Whether @written spells the unit @name: its prefix letter (K, M, G, T,
+ * P) in either case, the rest ("B", "iB") exactly as in the table, so
+ * that "64Gib" or "1kb" (bits, by their look) are not read as bytes.
+ */
+static bool unit_is(const char *written, const char *name)
+{
+	if (name[0] == '\0' || name[0] == 'B')
+		return strcmp(written, name) == 0;
+	return toupper((unsigned char)written[0]) == name[0] && strcmp(written + 1, name + 1) == 0;
+}
+
 static int why_set(char *why, size_t len, int err, const char *fmt, const char *arg)
 {
 	if (why && len)
@@ -97,7 +109,7 @@ int ts_size_parse(const char *s, bool allow_percent, struct ts_size *out,
 		ulen--;
 	if (ulen >= sizeof(unit))
 		return why_set(why, whylen, -EINVAL,
-			       "bad unit in '%s' (use B, KiB, MiB, GiB, TiB, PiB, KB, MB, GB, TB, PB)", s);
+			       "bad unit in '%s' (accepted units: B, K, KiB, KB, M, MiB, MB, G, GiB, GB, T, TiB, TB, P, PiB, PB, the first letter in either case)", s);
 	memcpy(unit, u, ulen);
 	unit[ulen] = '\0';
 
@@ -128,7 +140,7 @@ int ts_size_parse(const char *s, bool allow_percent, struct ts_size *out,
 	}
 
 	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
-		if (strcasecmp(unit, units[i].name) != 0)
+		if (!unit_is(unit, units[i].name))
 			continue;
 		if (!frac) {
 			unsigned long long v;
@@ -163,8 +175,8 @@ int ts_size_parse(const char *s, bool allow_percent, struct ts_size *out,
 	}
 	return why_set(why, whylen, -EINVAL,
 		       allow_percent ?
-		       "bad unit in '%s' (use B, KiB, MiB, GiB, TiB, PiB, KB, MB, GB, TB, PB or %%)" :
-		       "bad unit in '%s' (use B, KiB, MiB, GiB, TiB, PiB, KB, MB, GB, TB, PB)", s);
+		       "bad unit in '%s' (accepted units: B, K, KiB, KB, M, MiB, MB, G, GiB, GB, T, TiB, TB, P, PiB, PB or %%; the first letter in either case)" :
+		       "bad unit in '%s' (accepted units: B, K, KiB, KB, M, MiB, MB, G, GiB, GB, T, TiB, TB, P, PiB, PB, the first letter in either case)", s);
 }
 
 char *ts_size_fmt(uint64_t bytes, char *buf, size_t len)

@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <yaml.h>
 
@@ -45,6 +46,12 @@
 
 #define MAX_DIAGS 20
 #define MAX_DEPTH 32
+/*
+ * libyaml's loader finds an alias's anchor, and checks a new anchor for a
+ * duplicate, by a linear search of the anchors so far: bounded here so
+ * that a 1 MiB document of anchors and aliases loads in milliseconds.
+ */
+#define MAX_ANCHORS 256
 #define MAX_MANIFEST_BYTES (1u << 20)
 
 /* ---------------------------------------------------------------- diags */
@@ -52,6 +59,72 @@
 struct pos mf_pos_of(const yaml_node_t *n)
 {
 	return (struct pos){ (int)n->start_mark.line + 1, (int)n->start_mark.column + 1 };
+}
+
+/*
+ * One code point of @s (a well-formed UTF-8 sequence, or one byte) into
+ * @out (at least 5 bytes): printable text as is, control characters and
+ * bytes that are not UTF-8 as \n, \t or \xNN.  Returns the bytes of @s used.
+ */
+static size_t escape_one(const unsigned char *s, char *out, size_t *outlen)
+{
+	uint32_t cp;
+	size_t n = mf_utf8_next(s, &cp);
+
+	if (n == 0 || cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp < 0xa0)) {
+		if (n == 0)
+			n = 1;
+		if (n == 1 && *s == '\n')
+			*outlen = (size_t)snprintf(out, 5, "\\n");
+		else if (n == 1 && *s == '\t')
+			*outlen = (size_t)snprintf(out, 5, "\\t");
+		else if (n == 1)
+			*outlen = (size_t)snprintf(out, 5, "\\x%02x", *s);
+		else /* C1 controls, two bytes in UTF-8 */
+			*outlen = (size_t)snprintf(out, 5, "\\x%02x", (unsigned)cp);
+		return n;
+	}
+	memcpy(out, s, n);
+	*outlen = n;
+	return n;
+}
+
+/*
+ * The message @msg into @dst (@len bytes), rewritten so that it holds no
+ * control character and no byte that is not UTF-8 (escaped), and so that
+ * no quoted value ('...') shows more than MF_EXCERPT code points of
+ * itself: the rest is cut and marked with "…".
+ */
+void mf_sanitize(const char *msg, char *dst, size_t len)
+{
+	char out[1200], one[8];
+	size_t o = 0, i = 0, n, ol;
+	bool quoted = false;
+	unsigned shown = 0;
+
+	while (msg[i] && o + 16 < sizeof(out)) {
+		/* An apostrophe inside a word ("manifest's") opens nothing. */
+		if (msg[i] == '\'' && (quoted || i == 0 || strchr(" ([=\"", msg[i - 1]))) {
+			quoted = !quoted;
+			shown = 0;
+			out[o++] = msg[i++];
+			continue;
+		}
+		n = escape_one((const unsigned char *)msg + i, one, &ol);
+		i += n;
+		if (quoted && shown == MF_EXCERPT) {
+			memcpy(out + o, "\xe2\x80\xa6", 3); /* … */
+			o += 3;
+			shown++;
+		}
+		if (quoted && shown > MF_EXCERPT)
+			continue;
+		memcpy(out + o, one, ol);
+		o += ol;
+		shown++;
+	}
+	out[o] = '\0';
+	snprintf(dst, len, "%s", out);
 }
 
 __attribute__((format(printf, 3, 4)))
@@ -68,9 +141,20 @@ void mf_diag(struct walker *w, struct pos at, const char *fmt, ...)
 		snprintf(msg, sizeof(msg), "too many errors; stopping");
 		at.line = 0;
 	} else {
+		char *full = NULL;
+
+		/* Whole first (a value may be long), then escaped and cut. */
 		va_start(ap, fmt);
-		vsnprintf(msg, sizeof(msg), fmt, ap);
+		n = vasprintf(&full, fmt, ap);
 		va_end(ap);
+		if (n < 0) {
+			va_start(ap, fmt);
+			vsnprintf(msg, sizeof(msg), fmt, ap);
+			va_end(ap);
+			full = NULL;
+		}
+		mf_sanitize(full ? full : msg, msg, sizeof(msg));
+		free(full);
 	}
 	/*
 	 * The report is kept here, not in the thread's detail message, which
@@ -88,6 +172,11 @@ void mf_diag(struct walker *w, struct pos at, const char *fmt, ...)
 		w->diags_len += (size_t)n;
 	if (w->diags_len >= TIER_ERR_MAX)
 		w->diags_len = TIER_ERR_MAX - 1;
+}
+
+bool mf_report_full(const struct walker *w)
+{
+	return w->ndiags > MAX_DIAGS;
 }
 
 size_t mf_utf8_next(const unsigned char *p, uint32_t *cp)
@@ -258,24 +347,180 @@ static int yaml_error(struct walker *w, yaml_parser_t *p)
 	return -EINVAL;
 }
 
+/* The anchor a node event defines, or NULL. */
+static const yaml_char_t *event_anchor(const yaml_event_t *ev)
+{
+	switch (ev->type) {
+	case YAML_SCALAR_EVENT:
+		return ev->data.scalar.anchor;
+	case YAML_SEQUENCE_START_EVENT:
+		return ev->data.sequence_start.anchor;
+	case YAML_MAPPING_START_EVENT:
+		return ev->data.mapping_start.anchor;
+	default:
+		return NULL;
+	}
+}
+
+/*
+ * Nesting and size are checked on libyaml's events, before any document
+ * is built: the loader's cost grows faster than the input with the
+ * nesting, so a deep document would take minutes to refuse after loading.
+ * A node at level MAX_DEPTH + 1 (the top-level node is level 0), or past
+ * TIER_YAML_NODE_LIMIT nodes as written (aliases counted once; pass 1
+ * counts them expanded), or defining anchor MAX_ANCHORS + 1, is refused
+ * where it starts; a syntax error found
+ * on the way is reported as the loader would.
+ */
+static int depth_check(struct walker *w, const char *text, size_t len)
+{
+	uint64_t nodes = 0, limit = (uint64_t)ts_opt_int(TIER_OPT_YAML_NODE_LIMIT);
+	yaml_parser_t parser;
+	yaml_event_t ev;
+	int open = 0, anchors = 0, rc = 0;
+	bool done = false;
+
+	if (!yaml_parser_initialize(&parser))
+		return ts_err(-ENOMEM, "%s: cannot set up the YAML parser", w->file);
+	yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+	while (!done && !rc) {
+		if (!yaml_parser_parse(&parser, &ev)) {
+			rc = yaml_error(w, &parser);
+			break;
+		}
+		switch (ev.type) {
+		case YAML_SEQUENCE_START_EVENT:
+		case YAML_MAPPING_START_EVENT:
+		case YAML_SCALAR_EVENT:
+		case YAML_ALIAS_EVENT:
+			if (open > MAX_DEPTH) {
+				mf_diag(w, (struct pos){ (int)ev.start_mark.line + 1,
+							 (int)ev.start_mark.column + 1 },
+					"YAML nesting deeper than %d levels (the limit); refused",
+					MAX_DEPTH);
+				rc = -EINVAL;
+			} else if (++nodes > limit) {
+				mf_diag(w, (struct pos){ (int)ev.start_mark.line + 1,
+							 (int)ev.start_mark.column + 1 },
+					"YAML document has more than %llu nodes (TIER_YAML_NODE_LIMIT); refused",
+					(unsigned long long)limit);
+				rc = -EINVAL;
+			}
+			if (!rc && event_anchor(&ev) && ++anchors > MAX_ANCHORS) {
+				mf_diag(w, (struct pos){ (int)ev.start_mark.line + 1,
+							 (int)ev.start_mark.column + 1 },
+					"more than %d YAML anchors (the limit); refused", MAX_ANCHORS);
+				rc = -EINVAL;
+			}
+			open += ev.type == YAML_SEQUENCE_START_EVENT ||
+				ev.type == YAML_MAPPING_START_EVENT;
+			break;
+		case YAML_SEQUENCE_END_EVENT:
+		case YAML_MAPPING_END_EVENT:
+			open--;
+			break;
+		case YAML_STREAM_END_EVENT:
+			done = true;
+			break;
+		default:
+			break;
+		}
+		yaml_event_delete(&ev);
+	}
+	yaml_parser_delete(&parser);
+	return rc;
+}
+
+/* Defaults for what the document leaves out. */
+static void raw_defaults(struct raw *raw)
+{
+	raw->version = 1;
+	snprintf(raw->name, sizeof(raw->name), "tierstore");
+	raw->device = -2;
+	raw->numa = -2;
+	raw->huge = TIER_HUGE_AUTO;
+	raw->direct = true;
+	raw->checksum = TIER_CSUM_CRC32C;
+	raw->offload = -1.0;
+	raw->moment = TIER_FP32;
+}
+
+/*
+ * The one document of @text into *@doc (the caller deletes it when this
+ * returns 0): limits checked on the events first, then loaded; an empty
+ * stream or a second document is refused.
+ */
+static int load_one_document(struct walker *w, yaml_parser_t *parser, const char *text,
+			     size_t len, yaml_document_t *doc)
+{
+	yaml_document_t extra;
+	yaml_node_t *x;
+	int rc = depth_check(w, text, len);
+
+	if (rc)
+		return rc;
+	yaml_parser_set_input_string(parser, (const unsigned char *)text, len);
+	if (!yaml_parser_load(parser, doc))
+		return yaml_error(w, parser);
+	if (!yaml_document_get_root_node(doc)) {
+		rc = ts_err(-EINVAL, "%s:1:1: the manifest is empty (an empty mapping '{}' takes every default)",
+			    w->file);
+	} else if (!yaml_parser_load(parser, &extra)) {
+		rc = yaml_error(w, parser);
+	} else {
+		/* Exactly one document. */
+		x = yaml_document_get_root_node(&extra);
+		if (x)
+			rc = ts_err(-EINVAL, "%s:%zu:%zu: a manifest holds one YAML document; a second one starts here",
+				    w->file, x->start_mark.line + 1, x->start_mark.column + 1);
+		yaml_document_delete(&extra);
+	}
+	if (rc)
+		yaml_document_delete(doc);
+	return rc;
+}
+
+/* Pass 3: w->raw against this machine into @c; 0 or -errno. */
+static int resolve_all(struct walker *w, struct tier_manifest *c)
+{
+	struct facts facts;
+	int rc = mf_gather_facts(w, &facts);
+
+	if (rc) {
+		ts_err_prefix("%s", w->file);
+		return rc;
+	}
+	snprintf(c->tiers.source, sizeof(c->tiers.source), "%s", w->file);
+	snprintf(c->tiers.name, sizeof(c->tiers.name), "%s", w->raw->name);
+	c->version = (int)w->raw->version;
+	mf_resolve_gpu(w, &facts, c);
+	mf_resolve_dram(w, &facts, c);
+	mf_resolve_nvme(w, c);
+	mf_resolve_rest(w, c);
+	if (w->ndiags)
+		return -EINVAL;
+	TIER_INFO(TIER_SS_MANIFEST, "%s: %zu NVMe path(s), DRAM %llu bytes, GPU %d",
+		  w->file, c->tiers.npaths, (unsigned long long)c->tiers.dram_capacity, c->tiers.gpu);
+	return 0;
+}
+
 int tier_manifest_parse(const char *text, size_t len, const char *name, unsigned flags,
 			struct tier_manifest **out)
 {
 	struct tier_manifest *m = NULL;
 	struct raw *raw = NULL;
 	yaml_parser_t parser;
-	yaml_document_t doc, extra;
+	yaml_document_t doc;
 	bool parser_ok = false, doc_ok = false;
 	struct walker w = { .file = name ? name : "<manifest>", .flags = flags };
-	struct facts facts;
 	yaml_node_t *root;
 	int rc = 0;
 
 	*out = NULL;
 	ts_err_clear();
 	if (len > MAX_MANIFEST_BYTES)
-		return ts_err(-EFBIG, "%s: manifest is larger than %u bytes", w.file,
-				MAX_MANIFEST_BYTES);
+		return ts_err(-EFBIG, "%s: the manifest is %zu bytes, more than the limit of %u bytes (1 MiB)",
+			      w.file, len, MAX_MANIFEST_BYTES);
 	m = ts_calloc(1, sizeof(*m));
 	raw = ts_calloc(1, sizeof(*raw));
 	w.diags = ts_calloc(1, TIER_ERR_MAX);
@@ -289,32 +534,11 @@ int tier_manifest_parse(const char *text, size_t len, const char *name, unsigned
 		goto out;
 	}
 	parser_ok = true;
-	yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
-	if (!yaml_parser_load(&parser, &doc)) {
-		rc = yaml_error(&w, &parser);
+	rc = load_one_document(&w, &parser, text, len, &doc);
+	if (rc)
 		goto out;
-	}
 	doc_ok = true;
 	root = yaml_document_get_root_node(&doc);
-	if (!root) {
-		rc = ts_err(-EINVAL, "%s:1:1: the manifest is empty (an empty mapping '{}' takes every default)",
-			      w.file);
-		goto out;
-	}
-	/* Exactly one document. */
-	if (!yaml_parser_load(&parser, &extra)) {
-		rc = yaml_error(&w, &parser);
-		goto out;
-	}
-	if (yaml_document_get_root_node(&extra)) {
-		yaml_node_t *x = yaml_document_get_root_node(&extra);
-
-		rc = ts_err(-EINVAL, "%s:%zu:%zu: a manifest holds one YAML document; a second one starts here",
-			      w.file, x->start_mark.line + 1, x->start_mark.column + 1);
-		yaml_document_delete(&extra);
-		goto out;
-	}
-	yaml_document_delete(&extra);
 
 	w.doc = &doc;
 	w.raw = raw;
@@ -322,38 +546,12 @@ int tier_manifest_parse(const char *text, size_t len, const char *name, unsigned
 	if (rc)
 		goto out;
 
-	/* Defaults for what the document leaves out. */
-	raw->version = 1;
-	snprintf(raw->name, sizeof(raw->name), "tierstore");
-	raw->device = -2;
-	raw->numa = -2;
-	raw->huge = TIER_HUGE_AUTO;
-	raw->direct = true;
-	raw->checksum = TIER_CSUM_CRC32C;
-	raw->offload = -1.0;
-	raw->moment = TIER_FP32;
+	raw_defaults(raw);
 	mf_walk_schema(&w, root);
 
-	rc = mf_gather_facts(&w, &facts);
-	if (rc) {
-		ts_err_prefix("%s", w.file);
+	rc = resolve_all(&w, m);
+	if (rc)
 		goto out;
-	}
-	struct tier_manifest *c = m;
-
-	snprintf(c->tiers.source, sizeof(c->tiers.source), "%s", w.file);
-	snprintf(c->tiers.name, sizeof(c->tiers.name), "%s", raw->name);
-	c->version = (int)raw->version;
-	mf_resolve_gpu(&w, &facts, c);
-	mf_resolve_dram(&w, &facts, c);
-	mf_resolve_nvme(&w, c);
-	mf_resolve_rest(&w, c);
-	if (w.ndiags) {
-		rc = -EINVAL;
-		goto out;
-	}
-	TIER_INFO(TIER_SS_MANIFEST, "%s: %zu NVMe path(s), DRAM %llu bytes, GPU %d",
-		  w.file, c->tiers.npaths, (unsigned long long)c->tiers.dram_capacity, c->tiers.gpu);
 	*out = m;
 	m = NULL;
 	rc = 0;
@@ -376,10 +574,88 @@ out:
 	return rc;
 }
 
+static const char *file_kind(mode_t mode)
+{
+	switch (mode & S_IFMT) {
+	case S_IFDIR:
+		return "a directory";
+	case S_IFIFO:
+		return "a FIFO (named pipe)";
+	case S_IFCHR:
+		return "a character device";
+	case S_IFBLK:
+		return "a block device";
+	case S_IFSOCK:
+		return "a socket";
+	default:
+		return "not a regular file";
+	}
+}
+
+/*
+ * Opens @path for reading without blocking (a FIFO would wait for a
+ * writer) and refuses anything but a regular file, or one larger than
+ * MAX_MANIFEST_BYTES; the descriptor, or -errno with the error set.
+ */
+static int open_manifest(const char *path)
+{
+	struct stat st;
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+
+	if (fd < 0)
+		return ts_err(-errno, "%s: %s", path, tier_strerror(errno));
+	if (fstat(fd, &st) != 0) {
+		int rc = ts_err(-errno, "%s: %s", path, tier_strerror(errno));
+
+		close(fd);
+		return rc;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		close(fd);
+		return ts_err(S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL,
+			      "%s: is %s; a manifest must be a regular file", path,
+			      file_kind(st.st_mode));
+	}
+	if (st.st_size > (off_t)MAX_MANIFEST_BYTES) {
+		close(fd);
+		return ts_err(-EFBIG, "%s: the manifest is %lld bytes, more than the limit of %u bytes (1 MiB)",
+			      path, (long long)st.st_size, MAX_MANIFEST_BYTES);
+	}
+	return fd;
+}
+
+/* Up to MAX_MANIFEST_BYTES + 1 bytes of @fd into *@buf (*@len of them). */
+static int read_manifest(int fd, const char *path, char **buf, size_t *len)
+{
+	size_t cap = MAX_MANIFEST_BYTES + 1;
+	int rc;
+
+	*len = 0;
+	*buf = ts_malloc(cap);
+	if (!*buf)
+		return ts_err(-ENOMEM, "%s: out of memory", path);
+	while (*len < cap) {
+		ssize_t n;
+
+		rc = ts_fault_check(TIER_FAULT_MANIFEST_READ);
+		if (rc)
+			return ts_err(rc, "%s: read: %s", path, tier_strerror(rc));
+		n = read(fd, *buf + *len, cap - *len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return ts_err(-errno, "%s: read: %s", path, tier_strerror(errno));
+		if (n == 0)
+			break;
+		*len += (size_t)n;
+	}
+	return 0;
+}
+
 int tier_manifest_load_flags(const char *path, unsigned flags, struct tier_manifest **out)
 {
 	char *buf = NULL;
-	size_t len = 0, cap = 0;
+	size_t len = 0;
 	int fd, rc;
 
 	*out = NULL;
@@ -387,46 +663,12 @@ int tier_manifest_load_flags(const char *path, unsigned flags, struct tier_manif
 	rc = ts_fault_check(TIER_FAULT_MANIFEST_OPEN);
 	if (rc)
 		return ts_err(rc, "%s: %s", path, tier_strerror(rc));
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = open_manifest(path);
 	if (fd < 0)
-		return ts_err(-errno, "%s: %s", path, tier_strerror(errno));
-	for (;;) {
-		ssize_t n;
-
-		if (len == cap) {
-			char *nb;
-
-			if (cap > MAX_MANIFEST_BYTES) {
-				rc = ts_err(-EFBIG, "%s: manifest is larger than %u bytes", path,
-					      MAX_MANIFEST_BYTES);
-				goto out;
-			}
-			cap = cap ? cap * 2 : 8192;
-			nb = ts_realloc(buf, cap);
-			if (!nb) {
-				rc = ts_err(-ENOMEM, "%s: out of memory", path);
-				goto out;
-			}
-			buf = nb;
-		}
-		rc = ts_fault_check(TIER_FAULT_MANIFEST_READ);
-		if (rc) {
-			ts_err(rc, "%s: read: %s", path, tier_strerror(rc));
-			goto out;
-		}
-		n = read(fd, buf + len, cap - len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			rc = ts_err(-errno, "%s: read: %s", path, tier_strerror(errno));
-			goto out;
-		}
-		if (n == 0)
-			break;
-		len += (size_t)n;
-	}
-	rc = tier_manifest_parse(buf, len, path, flags, out);
-out:
+		return fd;
+	rc = read_manifest(fd, path, &buf, &len);
+	if (rc == 0)
+		rc = tier_manifest_parse(buf, len, path, flags, out);
 	free(buf);
 	close(fd);
 	return rc;

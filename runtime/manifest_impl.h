@@ -99,6 +99,8 @@ struct facts {
 struct pos mf_pos_of(const yaml_node_t *n);
 __attribute__((format(printf, 3, 4)))
 void mf_diag(struct walker *w, struct pos at, const char *fmt, ...);
+/* Whether the report has ended ("too many errors; stopping"). */
+bool mf_report_full(const struct walker *w);
 
 /*
  * The UTF-8 sequence at @p (NUL-terminated): its code point in *cp and its
@@ -106,6 +108,13 @@ void mf_diag(struct walker *w, struct pos at, const char *fmt, ...);
  * (overlong, a surrogate, past U+10FFFF, cut short).
  */
 size_t mf_utf8_next(const unsigned char *p, uint32_t *cp);
+/* At most this many characters of a quoted value are shown in a message. */
+#define MF_EXCERPT 40
+/*
+ * @msg into @dst with control characters and bytes that are not UTF-8 escaped, and
+ * every quoted value ('...') cut to MF_EXCERPT characters and "…".
+ */
+void mf_sanitize(const char *msg, char *dst, size_t len);
 const char *mf_keypath(struct walker *w, const char *key, char *buf, size_t len);
 const char *mf_node_kind(const yaml_node_t *n);
 

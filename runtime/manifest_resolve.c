@@ -22,6 +22,7 @@
 #include "prefetch/lookahead.h"
 #include "runtime/manifest_impl.h"
 #include "tiers/gpu.h"
+#include "tiers/nvme_format.h"
 
 int mf_gather_facts(struct walker *w, struct facts *f)
 {
@@ -410,10 +411,11 @@ static int nvme_path_probe(struct walker *w, const struct raw *r, const struct r
  */
 static void nvme_path_capacity(struct walker *w, const struct raw_path *rp,
 			       struct tiers_path_cfg *p, const struct path_place *pl,
-			       size_t i, struct fs_use *fs, size_t *nfs)
+			       uint64_t data_off, size_t i, struct fs_use *fs, size_t *nfs)
 {
 	struct fs_use *u = NULL;
-	char a[32], b[32], d[32];
+	uint64_t whole;
+	char a[32], b[32], d[32], e[32];
 
 	for (size_t j = 0; j < *nfs; j++)
 		if (fs[j].dev == pl->fi.dev)
@@ -426,33 +428,62 @@ static void nvme_path_capacity(struct walker *w, const struct raw_path *rp,
 		u->first = i;
 	}
 	u->avail += pl->existing;
-	p->capacity = resolve_size(&rp->capacity, pl->fi.avail + pl->existing);
+	/* The file holds its header, data_off bytes, before the capacity. */
+	whole = pl->fi.avail + pl->existing;
+	whole = whole > data_off ? whole - data_off : 0;
+	p->capacity = resolve_size(&rp->capacity, whole);
 	p->capacity -= p->capacity % p->block_size;
 	if (p->capacity == 0) {
 		mf_diag(w, rp->capacity.at, "%s.capacity: rounds down to zero (a multiple of the block size %u)",
 			pl->key, p->block_size);
 		return;
 	}
-	if (u->used + p->capacity > u->avail) {
+	if (u->used + data_off + p->capacity > u->avail) {
 		if (u->used)
 			mf_diag(w, rp->capacity.at,
-				"%s.capacity: %s is more than the free space of the file system of '%s' (%s available, %s already given to paths on it)",
-				pl->key, ts_size_fmt(p->capacity, a, sizeof(a)), pl->dir,
+				"%s.capacity: %s and the file's %s header are more than the free space of the file system of '%s' (%s available, %s already given to paths on it)",
+				pl->key, ts_size_fmt(p->capacity, a, sizeof(a)),
+				ts_size_fmt(data_off, e, sizeof(e)), pl->dir,
 				ts_size_fmt(u->avail, b, sizeof(b)),
 				ts_size_fmt(u->used, d, sizeof(d)));
 		else
 			mf_diag(w, rp->capacity.at,
-				"%s.capacity: %s is more than the free space of the file system of '%s' (%s available)",
-				pl->key, ts_size_fmt(p->capacity, a, sizeof(a)), pl->dir,
+				"%s.capacity: %s and the file's %s header are more than the free space of the file system of '%s' (%s available)",
+				pl->key, ts_size_fmt(p->capacity, a, sizeof(a)),
+				ts_size_fmt(data_off, e, sizeof(e)), pl->dir,
 				ts_size_fmt(u->avail, b, sizeof(b)));
 	}
-	u->used += p->capacity;
+	u->used += data_off + p->capacity;
+}
+
+/*
+ * Where each backing file's data area starts, as tiers/nvme.c places it
+ * (docs/nvme-format.md): after the TIER_NVME_HEADER_SIZE header, at the
+ * allocation alignment, the stripe unit capped at 1 MiB and at least the
+ * largest block size of the paths.
+ */
+static uint64_t nvme_data_offset(const struct raw *r, uint64_t stripe_unit)
+{
+	uint64_t block = 4096, align;
+
+	for (size_t i = 0; i < r->npaths; i++) {
+		const struct raw_path *rp = &r->paths[i];
+		uint64_t bs = rp->bs_at.line ? rp->block_size : r->bs_at.line ? r->block_size : 4096;
+
+		if (bs > block)
+			block = bs;
+	}
+	align = stripe_unit < (1u << 20) ? stripe_unit : (1u << 20);
+	if (align < block)
+		align = block;
+	return (TIER_NVME_HEADER_SIZE + align - 1) / align * align;
 }
 
 void mf_resolve_nvme(struct walker *w, struct tier_manifest *c)
 {
 	struct raw *r = w->raw;
 	struct fs_use fs[TIERS_MAX_NVME_PATHS];
+	uint64_t data_off;
 	size_t nfs = 0;
 
 	c->tiers.stripe_unit = r->stripe_unit ? r->stripe_unit : (1u << 20);
@@ -467,6 +498,7 @@ void mf_resolve_nvme(struct walker *w, struct tier_manifest *c)
 		c->tiers.npaths = 0;
 		return;
 	}
+	data_off = nvme_data_offset(r, c->tiers.stripe_unit);
 	for (size_t i = 0; i < r->npaths; i++) {
 		struct raw_path *rp = &r->paths[i];
 		struct tiers_path_cfg *p = &c->tiers.paths[i];
@@ -508,7 +540,7 @@ void mf_resolve_nvme(struct walker *w, struct tier_manifest *c)
 		}
 		if (nvme_path_probe(w, r, rp, p, &pl))
 			continue;
-		nvme_path_capacity(w, rp, p, &pl, i, fs, &nfs);
+		nvme_path_capacity(w, rp, p, &pl, data_off, i, fs, &nfs);
 	}
 }
 

@@ -103,12 +103,20 @@ static int get_size(struct walker *w, const char *key, yaml_node_t *v, bool allo
 		    struct raw_size *out)
 {
 	const char *s = want_scalar(w, key, v, "a size such as 64GiB");
-	char why[256], k[300];
+	char k[300];
 
 	if (!s)
 		return -EINVAL;
-	if (ts_size_parse(s, allow_percent, &out->v, why, sizeof(why))) {
-		mf_diag(w, mf_pos_of(v), "%s: %s", mf_keypath(w, key, k, sizeof(k)), why);
+	if (ts_size_parse(s, allow_percent, &out->v, NULL, 0)) {
+		/* Room for the whole value: the message is cut to an excerpt. */
+		size_t len = strlen(s) + 256;
+		char *why = ts_malloc(len);
+
+		if (why)
+			ts_size_parse(s, allow_percent, &out->v, why, len);
+		mf_diag(w, mf_pos_of(v), "%s: %s", mf_keypath(w, key, k, sizeof(k)),
+			why ? why : "out of memory");
+		free(why);
 		return -EINVAL;
 	}
 	out->at = mf_pos_of(v);
@@ -732,8 +740,9 @@ static void walk_mapping(struct walker *w, const char *section, yaml_node_t *nod
 			section[0] ? section : "manifest", mf_node_kind(node));
 		return;
 	}
+	/* Stops once the report is full: the duplicate check is quadratic. */
 	for (yaml_node_pair_t *p = node->data.mapping.pairs.start;
-	     p < node->data.mapping.pairs.top; p++) {
+	     p < node->data.mapping.pairs.top && !mf_report_full(w); p++) {
 		yaml_node_t *k = yaml_document_get_node(w->doc, p->key);
 		yaml_node_t *v = yaml_document_get_node(w->doc, p->value);
 		const struct key_spec *spec = NULL;

@@ -15,8 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "common/error.h"
@@ -98,6 +100,16 @@ static const struct bad_case bad_cases[] = {
 	  "dram:\n  capacity:\n", 2, 12, "got nothing (null)" },
 	{ "bad unit",
 	  "dram:\n  capacity: 5GB2\n", 2, 13, "bad unit in '5GB2'" },
+	/* units: only the prefix letter in either case (issue 16) */
+	{ "unit Gib (looks like bits)",
+	  "dram:\n  capacity: 64Gib\n", 2, 13,
+	  "bad unit in '64Gib' (accepted units: B, K, KiB, KB, M, MiB, MB, G, GiB, GB" },
+	{ "unit gib", "dram:\n  capacity: 64gib\n", 2, 13, "bad unit in '64gib'" },
+	{ "unit GIB", "dram:\n  capacity: 64GIB\n", 2, 13, "bad unit in '64GIB'" },
+	{ "unit mb", "dram:\n  capacity: 512mb\n", 2, 13, "bad unit in '512mb'" },
+	{ "unit Mb", "dram:\n  capacity: 512Mb\n", 2, 13, "bad unit in '512Mb'" },
+	{ "unit b", "dram:\n  capacity: 536870912b\n", 2, 13, "bad unit in '536870912b'" },
+	{ "unit Gi", "dram:\n  capacity: 1Gi\n", 2, 13, "bad unit in '1Gi'" },
 	{ "bad unit: not a number",
 	  "dram:\n  capacity: lots\n", 2, 13, "'lots' is not a size" },
 	{ "negative size",
@@ -158,6 +170,11 @@ static const struct bad_case bad_cases[] = {
 	{ "nesting too deep",
 	  "a: [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]\n",
 	  1, 36, "nesting deeper than" },
+	{ "nesting too deep, block sequences",
+	  "a:\n" "- - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - 1\n",
+	  2, 65, "YAML nesting deeper than 32 levels (the limit); refused" },
+	{ "an escape sequence in a value is shown escaped",
+	  "name: \"a\\e[31mred\"\n" SMALL, 1, 7, "'a\\x1b[31mred' is not a valid store name" },
 	{ "duplicate key",
 	  "dram:\n  capacity: 64MiB\n  capacity: 128MiB\n", 3, 3, "dram.capacity: duplicate key (first at line 2)" },
 	{ "duplicate section",
@@ -788,6 +805,260 @@ START_TEST(test_missing_file)
 }
 END_TEST
 
+/* ------------------------------------------------ limits (issue 16) */
+
+/* Accepted unit spellings: each gives shard_size 64 MiB. */
+static const char *const good_units[] = {
+	"64MiB", "64M", "64m", "64miB", "64 MiB", "65536KiB", "65536K", "65536k",
+	"65536kiB", "67108864", "67108864B", "0.0625GiB", "0.0625G", "0.0625g",
+};
+
+START_TEST(test_unit_spellings)
+{
+	struct tier_manifest *m = NULL;
+	struct tier_manifest_info info;
+	char text[256];
+
+	snprintf(text, sizeof(text), SMALL "optimizer:\n  shard_size: %s\n", good_units[_i]);
+	ck_assert_msg(tier_manifest_parse(text, strlen(text), "u.yaml", TIER_MANIFEST_NO_PROBE,
+					  &m) == 0, "%s: %s", good_units[_i], tier_last_error());
+	ck_assert_int_eq(tier_manifest_info(m, &info), 0);
+	ck_assert_uint_eq(info.shard_size, 64u << 20);
+	tier_manifest_free(m);
+}
+END_TEST
+
+#if defined(__SANITIZE_ADDRESS__)
+#define SLOW_BUILD 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define SLOW_BUILD 1
+#endif
+#endif
+#ifndef SLOW_BUILD
+#define SLOW_BUILD 0
+#endif
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* @unit repeated to fill @len bytes (then @tail), in a new buffer. */
+static char *repeat(const char *head, const char *unit, size_t len, const char *tail)
+{
+	size_t h = strlen(head), u = strlen(unit), t = strlen(tail);
+	char *b = malloc(len + 1);
+	size_t o = 0;
+
+	ck_assert_ptr_nonnull(b);
+	memcpy(b, head, h);
+	o = h;
+	while (o + u + t <= len) {
+		memcpy(b + o, unit, u);
+		o += u;
+	}
+	memcpy(b + o, tail, t);
+	o += t;
+	b[o] = '\0';
+	return b;
+}
+
+struct worst {
+	const char *name, *head, *unit, *tail, *needle;
+};
+
+static const struct worst worst_cases[] = {
+	{ "deep flow mappings", "", "{a: ", "", "nesting deeper than 32 levels" },
+	{ "deep flow sequences", "", "[", "", "nesting deeper than 32 levels" },
+	{ "deep block sequences", "", "- ", "", "nesting deeper than 32 levels" },
+	{ "deep flow in a block", "a:\n  b: ", "[{x: ", "", "nesting deeper than 32 levels" },
+	{ "many aliases", "a: &x 1\nb: [", "*x, ", "*x]\n", "TIER_YAML_NODE_LIMIT" },
+	{ "long list", "a: [", "1,", "1]\n", "TIER_YAML_NODE_LIMIT" },
+	{ "many keys", "", "k: 1\n", "", "TIER_YAML_NODE_LIMIT" },
+	{ "long line", "name: ", "x", "\n", "is not a valid store name" },
+	{ "long key", "", "x", ": 1\n", "YAML syntax error" },
+};
+
+/*
+ * Every worst case at the size cap (1 MiB) is answered within a second
+ * (ten under a sanitizer): nesting and node counts are checked on the
+ * parser's events, before the loader builds anything.
+ */
+START_TEST(test_worst_case_time)
+{
+	const struct worst *c = &worst_cases[_i];
+	double limit = SLOW_BUILD ? 10.0 : 1.0;
+	struct tier_manifest *m = NULL;
+	char *text = repeat(c->head, c->unit, 1u << 20, c->tail);
+	double t0 = now_s();
+	int rc = tier_manifest_parse(text, strlen(text), "w.yaml", TIER_MANIFEST_NO_PROBE, &m);
+	double s = now_s() - t0;
+
+	ck_assert_msg(rc == -EINVAL, "%s: rc %d: %s", c->name, rc, tier_last_error());
+	ck_assert_msg(strstr(tier_last_error(), c->needle), "%s: '%s' not in: %.300s", c->name,
+		      c->needle, tier_last_error());
+	ck_assert_msg(strlen(tier_last_error()) < 400, "%s: an error of %zu bytes", c->name,
+		      strlen(tier_last_error()));
+	ck_assert_msg(s < limit, "%s: %.3f s (limit %.0f s)", c->name, s, limit);
+	free(text);
+}
+END_TEST
+
+/*
+ * libyaml's loader looks anchors up linearly: ~5000 distinct long anchors
+ * and as many aliases took seconds.  More than 256 anchors are refused
+ * while parsing, at once.
+ */
+START_TEST(test_many_anchors_time)
+{
+	double limit = SLOW_BUILD ? 10.0 : 1.0;
+	struct tier_manifest *m = NULL;
+	size_t cap = 1u << 20, o = 0;
+	char *text = malloc(cap + 1), pre[96];
+	double t0, s;
+	int i, rc;
+
+	ck_assert_ptr_nonnull(text);
+	memset(pre, 'y', sizeof(pre) - 1);
+	pre[sizeof(pre) - 1] = '\0';
+	o += (size_t)snprintf(text, cap, "a: [");
+	for (i = 0; i < 4990; i++)
+		o += (size_t)snprintf(text + o, cap - o, "&%s%05d 1, ", pre, i);
+	for (i = 0; i < 5000 && o + 200 < cap; i++)
+		o += (size_t)snprintf(text + o, cap - o, "*%s%05d, ", pre, 4989);
+	snprintf(text + o, cap - o, "1]\n");
+	t0 = now_s();
+	rc = tier_manifest_parse(text, strlen(text), "w.yaml", TIER_MANIFEST_NO_PROBE, &m);
+	s = now_s() - t0;
+	ck_assert_int_eq(rc, -EINVAL);
+	ck_assert_msg(strstr(tier_last_error(), "w.yaml:1:"), "%s", tier_last_error());
+	ck_assert_msg(strstr(tier_last_error(), "more than 256 YAML anchors (the limit); refused"),
+		      "%s", tier_last_error());
+	ck_assert_msg(s < limit, "%.3f s (limit %.0f s)", s, limit);
+	free(text);
+}
+END_TEST
+
+/*
+ * With TIER_YAML_NODE_LIMIT raised to its maximum, 100000 keys reach the
+ * schema walk, whose duplicate check is quadratic: it stops once the
+ * report is full (20 problems), instead of taking minutes.
+ */
+START_TEST(test_many_keys_raised_limit)
+{
+	double limit = SLOW_BUILD ? 10.0 : 1.0;
+	struct tier_manifest *m = NULL;
+	size_t cap = 1u << 20, o = 0;
+	char *text = malloc(cap + 1);
+	double t0, s;
+	int rc;
+
+	ck_assert_ptr_nonnull(text);
+	for (int i = 0; o + 16 < cap; i++)
+		o += (size_t)snprintf(text + o, cap - o, "k%d: 1\n", i);
+	ck_assert_int_eq(setenv("TIER_YAML_NODE_LIMIT", "10000000", 1), 0);
+	ts_options_reload();
+	t0 = now_s();
+	rc = tier_manifest_parse(text, o, "w.yaml", TIER_MANIFEST_NO_PROBE, &m);
+	s = now_s() - t0;
+	unsetenv("TIER_YAML_NODE_LIMIT");
+	ts_options_reload();
+	ck_assert_int_eq(rc, -EINVAL);
+	ck_assert_msg(strstr(tier_last_error(), "w.yaml: too many errors; stopping"), "%.300s",
+		      tier_last_error());
+	ck_assert_msg(s < limit, "%.3f s (limit %.0f s)", s, limit);
+	free(text);
+}
+END_TEST
+
+/* One byte over the cap: refused by size, naming the file, size and cap. */
+START_TEST(test_size_cap)
+{
+	struct tier_manifest *m = NULL;
+	char *text = repeat("", "#", (1u << 20) + 1, "");
+	char *path = t_write_file(g_dir, "big.yaml", text);
+	char want[512];
+
+	ck_assert_int_eq(tier_manifest_load(path, &m), -EFBIG);
+	snprintf(want, sizeof(want), "%s: the manifest is 1048577 bytes, more than the limit of 1048576 bytes (1 MiB)",
+		 path);
+	ck_assert_str_eq(tier_last_error(), want);
+	free(path);
+	free(text);
+}
+END_TEST
+
+/* A FIFO, a device or a directory is refused at once, never read. */
+START_TEST(test_not_regular)
+{
+	struct tier_manifest *m = NULL;
+	char *fifo;
+
+	if (asprintf(&fifo, "%s/fifo.yaml", g_dir) < 0)
+		ck_abort();
+	ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+	ck_assert_int_eq(tier_manifest_load(fifo, &m), -EINVAL);
+	ck_assert_msg(strstr(tier_last_error(), "fifo.yaml: is a FIFO (named pipe); a manifest must be a regular file"),
+		      "%s", tier_last_error());
+	ck_assert_int_eq(tier_manifest_load("/dev/zero", &m), -EINVAL);
+	ck_assert_str_eq(tier_last_error(),
+			 "/dev/zero: is a character device; a manifest must be a regular file");
+	ck_assert_int_eq(tier_manifest_load(g_dir, &m), -EISDIR);
+	ck_assert_ptr_nonnull(strstr(tier_last_error(), "is a directory; a manifest must be a regular file"));
+	ck_assert_ptr_null(m);
+	free(fifo);
+}
+END_TEST
+
+/* A 10 KB bad value is quoted as a 40-character excerpt. */
+START_TEST(test_long_value_excerpt)
+{
+	struct tier_manifest *m = NULL;
+	char *text = repeat("dram:\n  capacity: 1", "x", 10000, "\n");
+	char want[128];
+
+	ck_assert_int_eq(tier_manifest_parse(text, strlen(text), "l.yaml", TIER_MANIFEST_NO_PROBE, &m),
+			 -EINVAL);
+	snprintf(want, sizeof(want), "l.yaml:2:13: dram.capacity: bad unit in '1%.39s\xe2\x80\xa6'",
+		 text + 20);
+	ck_assert_msg(strncmp(tier_last_error(), want, strlen(want)) == 0, "%s", tier_last_error());
+	ck_assert_uint_lt(strlen(tier_last_error()), 300);
+	free(text);
+}
+END_TEST
+
+/*
+ * capacity: 100% leaves room for the backing file's header and data
+ * offset (1 MiB with the default stripe unit), so what --check accepts can
+ * be opened and filled.
+ */
+START_TEST(test_capacity_counts_header)
+{
+	struct tier_manifest *m = NULL;
+	struct tier_manifest_path p;
+	struct statvfs v0, v1;
+	uint64_t avail;
+	int rc;
+
+	ck_assert_int_eq(statvfs(g_dir, &v0), 0);
+	rc = load_text(SMALL "nvme:\n  paths:\n    - {path: \"${T}/\", capacity: 100%, direct: false}\n",
+		       &m);
+	ck_assert_msg(rc == 0, "%s", tier_last_error());
+	ck_assert_int_eq(statvfs(g_dir, &v1), 0);
+	avail = (uint64_t)v0.f_bavail * v0.f_frsize;
+	if ((uint64_t)v1.f_bavail * v1.f_frsize > avail)
+		avail = (uint64_t)v1.f_bavail * v1.f_frsize;
+	ck_assert_int_eq(tier_manifest_path(m, 0, &p), 0);
+	ck_assert_msg(p.capacity + (1u << 20) <= avail, "capacity %llu + 1 MiB > free %llu",
+		      (unsigned long long)p.capacity, (unsigned long long)avail);
+	tier_manifest_free(m);
+}
+END_TEST
+
 /* ------------------------------------------------------------ faults */
 
 struct fault_case {
@@ -932,6 +1203,21 @@ static Suite *manifest_suite(void)
 	tcase_add_test(tc, test_many_errors);
 	tcase_add_test(tc, test_direct_refused);
 	tcase_add_test(tc, test_missing_file);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("limits");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 30);
+	tcase_add_loop_test(tc, test_unit_spellings, 0,
+			    (int)(sizeof(good_units) / sizeof(good_units[0])));
+	tcase_add_loop_test(tc, test_worst_case_time, 0,
+			    (int)(sizeof(worst_cases) / sizeof(worst_cases[0])));
+	tcase_add_test(tc, test_many_anchors_time);
+	tcase_add_test(tc, test_many_keys_raised_limit);
+	tcase_add_test(tc, test_size_cap);
+	tcase_add_test(tc, test_not_regular);
+	tcase_add_test(tc, test_long_value_excerpt);
+	tcase_add_test(tc, test_capacity_counts_header);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("valid");

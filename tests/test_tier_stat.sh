@@ -119,6 +119,7 @@ done <<'CASES'
 7:3|did you mean 'capacity'|version: 1\nname: t\ngpu:\n  device: none\ndram:\n  capacity: 512MiB\n  capacty: 1GiB\n
 2:13|expected a size|dram:\n  capacity: [1]\n
 2:13|bad unit|dram:\n  capacity: 5GB2\n
+2:13|bad unit in '64Gib' (accepted units: B, K, KiB|dram:\n  capacity: 64Gib\n
 2:13|negative size|dram:\n  capacity: -1GiB\n
 2:13|greater than zero|dram:\n  capacity: 0\n
 6:14|duplicate path|dram:\n  capacity: 512MiB\nnvme:\n  paths:\n    - {path: @D@/, capacity: 1MiB}\n    - {path: @D@/., capacity: 1MiB}\n
@@ -135,6 +136,26 @@ CASES
 
 check "missing file" 2 "$TS" --check "$T/absent.yaml"
 grep_in "missing file: message" "$T/err" "absent.yaml: No such file or directory"
+
+# Not a regular file: refused at once, never read (a FIFO would block, /dev/zero never end).
+mkfifo "$T/fifo.yaml"
+check "FIFO as the manifest" 2 timeout 10 "$TS" --check "$T/fifo.yaml"
+grep_in "FIFO: message" "$T/err" "fifo.yaml: is a FIFO (named pipe); a manifest must be a regular file"
+check "/dev/zero as the manifest" 2 timeout 10 "$TS" --check /dev/zero
+grep_in "/dev/zero: message" "$T/err" "/dev/zero: is a character device; a manifest must be a regular file"
+
+# 1 MiB of nested flow mappings: refused by depth in well under 10 s.
+head -c 1048576 /dev/zero | tr '\0' '{' >"$T/deep.yaml"
+check "deep nesting at the size cap" 2 timeout 10 "$TS" --check "$T/deep.yaml"
+grep_in "deep nesting: message" "$T/err" "deep.yaml:1:34: YAML nesting deeper than 32 levels (the limit); refused"
+
+# An escape sequence in a value is shown escaped, not sent to the terminal.
+printf 'name: "a\\e[2Jb"\n' >"$T/esc.yaml"
+check "escape sequence in a value" 2 "$TS" --check "$T/esc.yaml"
+grep_in "escape: shown escaped" "$T/err" "name: 'a.x1b\[2Jb' is not a valid store name"
+if grep -q "$(printf '\033')" "$T/err"; then
+	echo "FAIL: an ESC byte reached stderr"; fail=$((fail + 1))
+fi
 
 printf '{}\n' >"$T/env.yaml"
 check "TIER_MANIFEST used when no file is given" 0 env TIER_MANIFEST="$T/env.yaml" "$TS" --check

@@ -3,8 +3,12 @@
  *
  * Any input must give either a clean error (a message, no manifest) or a
  * manifest whose emitted YAML parses again to a manifest that emits the
- * same text.  Parsing is schema-only (TIER_MANIFEST_NO_PROBE): fuzzed paths
- * never touch the file system.  Sanitizers report leaks and UB.
+ * same text; this round trip is checked schema-only (TIER_MANIFEST_NO_PROBE).
+ * Each input is then parsed again with probing (memory, GPUs, file systems,
+ * O_DIRECT), unless it holds "create" (so fuzzed paths never make
+ * directories); that parse too must give a manifest or a clean error.
+ * Inputs run up to the manifest size cap (run.sh sets -max_len).
+ * Sanitizers report leaks and UB.
  */
 #include "config.h"
 
@@ -60,6 +64,20 @@ static void strip_comments(char *s)
 	*out = '\0';
 }
 
+/* The same input with probing: a manifest, or an error with a message. */
+static void probed(const uint8_t *data, size_t size)
+{
+	struct tier_manifest *m = NULL;
+	int rc;
+
+	if (memmem(data, size, "create", 6))
+		return;
+	rc = tier_manifest_parse((const char *)data, size, "fuzz", 0, &m);
+	if (rc && (m || tier_last_error()[0] == '\0'))
+		abort();
+	tier_manifest_free(m);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct tier_manifest *m = NULL, *m2 = NULL;
@@ -67,6 +85,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	size_t alen, blen;
 	int rc;
 
+	probed(data, size);
 	rc = tier_manifest_parse((const char *)data, size, "fuzz", TIER_MANIFEST_NO_PROBE, &m);
 	if (rc) {
 		if (m || tier_last_error()[0] == '\0')
