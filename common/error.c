@@ -60,6 +60,11 @@ int ts_err(int err, const char *fmt, ...)
 	return err;
 }
 
+int ts_err_null(const char *fn, const char *arg)
+{
+	return ts_err(-EINVAL, "%s: %s is NULL", fn, arg);
+}
+
 void ts_err_append(const char *fmt, ...)
 {
 	size_t len = strlen(t_err);

@@ -38,6 +38,27 @@ void ts_err_clear(void);
 void ts_err_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /*
+ * A NULL argument of a public function (docs/api.md, "NULL arguments"):
+ * sets the detail "FN: ARG is NULL" and returns -EINVAL.  TS_NONNULL
+ * returns that from the calling function when @arg is NULL;
+ * TS_NONNULL_OR(arg, ret) returns @ret instead (a function that returns a
+ * pointer, a size or nothing: TS_NONNULL_OR(p, NULL), (p, 0), (p, )).
+ */
+int ts_err_null(const char *fn, const char *arg);
+#define TS_NONNULL(arg)                                          \
+	do {                                                     \
+		if (!(arg))                                      \
+			return ts_err_null(__func__, #arg);      \
+	} while (0)
+#define TS_NONNULL_OR(arg, ret)                                  \
+	do {                                                     \
+		if (!(arg)) {                                    \
+			ts_err_null(__func__, #arg);             \
+			return ret;                              \
+		}                                                \
+	} while (0)
+
+/*
  * The size check of a parameter struct (tierstore/common.h): 0 when @size
  * (its size field) is @known, the sizeof this library was built with; else
  * -EINVAL naming the struct @what, as "struct tier_X_params", and both

@@ -10,6 +10,10 @@
  *    (-EINVAL, -ENOMEM, -ENOENT, ...).  Nothing sets errno.
  *  - After a failure, tier_last_error() returns a thread-local detail message
  *    naming what failed and where ("laptop.yaml:7:3: unknown key ...").
+ *  - A NULL pointer argument is refused with -EINVAL (NULL, 0 or false
+ *    from a function returning a pointer, size or bool; nothing from a void
+ *    one) and the detail "FN: ARG is NULL", unless the argument is
+ *    documented as optional; close and free functions take NULL as a no-op.
  *  - Objects are returned through out-parameters, never as the only error
  *    signal.  Parameter structs have a size field and an init function
  *    (tierstore/common.h).  Names are tier_<object>_<verb>; no CUDA or liburing type appears

@@ -270,6 +270,7 @@ static size_t build_items(struct tier_optim *o)
 
 int tier_optim_begin(struct tier_optim *o, double lr)
 {
+	TS_NONNULL(o);
 	struct la_watch w = { NULL, NULL };
 	size_t m;
 	int rc;
@@ -334,6 +335,8 @@ static int check_tensor(const struct tier_optim *o, const struct param *pp, cons
 int tier_optim_push(struct tier_optim *o, uint32_t id, const struct tier_tensor *grad,
 		    const struct tier_tensor *out)
 {
+	TS_NONNULL(o);
+	TS_NONNULL(grad);
 	struct param *pp;
 	struct tier_grad_stats gs = { 0 };
 	int rc;
@@ -569,6 +572,7 @@ static bool step_decide(struct tier_optim *o, double total, bool nonfinite)
 
 int tier_optim_end(struct tier_optim *o, struct tier_step_result *res)
 {
+	TS_NONNULL(o);
 	struct tier_step_result dummy;
 	double total = 0;
 	bool nonfinite = false;
@@ -615,6 +619,8 @@ int tier_optim_end(struct tier_optim *o, struct tier_step_result *res)
 int tier_optim_step(struct tier_optim *o, double lr, const struct tier_tensor *grads,
 		    const struct tier_tensor *outs, struct tier_step_result *res)
 {
+	TS_NONNULL(o);
+	TS_NONNULL(grads);
 	int rc;
 
 	if (!o || !grads)

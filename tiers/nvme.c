@@ -394,6 +394,9 @@ static uint64_t units_on_path(uint64_t n, unsigned npaths, unsigned rot, unsigne
 int tier_nvme_obj_create(struct tier_nvme *t, const char *name, uint64_t size,
 			 struct tier_nvme_obj **out)
 {
+	TS_NONNULL(t);
+	TS_NONNULL(name);
+	TS_NONNULL(out);
 	struct tier_nvme_obj *o;
 	unsigned allocated = 0;
 	int rc = 0;
@@ -486,6 +489,8 @@ fail:
 
 int tier_nvme_obj_destroy(struct tier_nvme *t, struct tier_nvme_obj *o)
 {
+	TS_NONNULL(t);
+	TS_NONNULL(o);
 	struct tier_nvme_obj **pp;
 
 	if (atomic_load(&o->busy))
@@ -508,11 +513,13 @@ int tier_nvme_obj_destroy(struct tier_nvme *t, struct tier_nvme_obj *o)
 
 uint64_t tier_nvme_obj_size(const struct tier_nvme_obj *o)
 {
+	TS_NONNULL_OR(o, 0);
 	return o->size;
 }
 
 const char *tier_nvme_obj_name(const struct tier_nvme_obj *o)
 {
+	TS_NONNULL_OR(o, NULL);
 	return o->name;
 }
 
@@ -520,6 +527,8 @@ const char *tier_nvme_obj_name(const struct tier_nvme_obj *o)
 
 void tier_nvme_get_stats(const struct tier_nvme *t, struct tier_nvme_stats *out)
 {
+	TS_NONNULL_OR(t, );
+	TS_NONNULL_OR(out, );
 	struct tier_nvme *m = (struct tier_nvme *)t;
 
 	memset(out, 0, sizeof(*out));

@@ -143,6 +143,9 @@ static int hash_grow(struct tier_store *s)
 
 int tier_obj_create(struct tier_store *s, const char *name, uint64_t size, struct tier_obj **out)
 {
+	TS_NONNULL(s);
+	TS_NONNULL(name);
+	TS_NONNULL(out);
 	struct tier_obj *o = NULL;
 	uint32_t b;
 	int rc;
@@ -219,6 +222,8 @@ out:
 
 struct tier_obj *tier_obj_find(struct tier_store *s, const char *name)
 {
+	TS_NONNULL_OR(s, NULL);
+	TS_NONNULL_OR(name, NULL);
 	struct tier_obj *o;
 
 	pthread_mutex_lock(&s->lock);
@@ -229,11 +234,13 @@ struct tier_obj *tier_obj_find(struct tier_store *s, const char *name)
 
 uint64_t tier_obj_size(const struct tier_obj *o)
 {
+	TS_NONNULL_OR(o, 0);
 	return o->size;
 }
 
 const char *tier_obj_name(const struct tier_obj *o)
 {
+	TS_NONNULL_OR(o, NULL);
 	return o->name;
 }
 
@@ -270,6 +277,8 @@ static bool any_req(struct req *r, int arg)
 
 int tier_obj_destroy(struct tier_store *s, struct tier_obj *o)
 {
+	TS_NONNULL(s);
+	TS_NONNULL(o);
 	struct tier_nvme_obj *nobj;
 	uint32_t b;
 
@@ -311,6 +320,9 @@ int tier_obj_destroy(struct tier_store *s, struct tier_obj *o)
 
 int tier_store_set_schedule(struct tier_store *s, struct tier_obj *const *objs, size_t n)
 {
+	TS_NONNULL(s);
+	if (n && !objs)
+		return ts_err_null(__func__, "objs");
 	struct tier_obj **sched = NULL;
 	int rc = 0;
 
@@ -374,16 +386,19 @@ out:
 
 bool tier_store_has_level(const struct tier_store *s, enum tier_level level)
 {
+	TS_NONNULL_OR(s, false);
 	return (unsigned)level < TIER_LEVELS && s->lv[level].present;
 }
 
 enum tier_level tier_store_home(const struct tier_store *s)
 {
+	TS_NONNULL_OR(s, TIER_HBM);
 	return s->home;
 }
 
 struct tier_nvme *tier_store_nvme(struct tier_store *s)
 {
+	TS_NONNULL_OR(s, NULL);
 	return s->nvme;
 }
 
