@@ -211,7 +211,9 @@ TIER_API int tier_store_close(struct tier_store *s);
  * the update.  The order of the shards alternates every step, and the
  * store evicts by it.  The results equal tier_adam_step() run in memory on
  * the same data, bit for bit, whatever the split.  docs/optimizer.md says
- * more.  One thread drives an optimizer at a time.
+ * more.  One thread drives an optimizer at a time; a tier_optim_begin or
+ * tier_optim_step while a step is begun, from any thread, is -EBUSY (the
+ * first to begin claims the step atomically).
  */
 struct tier_optim;
 

@@ -90,7 +90,7 @@ struct tier_optim {
 	double pend_norm, pend_scale, pend_clip; /* the step's (kept while pending) */
 
 	/* the step in progress */
-	bool in_step;
+	_Atomic bool in_step;  /* claimed by tier_optim_begin (compare-exchange) */
 	uint64_t t0;
 	struct la_item *items;
 	unsigned char *lanes;

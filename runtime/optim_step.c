@@ -268,17 +268,12 @@ static size_t build_items(struct tier_optim *o)
 	return m;
 }
 
-int tier_optim_begin(struct tier_optim *o, double lr)
+/* begin's checks and preparation, with the step claimed (in_step set):
+ * an error here gives the claim back. */
+static int begin_check(struct tier_optim *o, double lr)
 {
-	TS_NONNULL(o);
-	struct la_watch w = { NULL, NULL };
-	size_t m;
 	int rc;
 
-	if (!o)
-		return ts_err(-EINVAL, "tier_optim_begin: no optimizer");
-	if (o->in_step)
-		return ts_err(-EBUSY, "optimizer: a step is already begun (end it first)");
 	if (o->failed)
 		return ts_err(o->failed, "optimizer: an update failed part way, state is partly updated: %s",
 				o->failed_msg);
@@ -293,6 +288,24 @@ int tier_optim_begin(struct tier_optim *o, double lr)
 		return rc;
 	if (!o->synced && (rc = sync_schedule(o)))
 		return rc;
+	return 0;
+}
+
+int tier_optim_begin(struct tier_optim *o, double lr)
+{
+	TS_NONNULL(o);
+	struct la_watch w = { NULL, NULL };
+	bool idle = false;
+	size_t m;
+	int rc;
+
+	/* One step at a time: the first of threads racing here claims it. */
+	if (!atomic_compare_exchange_strong(&o->in_step, &idle, true))
+		return ts_err(-EBUSY, "optimizer: a step is already begun (end it first)");
+	if ((rc = begin_check(o, lr))) {
+		atomic_store(&o->in_step, false);
+		return rc;
+	}
 	if (lr > 0)
 		o->lr = lr;
 	o->keep = sched_keep_bytes(o->dram_cap, o->lookahead, o->shard_bytes, optim_state_bytes(o));
@@ -306,7 +319,6 @@ int tier_optim_begin(struct tier_optim *o, double lr)
 	tier_store_get_stats(o->s, &o->st0);
 	o->t0 = ts_now_ns();
 	atomic_fetch_add(&o->begun, 1);
-	o->in_step = true;
 	if (o->feed) {
 		w.bytes = &o->feed->prefetch.ahead_bytes;
 		w.items = &o->feed->prefetch.shards_ahead;
