@@ -293,7 +293,7 @@ static int begin_check(struct tier_optim *o, double lr)
 
 int tier_optim_begin(struct tier_optim *o, double lr)
 {
-	TS_NONNULL(o);
+	OPTIM_ARG(o);
 	struct la_watch w = { NULL, NULL };
 	bool idle = false;
 	size_t m;
@@ -347,7 +347,7 @@ static int check_tensor(const struct tier_optim *o, const struct param *pp, cons
 int tier_optim_push(struct tier_optim *o, uint32_t id, const struct tier_tensor *grad,
 		    const struct tier_tensor *out)
 {
-	TS_NONNULL(o);
+	OPTIM_ARG(o);
 	TS_NONNULL(grad);
 	struct param *pp;
 	struct tier_grad_stats gs = { 0 };
@@ -584,7 +584,7 @@ static bool step_decide(struct tier_optim *o, double total, bool nonfinite)
 
 int tier_optim_end(struct tier_optim *o, struct tier_step_result *res)
 {
-	TS_NONNULL(o);
+	OPTIM_ARG(o);
 	struct tier_step_result dummy;
 	double total = 0;
 	bool nonfinite = false;
@@ -631,7 +631,7 @@ int tier_optim_end(struct tier_optim *o, struct tier_step_result *res)
 int tier_optim_step(struct tier_optim *o, double lr, const struct tier_tensor *grads,
 		    const struct tier_tensor *outs, struct tier_step_result *res)
 {
-	TS_NONNULL(o);
+	OPTIM_ARG(o);
 	TS_NONNULL(grads);
 	int rc;
 

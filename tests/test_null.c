@@ -437,6 +437,51 @@ START_TEST(null_exports)
 }
 END_TEST
 
+/*
+ * Handles carry a magic, checked at entry in builds with
+ * TIER_DEBUG_HANDLES (buildtype debug, debugoptimized): a pointer to
+ * memory that is no open store, NVMe tier or optimizer (here zeros, as a
+ * closed one's poisoned magic would be) is -EINVAL "FN: ARG is not an open
+ * WHAT (closed, or not a tier_WHAT)", or NULL/0/false/nothing as for a
+ * NULL argument.  A release build checks NULL alone: skipped there.
+ */
+START_TEST(null_handles)
+{
+#if TIER_DEBUG_HANDLES
+	static uint64_t junk[4096];
+	struct tier_store *s = (struct tier_store *)(void *)junk;
+	struct tier_nvme *t = (struct tier_nvme *)(void *)junk;
+	struct tier_optim *o = (struct tier_optim *)(void *)junk;
+	struct tier_nvme_stats ns = { 0 };
+	char buf[64];
+
+#define NOT_OPEN(expr, want, fn, arg, what)                                              \
+	do {                                                                             \
+		char w_[200];                                                            \
+		long long got_ = (long long)(expr);                                      \
+                                                                                         \
+		snprintf(w_, sizeof(w_), "%s: %s is not an open %s (closed, or not a ", fn, \
+			 arg, what);                                                     \
+		ck_assert_msg(got_ == (want), "%s: %lld", #expr, got_);                  \
+		ck_assert_msg(strstr(tier_last_error(), w_), "%s: detail '%s' lacks '%s'", \
+			      #expr, tier_last_error(), w_);                             \
+	} while (0)
+	NOT_OPEN(tier_store_flush(s), -EINVAL, "tier_store_flush", "s", "store");
+	NOT_OPEN(tier_obj_read(s, NULL, 0, 8, buf), -EINVAL, "tier_obj_read", "s", "store");
+	NOT_OPEN(tier_store_has_level(s, TIER_DRAM), 0, "tier_store_has_level", "s", "store");
+	NOT_OPEN(tier_obj_find(s, "x") != NULL, 0, "tier_obj_find", "s", "store");
+	NOT_OPEN(tier_nvme_read(t, NULL, 0, 8, buf), -EINVAL, "tier_nvme_read", "t", "NVMe tier");
+	NOT_OPEN((tier_nvme_get_stats(t, &ns), 0), 0, "tier_nvme_get_stats", "t", "NVMe tier");
+	ck_assert_uint_eq(ns.capacity, 0);
+	NOT_OPEN(tier_optim_begin(o, 0), -EINVAL, "tier_optim_begin", "o", "optimizer");
+	NOT_OPEN(tier_optim_nparams(o), 0, "tier_optim_nparams", "o", "optimizer");
+#undef NOT_OPEN
+#else
+	fprintf(stderr, "null_handles: a build without TIER_DEBUG_HANDLES (release); skipped\n");
+#endif
+}
+END_TEST
+
 static Suite *null_suite(void)
 {
 	Suite *s = suite_create("null");
@@ -448,6 +493,7 @@ static Suite *null_suite(void)
 	suite_add_tcase(s, tc);
 	tc = tcase_create("exports");
 	tcase_add_test(tc, null_exports);
+	tcase_add_test(tc, null_handles);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -305,6 +305,7 @@ int tier_nvme_close(struct tier_nvme *t)
 	pthread_mutex_destroy(&t->drain_lock);
 	pthread_cond_destroy(&t->drained);
 	free(t->paths);
+	t->magic = TS_MAGIC_DEAD;
 	free(t);
 	return rc;
 }
@@ -321,6 +322,7 @@ int nvme_open(const struct tiers_cfg *c, unsigned flags, struct tier_nvme **out)
 	t = ts_calloc(1, sizeof(*t));
 	if (!t)
 		return ts_err(-ENOMEM, "nvme: out of memory");
+	t->magic = NVME_MAGIC;
 	t->cfg = c;
 	snprintf(t->name, sizeof(t->name), "%s", c->name);
 	t->flags = flags;
@@ -394,7 +396,7 @@ static uint64_t units_on_path(uint64_t n, unsigned npaths, unsigned rot, unsigne
 int tier_nvme_obj_create(struct tier_nvme *t, const char *name, uint64_t size,
 			 struct tier_nvme_obj **out)
 {
-	TS_NONNULL(t);
+	NVME_ARG(t);
 	TS_NONNULL(name);
 	TS_NONNULL(out);
 	struct tier_nvme_obj *o;
@@ -489,7 +491,7 @@ fail:
 
 int tier_nvme_obj_destroy(struct tier_nvme *t, struct tier_nvme_obj *o)
 {
-	TS_NONNULL(t);
+	NVME_ARG(t);
 	TS_NONNULL(o);
 	struct tier_nvme_obj **pp;
 
@@ -527,7 +529,7 @@ const char *tier_nvme_obj_name(const struct tier_nvme_obj *o)
 
 void tier_nvme_get_stats(const struct tier_nvme *t, struct tier_nvme_stats *out)
 {
-	TS_NONNULL_OR(t, );
+	NVME_ARG_OR(t, );
 	TS_NONNULL_OR(out, );
 	struct tier_nvme *m = (struct tier_nvme *)t;
 

@@ -307,7 +307,7 @@ static void batch_add(struct tier_nvme *t, struct batch *b, struct subio *s)
 int tier_nvme_submit(struct tier_nvme *t, struct tier_nvme_obj *o, enum tier_io_op op,
 		     uint64_t off, uint64_t len, void *buf, tier_io_cb cb, void *arg)
 {
-	TS_NONNULL(t);
+	NVME_ARG(t);
 	TS_NONNULL(o);
 	TS_NONNULL(buf);
 	TS_NONNULL(cb);
@@ -376,7 +376,7 @@ int tier_nvme_submit(struct tier_nvme *t, struct tier_nvme_obj *o, enum tier_io_
 int tier_nvme_submit_ticket(struct tier_nvme *t, struct tier_nvme_obj *o, enum tier_io_op op,
 			    uint64_t off, uint64_t len, void *buf, struct tier_ticket **out)
 {
-	TS_NONNULL(t);
+	NVME_ARG(t);
 	TS_NONNULL(o);
 	TS_NONNULL(buf);
 	TS_NONNULL(out);
@@ -398,7 +398,7 @@ int tier_nvme_submit_ticket(struct tier_nvme *t, struct tier_nvme_obj *o, enum t
 int tier_nvme_read(struct tier_nvme *t, struct tier_nvme_obj *o, uint64_t off, uint64_t len,
 		   void *buf)
 {
-	TS_NONNULL(t);
+	NVME_ARG(t);
 	TS_NONNULL(o);
 	TS_NONNULL(buf);
 	struct tier_ticket *tk;
@@ -410,7 +410,7 @@ int tier_nvme_read(struct tier_nvme *t, struct tier_nvme_obj *o, uint64_t off, u
 int tier_nvme_write(struct tier_nvme *t, struct tier_nvme_obj *o, uint64_t off, uint64_t len,
 		    const void *buf)
 {
-	TS_NONNULL(t);
+	NVME_ARG(t);
 	TS_NONNULL(o);
 	TS_NONNULL(buf);
 	struct tier_ticket *tk;

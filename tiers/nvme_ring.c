@@ -592,7 +592,7 @@ void nvme_ring_stop(struct nvme_path *p)
 
 int tier_nvme_register_buffer(struct tier_nvme *t, void *base, size_t len)
 {
-	TS_NONNULL(t);
+	NVME_ARG(t);
 	TS_NONNULL(base);
 	int rc = 0;
 
@@ -630,7 +630,7 @@ int tier_nvme_register_buffer(struct tier_nvme *t, void *base, size_t len)
 
 void tier_nvme_get_path_stats(struct tier_nvme *t, unsigned i, struct tier_nvme_path_stats *out)
 {
-	TS_NONNULL_OR(t, );
+	NVME_ARG_OR(t, );
 	TS_NONNULL_OR(out, );
 	struct nvme_path *p;
 

@@ -143,7 +143,7 @@ static int hash_grow(struct tier_store *s)
 
 int tier_obj_create(struct tier_store *s, const char *name, uint64_t size, struct tier_obj **out)
 {
-	TS_NONNULL(s);
+	STORE_ARG(s);
 	TS_NONNULL(name);
 	TS_NONNULL(out);
 	struct tier_obj *o = NULL;
@@ -222,7 +222,7 @@ out:
 
 struct tier_obj *tier_obj_find(struct tier_store *s, const char *name)
 {
-	TS_NONNULL_OR(s, NULL);
+	STORE_ARG_OR(s, NULL);
 	TS_NONNULL_OR(name, NULL);
 	struct tier_obj *o;
 
@@ -277,7 +277,7 @@ static bool any_req(struct req *r, int arg)
 
 int tier_obj_destroy(struct tier_store *s, struct tier_obj *o)
 {
-	TS_NONNULL(s);
+	STORE_ARG(s);
 	TS_NONNULL(o);
 	struct tier_nvme_obj *nobj;
 	uint32_t b;
@@ -320,7 +320,7 @@ int tier_obj_destroy(struct tier_store *s, struct tier_obj *o)
 
 int tier_store_set_schedule(struct tier_store *s, struct tier_obj *const *objs, size_t n)
 {
-	TS_NONNULL(s);
+	STORE_ARG(s);
 	if (n && !objs)
 		return ts_err_null(__func__, "objs");
 	struct tier_obj **sched = NULL;
@@ -386,19 +386,19 @@ out:
 
 bool tier_store_has_level(const struct tier_store *s, enum tier_level level)
 {
-	TS_NONNULL_OR(s, false);
+	STORE_ARG_OR(s, false);
 	return (unsigned)level < TIER_LEVELS && s->lv[level].present;
 }
 
 enum tier_level tier_store_home(const struct tier_store *s)
 {
-	TS_NONNULL_OR(s, TIER_HBM);
+	STORE_ARG_OR(s, TIER_HBM);
 	return s->home;
 }
 
 struct tier_nvme *tier_store_nvme(struct tier_store *s)
 {
-	TS_NONNULL_OR(s, NULL);
+	STORE_ARG_OR(s, NULL);
 	return s->nvme;
 }
 
@@ -434,6 +434,7 @@ static void store_free(struct tier_store *s)
 		dram_arena_close(s->dram);
 	pthread_mutex_destroy(&s->lock);
 	pthread_cond_destroy(&s->idle);
+	s->magic = TS_MAGIC_DEAD;
 	free(s);
 }
 
@@ -499,6 +500,7 @@ int store_create(const struct tiers_cfg *cfg, const struct tier_store_params *p,
 			tier_nvme_close(nvme);
 		return ts_err(-ENOMEM, "store: out of memory");
 	}
+	s->magic = STORE_MAGIC;
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_cond_init(&s->idle, NULL);
 	s->nvme = nvme;

@@ -393,7 +393,7 @@ static int check_level(struct tier_store *s, struct tier_obj *o, enum tier_level
 int tier_obj_acquire_async(struct tier_store *s, struct tier_obj *o, enum tier_level level,
 		       unsigned mode, void **ptr, struct tier_ticket **tk)
 {
-	TS_NONNULL(s);
+	STORE_ARG(s);
 	TS_NONNULL(o);
 	TS_NONNULL(ptr);
 	TS_NONNULL(tk);
@@ -431,7 +431,7 @@ int tier_obj_acquire_async(struct tier_store *s, struct tier_obj *o, enum tier_l
 int tier_obj_acquire(struct tier_store *s, struct tier_obj *o, enum tier_level level, unsigned mode,
 		 void **ptr)
 {
-	TS_NONNULL(s);
+	STORE_ARG(s);
 	TS_NONNULL(o);
 	TS_NONNULL(ptr);
 	struct tier_ticket *tk;
@@ -442,7 +442,7 @@ int tier_obj_acquire(struct tier_store *s, struct tier_obj *o, enum tier_level l
 
 int tier_obj_release(struct tier_store *s, struct tier_obj *o, enum tier_level level, bool dirty)
 {
-	TS_NONNULL(s);
+	STORE_ARG(s);
 	TS_NONNULL(o);
 	struct lvl *x;
 	int rc;
@@ -472,7 +472,7 @@ int tier_obj_release(struct tier_store *s, struct tier_obj *o, enum tier_level l
 
 int tier_obj_prefetch(struct tier_store *s, struct tier_obj *o, enum tier_level level)
 {
-	TS_NONNULL(s);
+	STORE_ARG(s);
 	TS_NONNULL(o);
 	struct req *r;
 	int rc;
@@ -530,7 +530,7 @@ int store_flush_async(struct tier_store *s, struct tier_obj *o, struct tier_tick
 
 int tier_obj_flush(struct tier_store *s, struct tier_obj *o)
 {
-	TS_NONNULL(s);
+	STORE_ARG(s);
 	TS_NONNULL(o);
 	struct tier_ticket *tk;
 	int rc;
@@ -603,14 +603,14 @@ int store_flush_all(struct tier_store *s, bool force)
 
 int tier_store_flush(struct tier_store *s)
 {
-	TS_NONNULL(s);
+	STORE_ARG(s);
 	return store_flush_all(s, false);
 }
 
 int tier_obj_write(struct tier_store *s, struct tier_obj *o, uint64_t off, uint64_t len,
 		   const void *buf)
 {
-	TS_NONNULL(s);
+	STORE_ARG(s);
 	TS_NONNULL(o);
 	TS_NONNULL(buf);
 	void *p;
@@ -631,7 +631,7 @@ int tier_obj_write(struct tier_store *s, struct tier_obj *o, uint64_t off, uint6
 
 int tier_obj_read(struct tier_store *s, struct tier_obj *o, uint64_t off, uint64_t len, void *buf)
 {
-	TS_NONNULL(s);
+	STORE_ARG(s);
 	TS_NONNULL(o);
 	TS_NONNULL(buf);
 	void *p;
