@@ -33,6 +33,8 @@ const char *tier_dtype_name(enum tier_dtype d)
 
 int tier_dtype_parse(const char *name, enum tier_dtype *out)
 {
+	TS_NONNULL(name);
+	TS_NONNULL(out);
 	for (unsigned i = 0; name && i < NDTYPES; i++) {
 		if (strcmp(name, dtypes[i].name) == 0) {
 			*out = (enum tier_dtype)i;

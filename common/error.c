@@ -60,6 +60,19 @@ int ts_err(int err, const char *fmt, ...)
 	return err;
 }
 
+int ts_err_null(const char *fn, const char *arg)
+{
+	return ts_err(-EINVAL, "%s: %s is NULL", fn, arg);
+}
+
+#if TIER_DEBUG_HANDLES
+int ts_err_handle(const char *fn, const char *arg, const char *what, const char *type)
+{
+	return ts_err(-EINVAL, "%s: %s is not an open %s (closed, or not a %s)", fn, arg, what,
+		      type);
+}
+#endif
+
 void ts_err_append(const char *fmt, ...)
 {
 	size_t len = strlen(t_err);

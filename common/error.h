@@ -38,6 +38,58 @@ void ts_err_clear(void);
 void ts_err_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /*
+ * A NULL argument of a public function (docs/api.md, "NULL arguments"):
+ * sets the detail "FN: ARG is NULL" and returns -EINVAL.  TS_NONNULL
+ * returns that from the calling function when @arg is NULL;
+ * TS_NONNULL_OR(arg, ret) returns @ret instead (a function that returns a
+ * pointer, a size or nothing: TS_NONNULL_OR(p, NULL), (p, 0), (p, )).
+ */
+int ts_err_null(const char *fn, const char *arg);
+#define TS_NONNULL(arg)                                          \
+	do {                                                     \
+		if (!(arg))                                      \
+			return ts_err_null(__func__, #arg);      \
+	} while (0)
+#define TS_NONNULL_OR(arg, ret)                                  \
+	do {                                                     \
+		if (!(arg)) {                                    \
+			ts_err_null(__func__, #arg);             \
+			return ret;                              \
+		}                                                \
+	} while (0)
+
+/*
+ * A handle argument (a store, NVMe tier, optimizer): TS_NONNULL, and in a
+ * build with TIER_DEBUG_HANDLES (buildtype debug or debugoptimized) also
+ * its magic field against @mg: -EINVAL "FN: ARG is not an open WHAT
+ * (closed, or not a tier_WHAT)" for a handle that was closed (while its
+ * memory is still mapped) or is something else.  The close functions
+ * poison the magic.  A release build checks NULL alone.
+ */
+#if defined(TIER_DEBUG_HANDLES) && TIER_DEBUG_HANDLES
+int ts_err_handle(const char *fn, const char *arg, const char *what, const char *type);
+#define TS_HANDLE_OR(h, mg, what, type, ret)                              \
+	do {                                                              \
+		TS_NONNULL_OR(h, ret);                                    \
+		if ((h)->magic != (mg)) {                                 \
+			ts_err_handle(__func__, #h, what, type);          \
+			return ret;                                       \
+		}                                                         \
+	} while (0)
+#define TS_HANDLE(h, mg, what, type)                                      \
+	do {                                                              \
+		TS_NONNULL(h);                                            \
+		if ((h)->magic != (mg))                                   \
+			return ts_err_handle(__func__, #h, what, type);   \
+	} while (0)
+#else
+#define TS_HANDLE_OR(h, mg, what, type, ret) TS_NONNULL_OR(h, ret)
+#define TS_HANDLE(h, mg, what, type) TS_NONNULL(h)
+#endif
+/* A handle's magic once closed. */
+#define TS_MAGIC_DEAD 0xdeadbeefu
+
+/*
  * The size check of a parameter struct (tierstore/common.h): 0 when @size
  * (its size field) is @known, the sizeof this library was built with; else
  * -EINVAL naming the struct @what, as "struct tier_X_params", and both

@@ -9,6 +9,7 @@
 
 #include <math.h>
 
+#include "common/error.h"
 #include "tierstore/common.h"
 
 #define LAT_SHIFT 7   /* the first buckets are 128 ns wide */
@@ -46,6 +47,7 @@ uint64_t tier_lat_bucket_upper_ns(unsigned b)
 
 uint64_t tier_lat_quantile_ns(const uint64_t hist[TIER_LAT_BUCKETS], double q)
 {
+	TS_NONNULL_OR(hist, 0);
 	uint64_t total = 0, target, cum = 0;
 
 	if (!hist || !(q > 0.0))

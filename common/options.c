@@ -302,6 +302,7 @@ static void opt_value_str(const struct ts_option *o, char *buf, size_t len)
 
 int tier_options_print(FILE *out)
 {
+	TS_NONNULL(out);
 	ts_options_init();
 	return options_print_table(out);
 }

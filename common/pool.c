@@ -159,6 +159,7 @@ static unsigned default_threads(void)
 
 int tier_pool_create(unsigned nthreads, struct tier_pool **out)
 {
+	TS_NONNULL(out);
 	struct tier_pool *p;
 	int rc = 0;
 
@@ -234,6 +235,10 @@ void tier_pool_destroy(struct tier_pool *p)
 
 unsigned tier_pool_size(const struct tier_pool *p)
 {
+	if (!p) {
+		ts_err_null(__func__, "pool");
+		return 0;
+	}
 	return p->started + 1;
 }
 

@@ -63,6 +63,7 @@ bool ticket_done(struct tier_ticket *tk)
 
 int tier_ticket_wait(struct tier_ticket *tk)
 {
+	TS_NONNULL(tk);
 	int rc;
 
 	pthread_mutex_lock(&tk->lock);

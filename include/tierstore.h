@@ -10,6 +10,10 @@
  *    (-EINVAL, -ENOMEM, -ENOENT, ...).  Nothing sets errno.
  *  - After a failure, tier_last_error() returns a thread-local detail message
  *    naming what failed and where ("laptop.yaml:7:3: unknown key ...").
+ *  - A NULL pointer argument is refused with -EINVAL (NULL, 0 or false
+ *    from a function returning a pointer, size or bool; nothing from a void
+ *    one) and the detail "FN: ARG is NULL", unless the argument is
+ *    documented as optional; close and free functions take NULL as a no-op.
  *  - Objects are returned through out-parameters, never as the only error
  *    signal.  Parameter structs have a size field and an init function
  *    (tierstore/common.h).  Names are tier_<object>_<verb>; no CUDA or liburing type appears
@@ -207,7 +211,9 @@ TIER_API int tier_store_close(struct tier_store *s);
  * the update.  The order of the shards alternates every step, and the
  * store evicts by it.  The results equal tier_adam_step() run in memory on
  * the same data, bit for bit, whatever the split.  docs/optimizer.md says
- * more.  One thread drives an optimizer at a time.
+ * more.  One thread drives an optimizer at a time; a tier_optim_begin or
+ * tier_optim_step while a step is begun, from any thread, is -EBUSY (the
+ * first to begin claims the step atomically).
  */
 struct tier_optim;
 

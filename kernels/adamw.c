@@ -379,6 +379,8 @@ int adam_params_check(const struct tier_adam_params *p, const char *who)
 int tier_adam_step(struct tier_pool *pool, const struct tier_adam_params *p,
 		   const struct tier_adam_tensors *t)
 {
+	TS_NONNULL(p);
+	TS_NONNULL(t);
 	struct adam_consts c;
 	int rc = adam_params_check(p, "adam");
 
@@ -393,6 +395,7 @@ int tier_adam_step(struct tier_pool *pool, const struct tier_adam_params *p,
 
 int tier_adam_roofline(struct tier_pool *pool, const struct tier_adam_tensors *t)
 {
+	TS_NONNULL(t);
 	int rc = adamw_check(t);
 
 	if (rc)

@@ -360,6 +360,9 @@ int gradcheck_run(struct tier_pool *pool, enum gradcheck_isa isa, const void *gr
 int tier_grad_check(struct tier_pool *pool, const void *grad, enum tier_dtype dtype, size_t n,
 		    struct tier_grad_stats *acc)
 {
+	if (n && !grad)
+		return ts_err_null(__func__, "grad");
+	TS_NONNULL(acc);
 	return gradcheck_run(pool, gradcheck_isa(), grad, dtype, n, acc);
 }
 

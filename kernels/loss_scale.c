@@ -31,6 +31,7 @@ int tier_loss_scaler_init(struct tier_loss_scaler *s, double initial_scale, doub
 			  double growth_factor, double backoff_factor, uint32_t growth_interval,
 			  uint32_t hysteresis)
 {
+	TS_NONNULL(s);
 	if (!s)
 		return ts_err(-EINVAL, "loss scaler: NULL scaler");
 	if (!(isfinite(initial_scale) && initial_scale > 0.0))
@@ -67,6 +68,7 @@ int tier_loss_scaler_init(struct tier_loss_scaler *s, double initial_scale, doub
 
 bool tier_loss_scaler_update(struct tier_loss_scaler *s, bool found_inf)
 {
+	TS_NONNULL_OR(s, false);
 	if (found_inf) {
 		s->growth_tracker = 0;
 		if (s->hysteresis_tracker > INT32_MIN)

@@ -11,6 +11,7 @@
 
 int tier_gpu_count(int *count, char *why, size_t whylen)
 {
+	TS_NONNULL(count);
 	ts_err_clear();
 	return gpu_count(count, why, whylen > INT_MAX ? INT_MAX : (int)whylen);
 }

@@ -396,6 +396,7 @@ struct live_feed *live_feed(struct tier_store *s)
 
 const char *tier_store_stats_path(const struct tier_store *s)
 {
+	TS_NONNULL_OR(s, NULL);
 	struct live *l = s ? rstore_live(s) : NULL;
 
 	return l ? statseg_path(l->seg) : NULL;
@@ -403,6 +404,7 @@ const char *tier_store_stats_path(const struct tier_store *s)
 
 int tier_store_publish_stats(struct tier_store *s)
 {
+	TS_NONNULL(s);
 	struct live *l = s ? rstore_live(s) : NULL;
 
 	if (!l)
@@ -419,6 +421,7 @@ const char *tier_live_dir(void)
 
 int tier_live_list(const char *dir, int (*cb)(const char *path, void *arg), void *arg)
 {
+	TS_NONNULL(cb);
 	if (!cb)
 		return ts_err(-EINVAL, "tier_live_list: no callback");
 	return statseg_list(dir, cb, arg);
@@ -431,6 +434,8 @@ struct tier_live {
 
 int tier_live_open(const char *path, struct tier_live **out)
 {
+	TS_NONNULL(path);
+	TS_NONNULL(out);
 	struct statseg_view *v = NULL;
 	struct tier_live *l;
 	size_t ps, fixed = offsetof(struct tier_live_stats, path);
@@ -466,6 +471,8 @@ int tier_live_open(const char *path, struct tier_live **out)
 
 int tier_live_read(const struct tier_live *l, struct tier_live_stats *out)
 {
+	TS_NONNULL(l);
+	TS_NONNULL(out);
 	int rc;
 
 	if (!l || !out)
@@ -493,6 +500,8 @@ int tier_live_read(const struct tier_live *l, struct tier_live_stats *out)
 
 void tier_live_info(const struct tier_live *l, struct tier_live_info *out)
 {
+	TS_NONNULL_OR(l, );
+	TS_NONNULL_OR(out, );
 	const struct statseg_header *h = statseg_view_header(l->v);
 
 	memset(out, 0, sizeof(*out));
@@ -508,11 +517,13 @@ void tier_live_info(const struct tier_live *l, struct tier_live_info *out)
 
 bool tier_live_stale(const struct tier_live *l)
 {
+	TS_NONNULL_OR(l, false);
 	return l && statseg_stale(l->v);
 }
 
 int tier_live_remove(struct tier_live *l)
 {
+	TS_NONNULL(l);
 	const char *path;
 
 	if (!l)

@@ -507,6 +507,8 @@ static int resolve_all(struct walker *w, struct tier_manifest *c)
 int tier_manifest_parse(const char *text, size_t len, const char *name, unsigned flags,
 			struct tier_manifest **out)
 {
+	TS_NONNULL(text);
+	TS_NONNULL(out);
 	struct tier_manifest *m = NULL;
 	struct raw *raw = NULL;
 	yaml_parser_t parser;
@@ -654,6 +656,8 @@ static int read_manifest(int fd, const char *path, char **buf, size_t *len)
 
 int tier_manifest_load_flags(const char *path, unsigned flags, struct tier_manifest **out)
 {
+	TS_NONNULL(path);
+	TS_NONNULL(out);
 	char *buf = NULL;
 	size_t len = 0;
 	int fd, rc;
@@ -676,6 +680,8 @@ int tier_manifest_load_flags(const char *path, unsigned flags, struct tier_manif
 
 int tier_manifest_load(const char *path, struct tier_manifest **out)
 {
+	TS_NONNULL(path);
+	TS_NONNULL(out);
 	return tier_manifest_load_flags(path, 0, out);
 }
 
@@ -689,11 +695,14 @@ void tier_manifest_free(struct tier_manifest *m)
 
 const char *tier_manifest_source(const struct tier_manifest *m)
 {
+	TS_NONNULL_OR(m, NULL);
 	return m->tiers.source;
 }
 
 int tier_manifest_info(const struct tier_manifest *m, struct tier_manifest_info *out)
 {
+	TS_NONNULL(m);
+	TS_NONNULL(out);
 	const struct tiers_cfg *t;
 
 	if (!m || !out)
@@ -721,6 +730,8 @@ int tier_manifest_info(const struct tier_manifest *m, struct tier_manifest_info 
 
 int tier_manifest_path(const struct tier_manifest *m, unsigned i, struct tier_manifest_path *out)
 {
+	TS_NONNULL(m);
+	TS_NONNULL(out);
 	const struct tiers_path_cfg *p;
 
 	if (!m || !out)
@@ -743,6 +754,7 @@ int tier_manifest_path(const struct tier_manifest *m, unsigned i, struct tier_ma
 
 int tier_manifest_default_text(char **out)
 {
+	TS_NONNULL(out);
 	const char *data = ts_opt_str(TIER_OPT_DATA);
 	struct ts_meminfo mem;
 	struct ts_fsinfo fi;
@@ -813,6 +825,7 @@ int tier_manifest_default_text(char **out)
 
 int tier_manifest_resolve(const char *path, struct tier_manifest **out)
 {
+	TS_NONNULL(out);
 	if (!path || !*path)
 		path = ts_opt_str(TIER_OPT_MANIFEST);
 	return *path ? tier_manifest_load(path, out) : tier_manifest_default(out);
@@ -820,6 +833,7 @@ int tier_manifest_resolve(const char *path, struct tier_manifest **out)
 
 int tier_manifest_default(struct tier_manifest **out)
 {
+	TS_NONNULL(out);
 	char *text;
 	int rc;
 

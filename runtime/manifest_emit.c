@@ -64,6 +64,9 @@ static void emit_str(FILE *f, const char *s)
 
 int tier_manifest_emit(const struct tier_manifest *m, FILE *f)
 {
+	TS_NONNULL(m);
+	if (!f)
+		return ts_err_null(__func__, "out");
 	const struct tier_manifest *c = m;
 	static const char *const huge[] = { "auto", "on", "off" };
 	char a[32];

@@ -233,12 +233,15 @@ static void optim_free(struct tier_optim *o)
 	free(o->host_out);
 	pthread_mutex_destroy(&o->lock);
 	pthread_cond_destroy(&o->cond);
+	o->magic = TS_MAGIC_DEAD;
 	free(o);
 }
 
 int tier_optim_create(struct tier_store *s, const struct tier_optim_params *p,
 		      struct tier_optim **out)
 {
+	TS_NONNULL(s);
+	TS_NONNULL(out);
 	const struct tier_manifest *cfg;
 	struct tier_optim_params defaults;
 	struct tier_store_stats st;
@@ -263,6 +266,7 @@ int tier_optim_create(struct tier_store *s, const struct tier_optim_params *p,
 		return ts_err(-EINVAL, "tier_optim_create: the store was not opened by tier_store_open");
 	if (!(o = ts_calloc(1, sizeof(*o))))
 		return ts_err(-ENOMEM, "optimizer: out of memory");
+	o->magic = OPTIM_MAGIC;
 	pthread_mutex_init(&o->lock, NULL);
 	pthread_cond_init(&o->cond, NULL);
 	o->s = s;
@@ -466,6 +470,8 @@ static int add_room(struct tier_optim *o, const char *name, uint32_t nsh)
 int tier_optim_add_param(struct tier_optim *o, const char *name, size_t numel, const float *init,
 			 uint32_t *id)
 {
+	OPTIM_ARG(o);
+	TS_NONNULL(name);
 	uint32_t nsh = 0, first = o ? o->nshards : 0;
 	struct param *pp;
 	int rc;
@@ -530,31 +536,38 @@ undo:
 
 uint32_t tier_optim_nparams(const struct tier_optim *o)
 {
+	OPTIM_ARG_OR(o, 0);
 	return o ? o->nparams : 0;
 }
 
 const char *tier_optim_param_name(const struct tier_optim *o, uint32_t id)
 {
+	OPTIM_ARG_OR(o, NULL);
 	return o && id < o->nparams ? o->params[id].name : NULL;
 }
 
 size_t tier_optim_param_numel(const struct tier_optim *o, uint32_t id)
 {
+	OPTIM_ARG_OR(o, 0);
 	return o && id < o->nparams ? o->params[id].numel : 0;
 }
 
 enum tier_dtype tier_optim_moment_dtype(const struct tier_optim *o)
 {
+	OPTIM_ARG_OR(o, TIER_FP32);
 	return o ? o->md : TIER_FP32;
 }
 
 double tier_optim_cpu_fraction(const struct tier_optim *o)
 {
+	OPTIM_ARG_OR(o, 1.0);
 	return o ? o->cpu_fraction : 1.0;
 }
 
 int tier_optim_info(const struct tier_optim *o, struct tier_optim_info *out)
 {
+	OPTIM_ARG(o);
+	TS_NONNULL(out);
 	if (!o || !out)
 		return ts_err(-EINVAL, "tier_optim_info: %s", o ? "no result pointer" : "no optimizer");
 	memset(out, 0, sizeof(*out));
@@ -580,6 +593,7 @@ int tier_optim_info(const struct tier_optim *o, struct tier_optim_info *out)
 int tier_optim_read(struct tier_optim *o, uint32_t id, float *master, void *exp_avg,
 		    void *exp_avg_sq)
 {
+	OPTIM_ARG(o);
 	const struct param *pp;
 
 	if (!o || id >= (o ? o->nparams : 0))

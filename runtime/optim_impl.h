@@ -53,7 +53,13 @@ struct lane {
 	uint32_t shards;
 };
 
+/* struct tier_optim's magic while open (TS_HANDLE, common/error.h). */
+#define OPTIM_MAGIC 0x4f50544du /* "OPTM" */
+#define OPTIM_ARG(o) TS_HANDLE(o, OPTIM_MAGIC, "optimizer", "tier_optim")
+#define OPTIM_ARG_OR(o, ret) TS_HANDLE_OR(o, OPTIM_MAGIC, "optimizer", "tier_optim", ret)
+
 struct tier_optim {
+	uint32_t magic;        /* OPTIM_MAGIC; TS_MAGIC_DEAD once destroyed */
 	struct tier_store *s;
 	struct tier_optim_params p;
 	enum tier_dtype md;
@@ -90,7 +96,7 @@ struct tier_optim {
 	double pend_norm, pend_scale, pend_clip; /* the step's (kept while pending) */
 
 	/* the step in progress */
-	bool in_step;
+	_Atomic bool in_step;  /* claimed by tier_optim_begin (compare-exchange) */
 	uint64_t t0;
 	struct la_item *items;
 	unsigned char *lanes;

@@ -268,16 +268,12 @@ static size_t build_items(struct tier_optim *o)
 	return m;
 }
 
-int tier_optim_begin(struct tier_optim *o, double lr)
+/* begin's checks and preparation, with the step claimed (in_step set):
+ * an error here gives the claim back. */
+static int begin_check(struct tier_optim *o, double lr)
 {
-	struct la_watch w = { NULL, NULL };
-	size_t m;
 	int rc;
 
-	if (!o)
-		return ts_err(-EINVAL, "tier_optim_begin: no optimizer");
-	if (o->in_step)
-		return ts_err(-EBUSY, "optimizer: a step is already begun (end it first)");
 	if (o->failed)
 		return ts_err(o->failed, "optimizer: an update failed part way, state is partly updated: %s",
 				o->failed_msg);
@@ -293,6 +289,24 @@ int tier_optim_begin(struct tier_optim *o, double lr)
 		return rc;
 	if (!o->synced && (rc = sync_schedule(o)))
 		return rc;
+	return 0;
+}
+
+int tier_optim_begin(struct tier_optim *o, double lr)
+{
+	OPTIM_ARG(o);
+	struct la_watch w = { NULL, NULL };
+	bool idle = false;
+	size_t m;
+	int rc;
+
+	/* One step at a time: the first of threads racing here claims it. */
+	if (!atomic_compare_exchange_strong(&o->in_step, &idle, true))
+		return ts_err(-EBUSY, "optimizer: a step is already begun (end it first)");
+	if ((rc = begin_check(o, lr))) {
+		atomic_store(&o->in_step, false);
+		return rc;
+	}
 	if (lr != TIER_LR_KEEP)
 		o->lr = lr;
 	o->keep = sched_keep_bytes(o->dram_cap, o->lookahead, o->shard_bytes, optim_state_bytes(o));
@@ -306,7 +320,6 @@ int tier_optim_begin(struct tier_optim *o, double lr)
 	tier_store_get_stats(o->s, &o->st0);
 	o->t0 = ts_now_ns();
 	atomic_fetch_add(&o->begun, 1);
-	o->in_step = true;
 	if (o->feed) {
 		w.bytes = &o->feed->prefetch.ahead_bytes;
 		w.items = &o->feed->prefetch.shards_ahead;
@@ -335,6 +348,8 @@ static int check_tensor(const struct tier_optim *o, const struct param *pp, cons
 int tier_optim_push(struct tier_optim *o, uint32_t id, const struct tier_tensor *grad,
 		    const struct tier_tensor *out)
 {
+	OPTIM_ARG(o);
+	TS_NONNULL(grad);
 	struct param *pp;
 	struct tier_grad_stats gs = { 0 };
 	int rc;
@@ -570,6 +585,7 @@ static bool step_decide(struct tier_optim *o, double total, bool nonfinite)
 
 int tier_optim_end(struct tier_optim *o, struct tier_step_result *res)
 {
+	OPTIM_ARG(o);
 	struct tier_step_result dummy;
 	double total = 0;
 	bool nonfinite = false;
@@ -616,6 +632,8 @@ int tier_optim_end(struct tier_optim *o, struct tier_step_result *res)
 int tier_optim_step(struct tier_optim *o, double lr, const struct tier_tensor *grads,
 		    const struct tier_tensor *outs, struct tier_step_result *res)
 {
+	OPTIM_ARG(o);
+	TS_NONNULL(grads);
 	int rc;
 
 	if (!o || !grads)

@@ -25,6 +25,8 @@ struct rstore {
 
 int tier_nvme_open(const struct tier_manifest *m, unsigned flags, struct tier_nvme **out)
 {
+	TS_NONNULL(m);
+	TS_NONNULL(out);
 	if (!out)
 		return ts_err(-EINVAL, "tier_nvme_open: no result pointer");
 	*out = NULL;
@@ -36,6 +38,8 @@ int tier_nvme_open(const struct tier_manifest *m, unsigned flags, struct tier_nv
 int tier_store_open(const struct tier_manifest *m, const struct tier_store_params *p,
 		    struct tier_store **out)
 {
+	TS_NONNULL(m);
+	TS_NONNULL(out);
 	struct tier_nvme *nvme = NULL;
 	struct rstore *r;
 	int rc;

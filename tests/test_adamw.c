@@ -1116,7 +1116,7 @@ struct bad_case {
 };
 
 static const struct bad_case bad_cases[] = {
-	{ "no tensors", BAD_TENSORS, -EINVAL, "no tensors" },
+	{ "no tensors", BAD_TENSORS, -EINVAL, "tier_adam_step: t is NULL" },
 	{ "param NULL", BAD_TENSORS, -EINVAL, "param is NULL" },
 	{ "exp_avg NULL", BAD_TENSORS, -EINVAL, "exp_avg is NULL" },
 	{ "exp_avg_sq NULL", BAD_TENSORS, -EINVAL, "exp_avg_sq is NULL" },
@@ -1126,7 +1126,7 @@ static const struct bad_case bad_cases[] = {
 	{ "grad 3", BAD_TENSORS, -EINVAL, "grad dtype 3" },
 	{ "grad -1", BAD_TENSORS, -EINVAL, "grad dtype -1" },
 	{ "out 9", BAD_TENSORS, -EINVAL, "param_out dtype 9" },
-	{ "no params", BAD_PARAMS, -EINVAL, "no hyperparameters" },
+	{ "no params", BAD_PARAMS, -EINVAL, "tier_adam_step: p is NULL" },
 	{ "lr nan", BAD_PARAMS, -EINVAL, "lr" },
 	{ "lr inf", BAD_PARAMS, -EINVAL, "lr" },
 	{ "lr < 0", BAD_PARAMS, -EINVAL, "lr" },

@@ -96,7 +96,12 @@
  *    -EOVERFLOW or -ENOSPC naming numel, nothing left, stepping on;
  *    threads 100000 / 1025 / UINT32_MAX refused by create and
  *    tier_pool_create naming the value; store objects of 2^63 bytes and
- *    more refused with -ENOSPC.
+ *    more refused with -ENOSPC;
+ *  - one step at a time (concurrent_begin): two threads calling
+ *    tier_optim_begin at once, 100 times: exactly one gets 0, the other
+ *    -EBUSY ("already begun"), and the step begun works; two calling
+ *    tier_optim_step at once, 50 times: each 0 or -EBUSY, at least one 0 (run under
+ *    TSan: the guard is a compare-exchange).
  */
 #include "config.h"
 
@@ -104,6 +109,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -2112,6 +2118,94 @@ START_TEST(count_errors)
 }
 END_TEST
 
+/* ------------------------------------------------------------ one step at a time */
+
+/* Two threads call begin (or tier_optim_step) at the same moment. */
+struct racer {
+	struct world *w;
+	pthread_barrier_t *bar;
+	bool whole;            /* tier_optim_step, else tier_optim_begin */
+	struct tier_tensor *g, *out;
+	int rc;
+	char detail[256];
+};
+
+static void *racer_run(void *arg)
+{
+	struct racer *r = arg;
+	struct tier_step_result res;
+
+	pthread_barrier_wait(r->bar);
+	if (r->whole)
+		r->rc = tier_optim_step(r->w->o, 0, r->g, r->out, &res);
+	else
+		r->rc = tier_optim_begin(r->w->o, 0);
+	snprintf(r->detail, sizeof(r->detail), "%s", tier_last_error());
+	return NULL;
+}
+
+/* Runs two racers; returns how many got 0, checking the others got -EBUSY. */
+static int race(struct world *w, bool whole, struct tier_tensor *g, struct tier_tensor *out)
+{
+	pthread_barrier_t bar;
+	struct racer r[2];
+	pthread_t th[2];
+	int ok = 0;
+
+	pthread_barrier_init(&bar, NULL, 2);
+	for (int i = 0; i < 2; i++) {
+		r[i] = (struct racer){ .w = w, .bar = &bar, .whole = whole, .g = g, .out = out };
+		ck_assert_int_eq(pthread_create(&th[i], NULL, racer_run, &r[i]), 0);
+	}
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	pthread_barrier_destroy(&bar);
+	for (int i = 0; i < 2; i++) {
+		ck_assert_msg(r[i].rc == 0 || r[i].rc == -EBUSY, "%s: %d: %s",
+			      whole ? "step" : "begin", r[i].rc, r[i].detail);
+		if (r[i].rc == -EBUSY)
+			ck_assert_msg(strstr(r[i].detail, "already begun"), "-EBUSY detail: %s",
+				      r[i].detail);
+		ok += r[i].rc == 0;
+	}
+	return ok;
+}
+
+/*
+ * The "one step at a time" guard under a race: two threads calling
+ * tier_optim_begin together, one gets 0 and the other -EBUSY, every time
+ * (the step begun is then pushed and ended by this thread, and works);
+ * two calling tier_optim_step together each get 0 or -EBUSY (both 0 when
+ * one ended before the other began), and at least one 0.  Under TSan (the
+ * concurrent suites) the guard must show no race.
+ */
+START_TEST(concurrent_begin)
+{
+	struct tier_tensor g[MAXP], out[MAXP];
+	struct tier_step_result res;
+	struct world w;
+	int rc;
+
+	small_world(&w, "race", 1.0);
+	for (size_t i = 0; i < w.np; i++) {
+		g[i] = grad_t(&w.pa[i]);
+		out[i] = out_t(&w.pa[i]);
+	}
+	for (int k = 0; k < 100; k++) {
+		ck_assert_int_eq(race(&w, false, g, out), 1);
+		for (size_t i = 0; i < w.np; i++) {
+			rc = tier_optim_push(w.o, (uint32_t)i, &g[i], &out[i]);
+			ck_assert_msg(rc == 0, "push %zu: %d: %s", i, rc, tier_last_error());
+		}
+		rc = tier_optim_end(w.o, &res);
+		ck_assert_msg(rc == 0, "end: %d: %s", rc, tier_last_error());
+	}
+	for (int k = 0; k < 50; k++)
+		ck_assert_int_ge(race(&w, true, g, out), 1);
+	world_close(&w);
+}
+END_TEST
+
 /* ------------------------------------------------------------ suite */
 
 /* A case of @s with the per-case and per-test fixtures and @timeout s. */
@@ -2163,6 +2257,9 @@ static Suite *optim_suite(void)
 	tc = new_case(s, "sizes", 10);
 	tcase_add_loop_test(tc, size_errors, 0, (int)ARRAY_SIZE(zcases));
 	tcase_add_test(tc, count_errors);
+
+	tc = new_case(s, "concurrent", 60);
+	tcase_add_test(tc, concurrent_begin);
 	return s;
 }
 

@@ -305,6 +305,7 @@ int tier_nvme_close(struct tier_nvme *t)
 	pthread_mutex_destroy(&t->drain_lock);
 	pthread_cond_destroy(&t->drained);
 	free(t->paths);
+	t->magic = TS_MAGIC_DEAD;
 	free(t);
 	return rc;
 }
@@ -321,6 +322,7 @@ int nvme_open(const struct tiers_cfg *c, unsigned flags, struct tier_nvme **out)
 	t = ts_calloc(1, sizeof(*t));
 	if (!t)
 		return ts_err(-ENOMEM, "nvme: out of memory");
+	t->magic = NVME_MAGIC;
 	t->cfg = c;
 	snprintf(t->name, sizeof(t->name), "%s", c->name);
 	t->flags = flags;
@@ -394,6 +396,9 @@ static uint64_t units_on_path(uint64_t n, unsigned npaths, unsigned rot, unsigne
 int tier_nvme_obj_create(struct tier_nvme *t, const char *name, uint64_t size,
 			 struct tier_nvme_obj **out)
 {
+	NVME_ARG(t);
+	TS_NONNULL(name);
+	TS_NONNULL(out);
 	struct tier_nvme_obj *o;
 	unsigned allocated = 0;
 	int rc = 0;
@@ -486,6 +491,8 @@ fail:
 
 int tier_nvme_obj_destroy(struct tier_nvme *t, struct tier_nvme_obj *o)
 {
+	NVME_ARG(t);
+	TS_NONNULL(o);
 	struct tier_nvme_obj **pp;
 
 	if (atomic_load(&o->busy))
@@ -508,11 +515,13 @@ int tier_nvme_obj_destroy(struct tier_nvme *t, struct tier_nvme_obj *o)
 
 uint64_t tier_nvme_obj_size(const struct tier_nvme_obj *o)
 {
+	TS_NONNULL_OR(o, 0);
 	return o->size;
 }
 
 const char *tier_nvme_obj_name(const struct tier_nvme_obj *o)
 {
+	TS_NONNULL_OR(o, NULL);
 	return o->name;
 }
 
@@ -520,6 +529,8 @@ const char *tier_nvme_obj_name(const struct tier_nvme_obj *o)
 
 void tier_nvme_get_stats(const struct tier_nvme *t, struct tier_nvme_stats *out)
 {
+	NVME_ARG_OR(t, );
+	TS_NONNULL_OR(out, );
 	struct tier_nvme *m = (struct tier_nvme *)t;
 
 	memset(out, 0, sizeof(*out));

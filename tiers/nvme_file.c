@@ -567,6 +567,8 @@ static int probe_header(int fd, const struct stat *st, const char *file,
 
 int tier_nvme_file_probe(const char *file, struct tier_nvme_file_info *out)
 {
+	TS_NONNULL(file);
+	TS_NONNULL(out);
 	struct ts_nvme_header h;
 	struct stat st;
 	bool absent;
@@ -605,6 +607,7 @@ int tier_nvme_file_probe(const char *file, struct tier_nvme_file_info *out)
 
 int tier_nvme_file_remove_stale(const char *file)
 {
+	TS_NONNULL(file);
 	struct ts_nvme_header h;
 	struct stat st, now;
 	bool absent;

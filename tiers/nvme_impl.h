@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
+#include "common/error.h"
 #include "tiers/tiers_cfg.h"
 #include "tierstore/tiers.h"
 #include "tiers/extent.h"
@@ -144,7 +145,13 @@ struct tier_nvme_obj {
 	_Atomic int busy;         /* requests in flight */
 };
 
+/* struct tier_nvme's magic while open (TS_HANDLE, common/error.h). */
+#define NVME_MAGIC 0x4e564d45u /* "NVME" */
+#define NVME_ARG(t) TS_HANDLE(t, NVME_MAGIC, "NVMe tier", "tier_nvme")
+#define NVME_ARG_OR(t, ret) TS_HANDLE_OR(t, NVME_MAGIC, "NVMe tier", "tier_nvme", ret)
+
 struct tier_nvme {
+	uint32_t magic;               /* NVME_MAGIC; TS_MAGIC_DEAD once closed */
 	const struct tiers_cfg *cfg;  /* during nvme_open only */
 	char name[TIERS_NAME_MAX + 1];   /* the store's name, for headers */
 	unsigned flags;

@@ -307,6 +307,10 @@ static void batch_add(struct tier_nvme *t, struct batch *b, struct subio *s)
 int tier_nvme_submit(struct tier_nvme *t, struct tier_nvme_obj *o, enum tier_io_op op,
 		     uint64_t off, uint64_t len, void *buf, tier_io_cb cb, void *arg)
 {
+	NVME_ARG(t);
+	TS_NONNULL(o);
+	TS_NONNULL(buf);
+	TS_NONNULL(cb);
 	struct batch batch = { 0 };
 	struct nvme_req *r;
 	uint64_t first, last;
@@ -372,6 +376,10 @@ int tier_nvme_submit(struct tier_nvme *t, struct tier_nvme_obj *o, enum tier_io_
 int tier_nvme_submit_ticket(struct tier_nvme *t, struct tier_nvme_obj *o, enum tier_io_op op,
 			    uint64_t off, uint64_t len, void *buf, struct tier_ticket **out)
 {
+	NVME_ARG(t);
+	TS_NONNULL(o);
+	TS_NONNULL(buf);
+	TS_NONNULL(out);
 	struct tier_ticket *tk = ticket_new();
 	int rc;
 
@@ -390,6 +398,9 @@ int tier_nvme_submit_ticket(struct tier_nvme *t, struct tier_nvme_obj *o, enum t
 int tier_nvme_read(struct tier_nvme *t, struct tier_nvme_obj *o, uint64_t off, uint64_t len,
 		   void *buf)
 {
+	NVME_ARG(t);
+	TS_NONNULL(o);
+	TS_NONNULL(buf);
 	struct tier_ticket *tk;
 	int rc = tier_nvme_submit_ticket(t, o, TIER_IO_READ, off, len, buf, &tk);
 
@@ -399,6 +410,9 @@ int tier_nvme_read(struct tier_nvme *t, struct tier_nvme_obj *o, uint64_t off, u
 int tier_nvme_write(struct tier_nvme *t, struct tier_nvme_obj *o, uint64_t off, uint64_t len,
 		    const void *buf)
 {
+	NVME_ARG(t);
+	TS_NONNULL(o);
+	TS_NONNULL(buf);
 	struct tier_ticket *tk;
 	int rc = tier_nvme_submit_ticket(t, o, TIER_IO_WRITE, off, len, (void *)buf, &tk);
 

@@ -592,6 +592,8 @@ void nvme_ring_stop(struct nvme_path *p)
 
 int tier_nvme_register_buffer(struct tier_nvme *t, void *base, size_t len)
 {
+	NVME_ARG(t);
+	TS_NONNULL(base);
 	int rc = 0;
 
 	ts_err_clear();
@@ -628,6 +630,8 @@ int tier_nvme_register_buffer(struct tier_nvme *t, void *base, size_t len)
 
 void tier_nvme_get_path_stats(struct tier_nvme *t, unsigned i, struct tier_nvme_path_stats *out)
 {
+	NVME_ARG_OR(t, );
+	TS_NONNULL_OR(out, );
 	struct nvme_path *p;
 
 	memset(out, 0, sizeof(*out));

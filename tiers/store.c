@@ -146,6 +146,9 @@ static int hash_grow(struct tier_store *s)
 
 int tier_obj_create(struct tier_store *s, const char *name, uint64_t size, struct tier_obj **out)
 {
+	STORE_ARG(s);
+	TS_NONNULL(name);
+	TS_NONNULL(out);
 	struct tier_obj *o = NULL;
 	uint32_t b;
 	int rc;
@@ -228,6 +231,8 @@ out:
 
 struct tier_obj *tier_obj_find(struct tier_store *s, const char *name)
 {
+	STORE_ARG_OR(s, NULL);
+	TS_NONNULL_OR(name, NULL);
 	struct tier_obj *o;
 
 	pthread_mutex_lock(&s->lock);
@@ -238,11 +243,13 @@ struct tier_obj *tier_obj_find(struct tier_store *s, const char *name)
 
 uint64_t tier_obj_size(const struct tier_obj *o)
 {
+	TS_NONNULL_OR(o, 0);
 	return o->size;
 }
 
 const char *tier_obj_name(const struct tier_obj *o)
 {
+	TS_NONNULL_OR(o, NULL);
 	return o->name;
 }
 
@@ -279,6 +286,8 @@ static bool any_req(struct req *r, int arg)
 
 int tier_obj_destroy(struct tier_store *s, struct tier_obj *o)
 {
+	STORE_ARG(s);
+	TS_NONNULL(o);
 	struct tier_nvme_obj *nobj;
 	uint32_t b;
 
@@ -320,6 +329,9 @@ int tier_obj_destroy(struct tier_store *s, struct tier_obj *o)
 
 int tier_store_set_schedule(struct tier_store *s, struct tier_obj *const *objs, size_t n)
 {
+	STORE_ARG(s);
+	if (n && !objs)
+		return ts_err_null(__func__, "objs");
 	struct tier_obj **sched = NULL;
 	int rc = 0;
 
@@ -383,16 +395,19 @@ out:
 
 bool tier_store_has_level(const struct tier_store *s, enum tier_level level)
 {
+	STORE_ARG_OR(s, false);
 	return (unsigned)level < TIER_LEVELS && s->lv[level].present;
 }
 
 enum tier_level tier_store_home(const struct tier_store *s)
 {
+	STORE_ARG_OR(s, TIER_HBM);
 	return s->home;
 }
 
 struct tier_nvme *tier_store_nvme(struct tier_store *s)
 {
+	STORE_ARG_OR(s, NULL);
 	return s->nvme;
 }
 
@@ -428,6 +443,7 @@ static void store_free(struct tier_store *s)
 		dram_arena_close(s->dram);
 	pthread_mutex_destroy(&s->lock);
 	pthread_cond_destroy(&s->idle);
+	s->magic = TS_MAGIC_DEAD;
 	free(s);
 }
 
@@ -493,6 +509,7 @@ int store_create(const struct tiers_cfg *cfg, const struct tier_store_params *p,
 			tier_nvme_close(nvme);
 		return ts_err(-ENOMEM, "store: out of memory");
 	}
+	s->magic = STORE_MAGIC;
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_cond_init(&s->idle, NULL);
 	s->nvme = nvme;

@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/error.h"
 #include "tiers/buddy.h"
 #include "tiers/dram.h"
 #include "tiers/store.h"
@@ -97,8 +98,14 @@ struct xfer {
 	struct xfer *next;
 };
 
+/* struct tier_store's magic while open (TS_HANDLE, common/error.h). */
+#define STORE_MAGIC 0x53544f52u /* "STOR" */
+#define STORE_ARG(s) TS_HANDLE(s, STORE_MAGIC, "store", "tier_store")
+#define STORE_ARG_OR(s, ret) TS_HANDLE_OR(s, STORE_MAGIC, "store", "tier_store", ret)
+
 struct tier_store {
 	pthread_mutex_t lock;
+	uint32_t magic;              /* STORE_MAGIC; TS_MAGIC_DEAD once closed */
 	pthread_cond_t idle;         /* an object's or the store's transfers drained */
 	struct level lv[TIER_LEVELS];
 	enum tier_level home;

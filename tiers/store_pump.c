@@ -393,6 +393,10 @@ static int check_level(struct tier_store *s, struct tier_obj *o, enum tier_level
 int tier_obj_acquire_async(struct tier_store *s, struct tier_obj *o, enum tier_level level,
 		       unsigned mode, void **ptr, struct tier_ticket **tk)
 {
+	STORE_ARG(s);
+	TS_NONNULL(o);
+	TS_NONNULL(ptr);
+	TS_NONNULL(tk);
 	struct req *r;
 	int rc;
 
@@ -427,6 +431,9 @@ int tier_obj_acquire_async(struct tier_store *s, struct tier_obj *o, enum tier_l
 int tier_obj_acquire(struct tier_store *s, struct tier_obj *o, enum tier_level level, unsigned mode,
 		 void **ptr)
 {
+	STORE_ARG(s);
+	TS_NONNULL(o);
+	TS_NONNULL(ptr);
 	struct tier_ticket *tk;
 	int rc = tier_obj_acquire_async(s, o, level, mode, ptr, &tk);
 
@@ -435,6 +442,8 @@ int tier_obj_acquire(struct tier_store *s, struct tier_obj *o, enum tier_level l
 
 int tier_obj_release(struct tier_store *s, struct tier_obj *o, enum tier_level level, bool dirty)
 {
+	STORE_ARG(s);
+	TS_NONNULL(o);
 	struct lvl *x;
 	int rc;
 
@@ -463,6 +472,8 @@ int tier_obj_release(struct tier_store *s, struct tier_obj *o, enum tier_level l
 
 int tier_obj_prefetch(struct tier_store *s, struct tier_obj *o, enum tier_level level)
 {
+	STORE_ARG(s);
+	TS_NONNULL(o);
 	struct req *r;
 	int rc;
 
@@ -519,6 +530,8 @@ int store_flush_async(struct tier_store *s, struct tier_obj *o, struct tier_tick
 
 int tier_obj_flush(struct tier_store *s, struct tier_obj *o)
 {
+	STORE_ARG(s);
+	TS_NONNULL(o);
 	struct tier_ticket *tk;
 	int rc;
 
@@ -590,12 +603,16 @@ int store_flush_all(struct tier_store *s, bool force)
 
 int tier_store_flush(struct tier_store *s)
 {
+	STORE_ARG(s);
 	return store_flush_all(s, false);
 }
 
 int tier_obj_write(struct tier_store *s, struct tier_obj *o, uint64_t off, uint64_t len,
 		   const void *buf)
 {
+	STORE_ARG(s);
+	TS_NONNULL(o);
+	TS_NONNULL(buf);
 	void *p;
 	int rc;
 
@@ -614,6 +631,9 @@ int tier_obj_write(struct tier_store *s, struct tier_obj *o, uint64_t off, uint6
 
 int tier_obj_read(struct tier_store *s, struct tier_obj *o, uint64_t off, uint64_t len, void *buf)
 {
+	STORE_ARG(s);
+	TS_NONNULL(o);
+	TS_NONNULL(buf);
 	void *p;
 	int rc;
 

@@ -24,6 +24,8 @@ static const char *const st_names[] = { "absent", "filling", "clean", "dirty", "
 
 void tier_store_get_stats(struct tier_store *s, struct tier_store_stats *out)
 {
+	STORE_ARG_OR(s, );
+	TS_NONNULL_OR(out, );
 	memset(out, 0, sizeof(*out));
 	pthread_mutex_lock(&s->lock);
 	out->objects = s->nobjs;
@@ -89,6 +91,7 @@ void tier_store_get_stats(struct tier_store *s, struct tier_store_stats *out)
 
 int tier_store_validate(struct tier_store *s)
 {
+	STORE_ARG(s);
 	int rc = 0;
 
 	pthread_mutex_lock(&s->lock);

@@ -279,7 +279,8 @@ static inline void tier_store_params_init(struct tier_store_params *p)
 /* Whether the store has the level (HBM may be absent). */
 TIER_API bool tier_store_has_level(const struct tier_store *s, enum tier_level level);
 
-/* The lowest level: TIER_NVME, or TIER_DRAM without NVMe paths. */
+/* The lowest level: TIER_NVME, or TIER_DRAM without NVMe paths (TIER_HBM,
+ * never a home, for NULL). */
 TIER_API enum tier_level tier_store_home(const struct tier_store *s);
 
 /*
@@ -294,7 +295,7 @@ TIER_API int tier_obj_create(struct tier_store *s, const char *name, uint64_t si
 TIER_API struct tier_obj *tier_obj_find(struct tier_store *s, const char *name);
 
 /* Waits for the object's transfers, then frees it on every tier.  -EBUSY
- * when it is pinned. */
+ * when it is pinned; -EINVAL for a NULL @s or @o (not a no-op). */
 TIER_API int tier_obj_destroy(struct tier_store *s, struct tier_obj *o);
 
 TIER_API uint64_t tier_obj_size(const struct tier_obj *o);
