@@ -628,6 +628,7 @@ int tier_optim_destroy(struct tier_optim *o)
 
 	if (!o)
 		return 0;
+	OPTIM_ARG(o); /* destroyed twice: refused while its memory is still there */
 	if (o->in_step)
 		optim_abandon(o);
 	wb_drain(o->wb);

@@ -79,6 +79,9 @@ int tier_store_close(struct tier_store *s)
 
 	if (!s)
 		return 0;
+	/* A store closed twice: refused while its memory is still there. */
+	if ((rc = store_handle_check(s)))
+		return ts_err(rc, "tier_store_close: s is not an open store (closed, or not a tier_store)");
 	r = store_owner(s);
 	if (r)
 		live_stop(r->live); /* first: the publisher reads the store */

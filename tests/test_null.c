@@ -475,6 +475,10 @@ START_TEST(null_handles)
 	ck_assert_uint_eq(ns.capacity, 0);
 	NOT_OPEN(tier_optim_begin(o, 0), -EINVAL, "tier_optim_begin", "o", "optimizer");
 	NOT_OPEN(tier_optim_nparams(o), 0, "tier_optim_nparams", "o", "optimizer");
+	/* Closing what is not open (a second close, while the memory is there). */
+	NOT_OPEN(tier_store_close(s), -EINVAL, "tier_store_close", "s", "store");
+	NOT_OPEN(tier_nvme_close(t), -EINVAL, "tier_nvme_close", "t", "NVMe tier");
+	NOT_OPEN(tier_optim_destroy(o), -EINVAL, "tier_optim_destroy", "o", "optimizer");
 #undef NOT_OPEN
 #else
 	fprintf(stderr, "null_handles: a build without TIER_DEBUG_HANDLES (release); skipped\n");

@@ -258,6 +258,7 @@ int tier_nvme_close(struct tier_nvme *t)
 
 	if (!t)
 		return 0;
+	NVME_ARG(t); /* closed twice: refused while its memory is still there */
 	atomic_store(&t->closing, true);
 	drain(t);
 	for (unsigned i = 0; i < t->npaths; i++) {

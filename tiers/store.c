@@ -608,6 +608,12 @@ void store_quiesce(struct tier_store *s)
 	pthread_mutex_unlock(&s->lock);
 }
 
+int store_handle_check(const struct tier_store *s)
+{
+	STORE_ARG(s);
+	return 0;
+}
+
 int store_close(struct tier_store *s)
 {
 	int rc, rc2 = 0;

@@ -68,6 +68,10 @@ unsigned store_hbm_caps(const struct tier_store *s);
 void store_set_owner(struct tier_store *s, void *owner);
 void *store_owner(const struct tier_store *s);
 
+/* 0 when @s is an open store; else -EINVAL naming @fn (NULL, or, in a
+ * build with TIER_DEBUG_HANDLES, a store closed or not a store). */
+int store_handle_check(const struct tier_store *s);
+
 /* A pointer the owner of @o attaches to it (for the event hook's users to
  * find their own record of an object); NULL until set. */
 void store_obj_set_user(struct tier_obj *o, void *user);
