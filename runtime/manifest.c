@@ -705,8 +705,6 @@ int tier_manifest_info(const struct tier_manifest *m, struct tier_manifest_info 
 	TS_NONNULL(out);
 	const struct tiers_cfg *t;
 
-	if (!m || !out)
-		return ts_err(-EINVAL, "tier_manifest_info: %s", m ? "no result pointer" : "no manifest");
 	t = &m->tiers;
 	memset(out, 0, sizeof(*out));
 	out->source = t->source;
@@ -734,8 +732,6 @@ int tier_manifest_path(const struct tier_manifest *m, unsigned i, struct tier_ma
 	TS_NONNULL(out);
 	const struct tiers_path_cfg *p;
 
-	if (!m || !out)
-		return ts_err(-EINVAL, "tier_manifest_path: %s", m ? "no result pointer" : "no manifest");
 	if (i >= m->tiers.npaths)
 		return ts_err(-ERANGE, "%s: no NVMe path %u (the manifest has %zu)", m->tiers.source, i,
 			      m->tiers.npaths);

@@ -568,8 +568,6 @@ int tier_optim_info(const struct tier_optim *o, struct tier_optim_info *out)
 {
 	OPTIM_ARG(o);
 	TS_NONNULL(out);
-	if (!o || !out)
-		return ts_err(-EINVAL, "tier_optim_info: %s", o ? "no result pointer" : "no optimizer");
 	memset(out, 0, sizeof(*out));
 	out->moment_dtype = o->md;
 	out->bytes_per_elem = (uint32_t)(4 + 2 * o->mb);
@@ -596,8 +594,8 @@ int tier_optim_read(struct tier_optim *o, uint32_t id, float *master, void *exp_
 	OPTIM_ARG(o);
 	const struct param *pp;
 
-	if (!o || id >= (o ? o->nparams : 0))
-		return ts_err(-EINVAL, "tier_optim_read: no optimizer or no parameter %u", id);
+	if (id >= o->nparams)
+		return ts_err(-EINVAL, "tier_optim_read: no parameter %u", id);
 	if (o->in_step)
 		return ts_err(-EBUSY, "optimizer: cannot read state inside a step");
 	pp = &o->params[id];

@@ -354,8 +354,6 @@ int tier_optim_push(struct tier_optim *o, uint32_t id, const struct tier_tensor 
 	struct tier_grad_stats gs = { 0 };
 	int rc;
 
-	if (!o || !grad)
-		return ts_err(-EINVAL, "tier_optim_push: no optimizer or no gradient");
 	if (!o->in_step)
 		return ts_err(-EINVAL, "optimizer: push outside a step (call tier_optim_begin first)");
 	if (id >= o->nparams)
@@ -636,8 +634,6 @@ int tier_optim_step(struct tier_optim *o, double lr, const struct tier_tensor *g
 	TS_NONNULL(grads);
 	int rc;
 
-	if (!o || !grads)
-		return ts_err(-EINVAL, "tier_optim_step: no optimizer or no gradients");
 	if ((rc = tier_optim_begin(o, lr)))
 		return rc;
 	for (uint32_t i = 0; i < o->nparams; i++) {

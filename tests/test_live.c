@@ -573,21 +573,6 @@ static void log_sink(int level, uint32_t ss, const char *line, void *arg)
 	pthread_mutex_unlock(&c->lock);
 }
 
-/* The files in @dir other than the filler. */
-static int files_in(const char *dir)
-{
-	DIR *d = opendir(dir);
-	struct dirent *e;
-	int n = 0;
-
-	ck_assert_ptr_nonnull(d);
-	while ((e = readdir(d)))
-		n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
-		     strcmp(e->d_name, "filler");
-	closedir(d);
-	return n;
-}
-
 /* The pages of the segment a store of @m makes: one opened in g_dir. */
 static size_t segment_pages(struct tier_manifest *m)
 {
@@ -686,7 +671,7 @@ START_TEST(stats_dir_full)
 			ck_assert_int_eq(tier_store_publish_stats(s), -ENOENT);
 		usleep(50 * 1000); /* the publisher, if any, runs on */
 		ck_assert_int_eq(tier_store_close(s), 0);
-		ck_assert_int_eq(files_in(mnt), 0);
+		ck_assert_int_eq(t_files_besides_filler(mnt), 0);
 		ck_assert_uint_eq(t_fs_free(mnt), leave);
 	}
 	ts_log_set_sink(NULL, NULL);

@@ -801,21 +801,6 @@ static bool full_dir(size_t leave, char *mnt, size_t len)
 	return true;
 }
 
-/* The files in @dir other than the filler. */
-static int count_in(const char *dir)
-{
-	DIR *d = opendir(dir);
-	struct dirent *e;
-	int n = 0;
-
-	ck_assert_ptr_nonnull(d);
-	while ((e = readdir(d)))
-		n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
-		     strcmp(e->d_name, "filler");
-	closedir(d);
-	return n;
-}
-
 /*
  * The segment's bytes, for a payload of @payload bytes and a manifest of
  * @manifest: the header, sequence and payload (PAYLOAD_OFFSET, 320),
@@ -870,7 +855,7 @@ START_TEST(create_full_dir)
 			      tier_last_error());
 		ck_assert_ptr_null(s);
 		assert_detail(mnt, "No space left on device");
-		ck_assert_int_eq(count_in(mnt), 0);
+		ck_assert_int_eq(t_files_besides_filler(mnt), 0);
 		ck_assert_uint_eq(t_fs_free(mnt), leave);
 		goto unmount;
 	}
@@ -889,7 +874,7 @@ START_TEST(create_full_dir)
 	ck_assert_str_eq(statseg_view_manifest(v), manifest);
 	statseg_view_close(v);
 	statseg_close(s);
-	ck_assert_int_eq(count_in(mnt), 0);
+	ck_assert_int_eq(t_files_besides_filler(mnt), 0);
 unmount:
 	t_umount(mnt);
 out:
@@ -953,7 +938,7 @@ START_TEST(fault_stats_alloc)
 		ck_assert_ptr_null(s);
 		assert_detail(dir, tier_strerror(rc));
 		assert_detail("allocating", NULL);
-		ck_assert_int_eq(count_in(dir), 0);
+		ck_assert_int_eq(t_files_besides_filler(dir), 0);
 		goto unmount;
 	}
 	ck_assert_int_eq(stat(statseg_path(s), &st), 0);
@@ -968,7 +953,7 @@ START_TEST(fault_stats_alloc)
 	ck_assert_str_eq(statseg_view_manifest(v), "m");
 	statseg_view_close(v);
 	statseg_close(s);
-	ck_assert_int_eq(count_in(dir), 0);
+	ck_assert_int_eq(t_files_besides_filler(dir), 0);
 unmount:
 	if (dir != g_dir)
 		t_umount(mnt);

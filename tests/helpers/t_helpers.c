@@ -2,6 +2,7 @@
  * t_helpers.c - scratch files and the suite runner for the Check suites.
  */
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -125,6 +126,20 @@ unsigned long long t_fs_free(const char *path)
 
 	ck_assert_int_eq(statvfs(path, &v), 0);
 	return (unsigned long long)v.f_bavail * v.f_frsize;
+}
+
+int t_files_besides_filler(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	int n = 0;
+
+	ck_assert_msg(d != NULL, "%s: %s", dir, strerror(errno));
+	while ((e = readdir(d)))
+		n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
+		     strcmp(e->d_name, "filler");
+	closedir(d);
+	return n;
 }
 
 /* Unmounts every mount point under @base (a test that crashed mid-way). */

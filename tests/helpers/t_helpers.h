@@ -117,6 +117,9 @@ void t_umount(const char *dir);
 /* Bytes free in the file system of @path (statvfs f_bavail). */
 unsigned long long t_fs_free(const char *path);
 
+/* The entries of @dir other than ., .. and t_tmpfs_full's "filler". */
+int t_files_besides_filler(const char *dir);
+
 /* Runs a Check suite in the usual way; returns the process exit code. */
 struct Suite;
 int t_run_suite(struct Suite *s);
