@@ -51,7 +51,13 @@ extern "C" {
 	X(HBM_COPY, 24, "hbm_copy", "a host/device copy completing with the armed errno") \
 	X(STORE_IO, 25, "store_io", "a fill or flush between tiers failing before it is issued") \
 	X(STATS_OPEN, 26, "stats_open", "creating or opening a stats segment") \
-	X(STATS_ALLOC, 27, "stats_alloc", "allocating a stats segment's bytes")
+	X(STATS_ALLOC, 27, "stats_alloc", "allocating a stats segment's bytes") \
+	X(COMMIT_COPY, 28, "commit_copy", "a commit copying a unit not yet moved (pread/pwrite)") \
+	X(COMMIT_TABLE, 29, "commit_table", "a commit writing its object table") \
+	X(COMMIT_SYNC, 30, "commit_sync", "a commit's fdatasync of the data and table") \
+	X(COMMIT_SLOT, 31, "commit_slot", "a commit writing its slot") \
+	X(COMMIT_SLOT_SYNC, 32, "commit_slot_sync", "a commit's fdatasync of its slot") \
+	X(COMMIT_LOAD, 33, "commit_load", "reading a commit slot or object table at open")
 
 enum ts_fault_site {
 	TIER_FAULT_NONE = 0,

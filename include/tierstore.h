@@ -144,6 +144,7 @@ struct tier_manifest_info {
 	uint64_t nvme_capacity;    /* bytes, over every path */
 	uint64_t stripe_unit;      /* bytes */
 	bool checksum;             /* crc32c per stripe unit */
+	uint32_t keep_commits;     /* nvme.keep_commits: commits kept for roll back */
 	uint64_t lookahead;        /* prefetch.lookahead, bytes */
 	uint32_t write_behind;     /* prefetch.write_behind */
 	double offload_fraction;   /* optimizer.offload_fraction; TIER_OFFLOAD_AUTO: auto */

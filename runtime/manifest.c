@@ -441,6 +441,7 @@ static void raw_defaults(struct raw *raw)
 	raw->huge = TIER_HUGE_AUTO;
 	raw->direct = true;
 	raw->checksum = TIER_CSUM_CRC32C;
+	raw->keep_commits = 2;
 	raw->offload = -1.0;
 	raw->moment = TIER_FP32;
 }
@@ -718,6 +719,7 @@ int tier_manifest_info(const struct tier_manifest *m, struct tier_manifest_info 
 		out->nvme_capacity += t->paths[i].capacity;
 	out->stripe_unit = t->stripe_unit;
 	out->checksum = t->checksum == TIER_CSUM_CRC32C;
+	out->keep_commits = t->keep_commits;
 	out->lookahead = m->lookahead;
 	out->write_behind = m->write_behind;
 	out->offload_fraction = m->offload_auto ? TIER_OFFLOAD_AUTO : m->offload_fraction;

@@ -105,6 +105,7 @@ int tier_manifest_emit(const struct tier_manifest *m, FILE *f)
 		fprintf(f, "  stripe_unit: %llu\n", (unsigned long long)c->tiers.stripe_unit);
 		fprintf(f, "  sqpoll: %s\n", c->tiers.sqpoll ? "true" : "false");
 		fprintf(f, "  checksum: %s\n", c->tiers.checksum == TIER_CSUM_CRC32C ? "crc32c" : "none");
+		fprintf(f, "  keep_commits: %u\n", c->tiers.keep_commits);
 		fprintf(f, "  paths:\n");
 		for (size_t i = 0; i < c->tiers.npaths; i++) {
 			const struct tiers_path_cfg *p = &c->tiers.paths[i];

@@ -63,6 +63,8 @@ struct raw {
 	long long queue_depth;
 	bool direct, sqpoll;
 	enum tiers_checksum checksum;
+	struct pos keep_at;
+	long long keep_commits;
 	size_t npaths;
 	struct raw_path paths[TIERS_MAX_NVME_PATHS];
 

@@ -489,6 +489,7 @@ void mf_resolve_nvme(struct walker *w, struct tier_manifest *c)
 	c->tiers.stripe_unit = r->stripe_unit ? r->stripe_unit : (1u << 20);
 	c->tiers.sqpoll = r->sqpoll;
 	c->tiers.checksum = r->checksum;
+	c->tiers.keep_commits = (uint32_t)r->keep_commits;
 	c->tiers.npaths = r->npaths;
 	if (!r->npaths)
 		return;

@@ -498,6 +498,11 @@ static void k_nvme_csum(struct walker *w, const char *key, yaml_node_t *v)
 		w->raw->checksum = (enum tiers_checksum)i;
 }
 
+static void k_nvme_keep(struct walker *w, const char *key, yaml_node_t *v)
+{
+	get_int(w, key, v, 1, TIER_KEEP_COMMITS_MAX, &w->raw->keep_commits, &w->raw->keep_at);
+}
+
 static void k_path_path(struct walker *w, const char *key, yaml_node_t *v)
 {
 	struct raw_path *p = &w->raw->paths[w->path_index];
@@ -613,6 +618,7 @@ static const struct key_spec nvme_keys[] = {
 	{ "direct", k_nvme_direct },
 	{ "sqpoll", k_nvme_sqpoll },
 	{ "checksum", k_nvme_csum },
+	{ "keep_commits", k_nvme_keep },
 	{ "paths", k_nvme_paths },
 };
 

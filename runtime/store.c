@@ -32,7 +32,7 @@ int tier_nvme_open(const struct tier_manifest *m, unsigned flags, struct tier_nv
 	*out = NULL;
 	if (!m)
 		return ts_err(-EINVAL, "tier_nvme_open: no manifest");
-	return nvme_open(&m->tiers, flags, out);
+	return nvme_open(&m->tiers, flags, 0, out);
 }
 
 int tier_store_open(const struct tier_manifest *m, const struct tier_store_params *p,
@@ -59,7 +59,7 @@ int tier_store_open(const struct tier_manifest *m, const struct tier_store_param
 	if (m->tiers.npaths) {
 		unsigned flags = p && (p->flags & TIER_STORE_SCRATCH) ? TIER_NVME_SCRATCH : 0;
 
-		if ((rc = nvme_open(&m->tiers, flags, &nvme)))
+		if ((rc = nvme_open(&m->tiers, flags, p ? p->generation : 0, &nvme)))
 			goto fail;
 	}
 	if ((rc = store_create(&m->tiers, p, nvme, out)))

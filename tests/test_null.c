@@ -287,6 +287,24 @@ static void io_cb(void *arg, int result, const char *detail)
 	X(VOID, 0, tier_live_info, l, (tier_live_info(NULL, &(struct tier_live_info){ 0 }), 0)) \
 	X(VOID, 0, tier_live_info, out, f->l ? (tier_live_info(f->l, NULL), 0) : SKIP_ROW) \
 	X(ZERO, 0, tier_live_stale, l, tier_live_stale(NULL))                            \
+	X(INT, EINV, tier_nvme_commit, t, tier_nvme_commit(NULL, NULL, 0, NULL))         \
+	X(INT, EINV, tier_nvme_commit, record, tier_nvme_commit(f->n, NULL, 8, NULL))    \
+	X(INT, EINV, tier_nvme_committed, t,                                             \
+	  tier_nvme_committed(NULL, &(struct tier_commit_info){ 0 }))                    \
+	X(INT, EINV, tier_nvme_committed, out, tier_nvme_committed(f->n, NULL))          \
+	X(INT, EINV, tier_nvme_record, t,                                                \
+	  tier_nvme_record(NULL, &(const void *){ 0 }, &(size_t){ 0 }))                  \
+	X(INT, EINV, tier_nvme_record, record, tier_nvme_record(f->n, NULL, &(size_t){ 0 })) \
+	X(INT, EINV, tier_nvme_record, len, tier_nvme_record(f->n, &(const void *){ 0 }, NULL)) \
+	X(INT, EINV, tier_store_commit, s, tier_store_commit(NULL, NULL, 0, NULL))       \
+	X(INT, EINV, tier_store_commit, record, tier_store_commit(f->s, NULL, 8, NULL))  \
+	X(INT, EINV, tier_store_committed, s,                                            \
+	  tier_store_committed(NULL, &(struct tier_commit_info){ 0 }))                   \
+	X(INT, EINV, tier_store_committed, out, tier_store_committed(f->s, NULL))        \
+	X(INT, EINV, tier_store_record, s,                                               \
+	  tier_store_record(NULL, &(const void *){ 0 }, &(size_t){ 0 }))                 \
+	X(INT, EINV, tier_store_record, record, tier_store_record(f->s, NULL, &(size_t){ 0 })) \
+	X(INT, EINV, tier_store_record, len, tier_store_record(f->s, &(const void *){ 0 }, NULL)) \
 	X(INT, EINV, tier_live_remove, l, tier_live_remove(NULL))                        \
 	X(NOOP, 0, tier_live_close, l, (tier_live_close(NULL), 0))
 

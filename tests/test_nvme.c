@@ -417,7 +417,7 @@ static void check_header(const struct ts_nvme_header *h, const char *file, unsig
 			 const char *name)
 {
 	ck_assert_msg(memcmp(h->magic, TIER_NVME_MAGIC, 8) == 0, "%s: magic %.8s", file, h->magic);
-	ck_assert_uint_eq(h->version, 1);
+	ck_assert_uint_eq(h->version, 2);
 	ck_assert_uint_eq(h->version, TIER_NVME_FORMAT_VERSION);
 	ck_assert_uint_eq(h->header_size, TIER_NVME_HEADER_SIZE);
 	ck_assert_uint_eq(h->path_index, idx);
@@ -704,7 +704,7 @@ END_TEST
  *  - with TIER_NVME_SCRATCH unlinks the user's file.
  * Also path_open fchmods the file to 0600 before checking whose it is.
  */
-enum { FOREIGN_TEXT, FOREIGN_BINARY, FOREIGN_V2 };
+enum { FOREIGN_TEXT, FOREIGN_BINARY, FOREIGN_V1, FOREIGN_V3 };
 
 struct foreign_case {
 	const char *name;
@@ -721,8 +721,11 @@ static const struct foreign_case foreign_cases[] = {
 	{ "8 KiB binary file at the second path, scratch", FOREIGN_BINARY, TIER_NVME_SCRATCH, 2, 1,
 	  -EEXIST },
 	{ "8 KiB binary file at the third path", FOREIGN_BINARY, 0, 3, 2, -EEXIST },
-	{ "tierstore file of format version 2", FOREIGN_V2, 0, 1, 0, -EPROTO },
-	{ "tierstore file of format version 2, scratch", FOREIGN_V2, TIER_NVME_SCRATCH, 2, 1,
+	{ "tierstore file of format version 1", FOREIGN_V1, 0, 1, 0, -EPROTO },
+	{ "tierstore file of format version 1, scratch", FOREIGN_V1, TIER_NVME_SCRATCH, 2, 1,
+	  -EPROTO },
+	{ "tierstore file of format version 3", FOREIGN_V3, 0, 1, 0, -EPROTO },
+	{ "tierstore file of format version 3, scratch", FOREIGN_V3, TIER_NVME_SCRATCH, 2, 1,
 	  -EPROTO },
 };
 
@@ -742,7 +745,7 @@ static size_t make_foreign(int kind, unsigned char *buf)
 
 		memset(&h, 0, sizeof(h));
 		memcpy(h.magic, TIER_NVME_MAGIC, 8);
-		h.version = 2;
+		h.version = kind == FOREIGN_V1 ? 1 : 3;
 		h.header_size = TIER_NVME_HEADER_SIZE;
 		h.npaths = 1;
 		h.stripe_unit = 1 << 20;
@@ -779,8 +782,8 @@ START_TEST(test_foreign_file)
 	ck_assert_ptr_null(t);
 	ck_assert_msg(strstr(tier_last_error(), file), "%s: the detail does not name %s: %s",
 		      c->name, file, tier_last_error());
-	if (c->kind == FOREIGN_V2)
-		ck_assert_ptr_nonnull(strstr(tier_last_error(), "version 2"));
+	if (c->kind == FOREIGN_V1 || c->kind == FOREIGN_V3)
+		ck_assert_ptr_nonnull(strstr(tier_last_error(), c->kind == FOREIGN_V1 ? "version 1" : "version 3"));
 	else
 		ck_assert_ptr_nonnull(strstr(tier_last_error(), "not a tierstore backing file"));
 

@@ -141,3 +141,46 @@ bool extents_valid(const struct ts_extents *e)
 	}
 	return sum == e->avail && e->avail <= e->total;
 }
+
+int extents_take(struct ts_extents *e, uint64_t off, uint64_t len)
+{
+	len = (len + e->align - 1) / e->align * e->align;
+	if (len == 0 || off % e->align || off > e->total || len > e->total - off)
+		return -EINVAL;
+	for (size_t i = 0; i < e->n; i++) {
+		struct ts_extent *x = &e->free[i];
+		uint64_t xe = x->off + x->len;
+
+		if (x->off > off)
+			break;
+		if (xe < off + len)
+			continue;
+		/* [off, off + len) lies inside x: split it in up to two. */
+		if (x->off == off && xe == off + len) {
+			memmove(x, x + 1, (e->n - i - 1) * sizeof(*x));
+			e->n--;
+		} else if (x->off == off) {
+			x->off += len;
+			x->len -= len;
+		} else if (xe == off + len) {
+			x->len -= len;
+		} else {
+			if (e->n == e->cap) {
+				struct ts_extent *nf = ts_realloc(e->free, e->cap * 2 * sizeof(*nf));
+
+				if (!nf)
+					return -ENOMEM;
+				e->free = nf;
+				e->cap *= 2;
+				x = &e->free[i];
+			}
+			memmove(&e->free[i + 2], &e->free[i + 1], (e->n - i - 1) * sizeof(*x));
+			e->free[i + 1] = (struct ts_extent){ off + len, xe - off - len };
+			x->len = off - x->off;
+			e->n++;
+		}
+		e->avail -= len;
+		return 0;
+	}
+	return -EEXIST;
+}

@@ -34,6 +34,11 @@ int extents_alloc(struct ts_extents *e, uint64_t len, uint64_t *off);
 /* Returns [off, off + len) (len rounded up to align); -EINVAL if any of it is free already or outside. */
 int extents_free(struct ts_extents *e, uint64_t off, uint64_t len);
 
+/* Takes exactly [off, off + len) (len rounded up to align), which must be
+ * free (reopening a committed store): 0, -EEXIST (some of it is in use),
+ * -EINVAL (unaligned or outside), -ENOMEM. */
+int extents_take(struct ts_extents *e, uint64_t off, uint64_t len);
+
 /* The largest free extent. */
 uint64_t extents_largest(const struct ts_extents *e);
 

@@ -221,7 +221,7 @@ static int path_open(struct tier_nvme *t, struct nvme_path *p, const struct tier
 		p->block = 4096; /* extents and headers are at least 4 KiB aligned */
 	/* The data area and every extent start on an `align` boundary, so a
 	 * stripe unit never straddles the device's larger internal chunks. */
-	p->data_off = nvme_round_up(TIER_NVME_HEADER_SIZE, t->align);
+	p->data_off = nvme_round_up(TIER_NVME_META_END, t->align);
 	rc = nvme_file_open(t, p);
 	if (rc)
 		return rc;
@@ -299,8 +299,10 @@ int tier_nvme_close(struct tier_nvme *t)
 		free(o->name);
 		free(o->crc);
 		free(o->crc_ok);
+		free((void *)o->moved);
 		free(o);
 	}
+	nvme_commit_fini(t);
 	nvme_gates_fini(t);
 	pthread_mutex_destroy(&t->lock);
 	pthread_mutex_destroy(&t->drain_lock);
@@ -311,7 +313,8 @@ int tier_nvme_close(struct tier_nvme *t)
 	return rc;
 }
 
-int nvme_open(const struct tiers_cfg *c, unsigned flags, struct tier_nvme **out)
+int nvme_open(const struct tiers_cfg *c, unsigned flags, uint64_t generation,
+	      struct tier_nvme **out)
 {
 	struct tier_nvme *t;
 	int rc = 0;
@@ -327,6 +330,9 @@ int nvme_open(const struct tiers_cfg *c, unsigned flags, struct tier_nvme **out)
 	t->cfg = c;
 	snprintf(t->name, sizeof(t->name), "%s", c->name);
 	t->flags = flags;
+	t->keep = c->keep_commits ? c->keep_commits : 2;
+	if (t->keep > TIER_NVME_MAX_KEEP)
+		t->keep = TIER_NVME_MAX_KEEP;
 	t->unit = (uint32_t)c->stripe_unit;
 	t->csum = c->checksum == TIER_CSUM_CRC32C;
 	t->block = 4096;
@@ -358,6 +364,16 @@ int nvme_open(const struct tiers_cfg *c, unsigned flags, struct tier_nvme **out)
 	}
 	for (unsigned i = 0; i < t->npaths; i++) {
 		rc = path_open(t, &t->paths[i], &c->paths[i]);
+		if (rc)
+			goto fail;
+	}
+	/* Every file open and locked: the committed state they hold, if
+	 * any, then their headers (not clean while open). */
+	rc = nvme_commit_load(t, generation);
+	if (rc)
+		goto fail;
+	for (unsigned i = 0; i < t->npaths; i++) {
+		rc = nvme_file_header_write(t, &t->paths[i], false);
 		if (rc)
 			goto fail;
 		rc = nvme_ring_open(t, &t->paths[i], &c->paths[i]);
@@ -503,13 +519,12 @@ int tier_nvme_obj_destroy(struct tier_nvme *t, struct tier_nvme_obj *o)
 		;
 	if (*pp)
 		*pp = o->next;
-	for (unsigned p = 0; p < t->npaths; p++)
-		if (o->ext_len[p])
-			extents_free(&t->paths[p].alloc, o->ext_off[p], o->ext_len[p]);
+	nvme_obj_release_extents(t, o);
 	pthread_mutex_unlock(&t->lock);
 	free(o->name);
 	free(o->crc);
 	free(o->crc_ok);
+	free((void *)o->moved);
 	free(o);
 	return 0;
 }
@@ -552,4 +567,18 @@ void tier_nvme_get_stats(const struct tier_nvme *t, struct tier_nvme_stats *out)
 	out->bounced = atomic_load(&m->bounced);
 	out->npaths = t->npaths;
 	out->stripe_unit = t->unit;
+}
+
+void nvme_for_each_obj(struct tier_nvme *t, void (*fn)(void *arg, struct tier_nvme_obj *o),
+		       void *arg)
+{
+	pthread_mutex_lock(&t->lock);
+	for (struct tier_nvme_obj *o = t->objs; o; o = o->next)
+		fn(arg, o);
+	pthread_mutex_unlock(&t->lock);
+}
+
+bool nvme_obj_written(const struct tier_nvme_obj *o)
+{
+	return atomic_load_explicit(&((struct tier_nvme_obj *)o)->written, memory_order_relaxed);
 }

@@ -345,11 +345,29 @@ static int adopt_header(struct nvme_path *p, const struct stat *st, const char *
 		goto out; /* cannot tell whose it is: leave it alone */
 	if (rc == 0)
 		rc = nvme_header_check(h, p->file);
+	if (rc == 0) {
+		/* For the open to tell whether the files hold a committed
+		 * store (nvme_commit_load). */
+		p->had_header = true;
+		memcpy(p->hdr_uuid, h->store_uuid, 16);
+		p->hdr_index = h->path_index;
+		p->hdr_npaths = h->npaths;
+		p->hdr_unit = h->stripe_unit;
+		p->hdr_csum = h->checksum;
+		memcpy(p->hdr_name, h->store_name, 64);
+		p->hdr_name[64] = '\0';
+		p->created_ns = h->created_ns;
+	}
 	if (rc == -ENOMSG) {
 		rc = ts_err(-EEXIST, "%s: the file exists and is not a tierstore backing file; not overwriting it",
 			    who);
+	} else if (rc == -EPROTO) {
+		rc = ts_err(-EPROTO, "%s: a backing file of format version %u; this library reads and writes version %u only. Files of version 1 hold no committed state (they were a cache of the run that wrote them): remove it",
+			    who, h->version, TIER_NVME_FORMAT_VERSION);
 	} else if (rc == -EBADMSG) {
-		TIER_WARN(TIER_SS_NVME, "%s: the header is damaged; reinitialising the file", who);
+		/* Reinitialised if the store holds no commit; a committed
+		 * store refuses it (nvme_commit_load). */
+		TIER_WARN(TIER_SS_NVME, "%s: the header is damaged", who);
 		rc = 0;
 	} else if (rc == 0 && !(h->flags & TIER_NVME_HDR_CLEAN)) {
 		char when[32];
@@ -357,7 +375,7 @@ static int adopt_header(struct nvme_path *p, const struct stat *st, const char *
 		struct tm tm;
 
 		strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", localtime_r(&s, &tm));
-		TIER_WARN(TIER_SS_NVME, "%s: left by a store that did not close cleanly (process %u, created %s); reclaiming it",
+		TIER_WARN(TIER_SS_NVME, "%s: left by a store that did not close cleanly (process %u, created %s)",
 			  who, h->owner_pid, when);
 		/* A crashed scratch store's file: this open takes it as its own
 		 * (a scratch open removes it at close). */
@@ -401,11 +419,12 @@ static int open_existing(struct tier_nvme *t, struct nvme_path *p, const struct 
 	rc = adopt_header(p, &fst, who);
 	if (rc)
 		return rc;
-	/* Ours from here on: its data are a cache of an earlier run, and go. */
+	/* Ours from here on.  Whether its data are a committed store's,
+	 * kept, or an earlier run's cache, emptied, nvme_commit_load()
+	 * decides once every path is open; it writes the header after. */
+	(void)t;
 	p->owned = true;
-	if (ftruncate(p->fd, (off_t)p->data_off) != 0)
-		return ts_err(-errno, "%s: truncating to its header: %s", who, tier_strerror(errno));
-	return nvme_file_header_write(t, p, false);
+	return 0;
 }
 
 /* ---------------------------------------------------------- the entry */

@@ -10,9 +10,16 @@
 
 #include <stdint.h>
 
+#include "tiers/tiers_cfg.h"
+
 #define TIER_NVME_MAGIC "TIERNVME"   /* 8 bytes, no NUL */
-#define TIER_NVME_FORMAT_VERSION 1
+#define TIER_NVME_FORMAT_VERSION 2
 #define TIER_NVME_HEADER_SIZE 4096
+/* Path 0 holds two commit slots after its header (docs/nvme-format.md,
+ * "Commits"); every file leaves the room, and the data area starts after
+ * them, on the allocation alignment. */
+#define TIER_NVME_SLOT_OFF(i) (TIER_NVME_HEADER_SIZE * (1u + (unsigned)(i)))
+#define TIER_NVME_META_END (3u * TIER_NVME_HEADER_SIZE)
 
 struct ts_nvme_header {
 	char magic[8];            /* "TIERNVME" */
@@ -51,5 +58,87 @@ void nvme_header_seal(struct ts_nvme_header *h);
  * -EBADMSG (damaged: crc mismatch), with the detail message naming @file.
  */
 int nvme_header_check(const struct ts_nvme_header *h, const char *file);
+
+/* ------------------------------------------------------------- commits */
+
+#define TIER_NVME_SLOT_MAGIC "TIERCMIT"
+#define TIER_NVME_TABLE_MAGIC "TIERTABL"
+#define TIER_NVME_MAX_KEEP 32
+
+/* One commit of the ring a slot holds: where its object table is. */
+struct ts_nvme_commit {
+	uint64_t gen;             /* generation, from 1 */
+	uint64_t time_ns;         /* CLOCK_REALTIME when it was made durable */
+	uint64_t table_off;       /* data-relative offset of its table on path 0 */
+	uint64_t table_len;       /* bytes of the table (before the round-up to blocks) */
+	uint64_t data_bytes;      /* object bytes it holds */
+	uint32_t table_crc;       /* crc32c of the table's table_len bytes */
+	uint32_t nobjs;
+	uint64_t meta_len;        /* bytes of the user record in the table */
+};
+
+_Static_assert(sizeof(struct ts_nvme_commit) == 56, "a commit entry is 56 bytes");
+
+/* A commit slot: the kept commits, newest first.  Written whole (4 KiB)
+ * after the table and the data it names are durable; the valid slot of
+ * the higher seq is the store's state. */
+struct ts_nvme_slot {
+	char magic[8];            /* "TIERCMIT" */
+	uint32_t version;         /* TIER_NVME_FORMAT_VERSION */
+	uint32_t slot_size;       /* 4096 */
+	uint8_t store_uuid[16];
+	uint64_t seq;             /* slot writes so far: the newer slot has the higher */
+	uint64_t next_gen;        /* the generation the next commit takes */
+	uint32_t ncommits;        /* entries in use, newest first */
+	uint32_t keep;            /* the manifest's keep_commits when written */
+	struct ts_nvme_commit c[TIER_NVME_MAX_KEEP];
+	uint8_t reserved[TIER_NVME_HEADER_SIZE - 56 - 56 * TIER_NVME_MAX_KEEP - 4];
+	uint32_t slot_crc;        /* crc32c of the bytes before it */
+};
+
+_Static_assert(sizeof(struct ts_nvme_slot) == TIER_NVME_HEADER_SIZE, "a slot is 4 KiB");
+_Static_assert(TIER_NVME_MAX_KEEP == TIER_KEEP_COMMITS_MAX, "the manifest's limit is the slot's");
+
+/* The object table's header; the objects, the held extents and the
+ * user record follow it (docs/nvme-format.md, "The object table"). */
+struct ts_nvme_table {
+	char magic[8];            /* "TIERTABL" */
+	uint32_t version;
+	uint32_t header_size;     /* sizeof(struct ts_nvme_table) */
+	uint8_t store_uuid[16];
+	uint64_t gen;
+	uint64_t time_ns;
+	uint32_t npaths, stripe_unit;
+	uint32_t checksum;        /* 0 none, 1 crc32c per stripe unit */
+	uint32_t reserved0;
+	uint64_t nobjs;
+	uint64_t nheld;           /* extents held for older commits */
+	uint64_t meta_len;
+	uint64_t next_rot;
+};
+
+_Static_assert(sizeof(struct ts_nvme_table) == 96, "the table header is 96 bytes");
+
+/* An object's entry (then ext_off[npaths], ext_len[npaths] as uint64_t, the
+ * name, the crc_ok bitmap and, with checksums, a uint32_t crc per unit). */
+struct ts_nvme_table_obj {
+	uint64_t size;
+	uint32_t rot;
+	uint16_t name_len;
+	uint16_t flags;           /* TIER_NVME_OBJ_* */
+};
+
+/* Fills a slot's crc; checks one: 0, -ENOENT (never written: zeros), -EBADMSG. */
+void nvme_slot_seal(struct ts_nvme_slot *s);
+int nvme_slot_check(const struct ts_nvme_slot *s);
+
+#define TIER_NVME_OBJ_WRITTEN 1u  /* written at least once: its bytes are its own */
+
+/* An extent an older kept commit still needs. */
+struct ts_nvme_table_held {
+	uint32_t path, reserved;
+	uint64_t off, len;
+	uint64_t last_gen;        /* the newest commit that names it */
+};
 
 #endif

@@ -56,6 +56,8 @@ struct subio {
 	struct __kernel_timespec backoff_ts;
 	uint64_t t_sub;           /* when its SQE was prepared (live stats) */
 	uint32_t crc;             /* a full-unit write: the unit's crc32c, set when it starts */
+	uint64_t wr_off;          /* a read-modify-write: where the patched unit goes (it
+				   * moves when its object is copied on write) */
 	/* Its unit's order (nvme_req.c, struct nvme_gate). */
 	struct subio *gnext;      /* in its gate's list */
 	bool started;             /* handed to the ring (else waiting in the gate) */
@@ -108,6 +110,12 @@ struct nvme_path {
 	uint64_t data_off;        /* file offset of the data area */
 	uint64_t file_end;        /* file bytes allocated so far (nvme_file_grow) */
 	bool sparse;              /* no fallocate here: the file grows by ftruncate */
+	/* The header found in an existing file (nvme_file.c), for the open to
+	 * decide whether the files hold a committed store (nvme_commit.c). */
+	bool had_header;
+	uint8_t hdr_uuid[16];
+	uint32_t hdr_index, hdr_npaths, hdr_unit, hdr_csum;
+	char hdr_name[65];
 	struct ts_extents alloc;
 	struct io_uring ring;
 	bool ring_ok;
@@ -143,6 +151,27 @@ struct tier_nvme_obj {
 	uint32_t *crc;            /* per unit */
 	unsigned char *crc_ok;    /* per unit: 1 once written with a checksum */
 	_Atomic int busy;         /* requests in flight */
+	_Atomic bool written;     /* a write was submitted: its bytes are its own */
+	/*
+	 * Copy on write (nvme_commit.c).  A committed object's extents
+	 * (ext_off) are frozen: the first write after the commit gives it new
+	 * extents (new_off, same lengths) and sets cow; from then on a unit
+	 * whose moved flag is set lives there, the others still in ext_off.
+	 * The flags change under the unit's gate lock (nvme_req.c), where
+	 * the order of a unit's requests is decided.  The next commit copies
+	 * the units not moved, and new_off becomes ext_off.
+	 */
+	bool frozen;              /* ext_off is named by a kept commit */
+	_Atomic bool cow;         /* new_off is allocated */
+	uint64_t new_off[TIERS_MAX_NVME_PATHS];
+	_Atomic unsigned char *moved; /* per unit, while cow */
+};
+
+/* An extent that is out of use but named by a kept commit (nvme_commit.c). */
+struct nvme_held {
+	uint32_t path;
+	uint64_t off, len;
+	uint64_t last_gen;        /* freed once this falls out of the kept commits */
 };
 
 /* struct tier_nvme's magic while open (TS_HANDLE, common/error.h). */
@@ -176,6 +205,18 @@ struct tier_nvme {
 	bool fixed_refused;
 	uint8_t uuid[16];
 	bool opened;              /* nvme_open completed */
+	/* Commits (nvme_commit.c); under t->lock. */
+	uint32_t keep;            /* commits kept */
+	uint64_t gen;             /* the last commit (0: none) */
+	uint64_t next_gen;
+	uint64_t seq;             /* slot writes */
+	struct ts_nvme_slot *slot;/* the ring as last written (4 KiB aligned) */
+	struct nvme_held *held;
+	size_t nheld, held_cap;
+	void *meta;               /* the user record of the last commit */
+	size_t meta_len;
+	_Atomic bool committing;  /* submissions are refused (-EBUSY) */
+	bool restored;            /* the open found committed state */
 	/* counters */
 	_Atomic uint64_t bytes_read, bytes_written, requests, ios, errors, csum_errors,
 		short_ios, retries, bounced;
@@ -211,6 +252,62 @@ int nvme_file_open(struct tier_nvme *t, struct nvme_path *p);
  * Called with t->lock held.
  */
 int nvme_file_grow(struct nvme_path *p, uint64_t end, const char *obj);
+
+/* tiers/nvme_commit.c */
+
+/*
+ * After every path is open: reads path 0's commit slots; with a commit,
+ * checks every file belongs to it and loads the object table of @gen
+ * (0: the newest readable), rolling back over damaged ones; without one,
+ * empties the files for a fresh store.  0 or -errno with the detail.
+ */
+int nvme_commit_load(struct tier_nvme *t, uint64_t gen);
+
+/* An object's entry in a table, as nvme_table_walk() hands it over. */
+struct nvme_tobj {
+	const char *name;         /* name_len bytes, no NUL */
+	size_t name_len;
+	uint64_t size, nunits;
+	unsigned rot, flags;
+	const uint64_t *ext_off, *ext_len;  /* npaths each (data-relative) */
+	const unsigned char *ok;  /* a bit per unit: its checksum is set */
+	const char *crc;          /* 4 bytes per unit (unaligned), or NULL */
+};
+
+struct ts_nvme_table;
+struct ts_nvme_table_held;
+struct ts_nvme_slot;
+
+/*
+ * Walks the object table in @buf (@len bytes): checks its header and
+ * bounds, calls @fn (may be NULL) per object, and gives its header, held
+ * extents and record.  @who names it in messages.  0, -EBADMSG, -EPROTO,
+ * or what @fn returned.
+ */
+int nvme_table_walk(const void *buf, size_t len, const char *who,
+		    int (*fn)(void *arg, const struct nvme_tobj *o), void *arg,
+		    const struct ts_nvme_table **hdr, const struct ts_nvme_table_held **held,
+		    const void **meta);
+
+/* Frees what the commit code holds (close). */
+void nvme_commit_fini(struct tier_nvme *t);
+
+/*
+ * Unit @u of @o: where a read finds it and where a write puts it (they
+ * differ only while the object is copied on write and the unit has not
+ * moved), as data-relative offsets of its slot on its path.  A write
+ * marks the unit moved.  Called under the unit's gate lock.
+ */
+uint64_t nvme_unit_read_off(const struct tier_nvme *t, struct tier_nvme_obj *o, uint64_t u);
+uint64_t nvme_unit_write_off(const struct tier_nvme *t, struct tier_nvme_obj *o, uint64_t u);
+
+/* Before a write to @o: a frozen object gets new extents (copy on write).
+ * 0, or -ENOSPC / -errno with the detail naming the object. */
+int nvme_cow_begin(struct tier_nvme *t, struct tier_nvme_obj *o);
+
+/* Releases an object's extents: at once, or held for the kept commits that
+ * name them.  t->lock held. */
+void nvme_obj_release_extents(struct tier_nvme *t, struct tier_nvme_obj *o);
 
 /* tiers/nvme_ring.c */
 

@@ -96,7 +96,9 @@ static int make_sub(struct tier_nvme *t, struct nvme_req *r, uint64_t u, uint32_
 	struct tier_nvme_obj *o = r->obj;
 	unsigned p = (unsigned)((u + o->rot) % t->npaths);
 	struct nvme_path *path = &t->paths[p];
-	uint64_t slot = u / t->npaths;
+	/* Copied on write: a part of a unit is written whole (the unit may
+	 * have to move), so it reads the unit first. */
+	bool cow = r->op == TIER_IO_WRITE && atomic_load_explicit(&o->cow, memory_order_acquire);
 	uint32_t unit_len = (uint32_t)(u == o->nunits - 1 ? o->size - u * t->unit : t->unit);
 	uint32_t dev_len = (uint32_t)nvme_round_up(unit_len, path->block);
 	bool whole = uoff == 0 && ulen == unit_len;
@@ -114,17 +116,20 @@ static int make_sub(struct tier_nvme *t, struct nvme_req *r, uint64_t u, uint32_
 	s->user_buf = buf;
 	s->op = r->op;
 	s->buf_index = -1;
-	s->file_off = path->data_off + o->ext_off[p] + slot * t->unit;
+	/* Where the unit lives is decided in its gate (gate_locate); until
+	 * then file_off is the offset of the transfer within the unit. */
+	s->file_off = 0;
 	if (whole && aligned && dev_len == unit_len) {
 		s->dev_buf = buf;
 		s->dev_len = dev_len;
 		s->full_unit = true;
 		s->buf_index = fixed_index(t, buf, dev_len);
-	} else if (!t->csum && aligned && uoff % path->block == 0 && ulen % path->block == 0) {
+	} else if (!t->csum && !cow && aligned && uoff % path->block == 0 &&
+		   ulen % path->block == 0) {
 		/* Without checksums an aligned part of a unit goes direct. */
 		s->dev_buf = buf;
 		s->dev_len = ulen;
-		s->file_off += uoff;
+		s->file_off = uoff;
 		s->buf_index = fixed_index(t, buf, ulen);
 	} else {
 		if (posix_memalign((void **)&s->bounce, path->block, dev_len) != 0 ||
@@ -204,6 +209,30 @@ static void gate_start(struct tier_nvme *t, struct subio *s)
 	}
 }
 
+/*
+ * Where @s transfers: its unit's place, decided here, in the unit's order
+ * (copy on write moves a unit at its first write after a commit, and a
+ * read sees where the writes before it put the unit).  A write reading
+ * the unit first reads it where it is and writes it where it goes
+ * (wr_off).  Gate locked.
+ */
+static void gate_locate(struct tier_nvme *t, struct subio *s)
+{
+	struct tier_nvme_obj *o = s->req->obj;
+	uint64_t base = s->path->data_off, in_unit = s->file_off;
+
+	if (writes(s)) {
+		uint64_t from = nvme_unit_read_off(t, o, s->unit);
+		uint64_t to = nvme_unit_write_off(t, o, s->unit);
+
+		s->wr_off = base + to + in_unit;
+		s->file_off = base + (s->rmw ? from : to) + in_unit;
+	} else {
+		s->file_off = base + nvme_unit_read_off(t, o, s->unit) + in_unit;
+		s->wr_off = s->file_off;
+	}
+}
+
 /* Puts @s last in its unit's order; true when it may start at once (it
  * then has), false when it waits for sub-I/Os ahead of it. */
 static bool gate_enter(struct tier_nvme *t, struct subio *s)
@@ -212,6 +241,7 @@ static bool gate_enter(struct tier_nvme *t, struct subio *s)
 	bool go = true;
 
 	pthread_mutex_lock(&g->lock);
+	gate_locate(t, s);
 	for (struct subio *e = g->head; e && go; e = e->gnext)
 		if (same_unit(e, s) && (writes(e) || writes(s)))
 			go = false;
@@ -342,6 +372,29 @@ int tier_nvme_submit(struct tier_nvme *t, struct tier_nvme_obj *o, enum tier_io_
 	atomic_fetch_add(&o->busy, 1);
 	atomic_fetch_add(&t->inflight_reqs, 1);
 	atomic_fetch_add(&t->active_reqs, 1);
+	/* A commit raises committing, then checks active_reqs: one of the
+	 * two sees the other, so no commit runs while this request is
+	 * built (and where its units go is decided). */
+	rc = atomic_load(&t->committing)
+		     ? ts_err(-EBUSY, "nvme: %s of '%s' while the tier commits", nvme_op_name(op), o->name)
+		     : 0;
+	/* A committed object's first write after the commit gets its new
+	 * extents now (copy on write). */
+	if (!rc && op == TIER_IO_WRITE)
+		rc = nvme_cow_begin(t, o);
+	if (rc) {
+		atomic_fetch_sub(&o->busy, 1);
+		atomic_fetch_sub(&t->active_reqs, 1);
+		if (atomic_fetch_sub(&t->inflight_reqs, 1) == 1) {
+			pthread_mutex_lock(&t->drain_lock);
+			pthread_cond_broadcast(&t->drained);
+			pthread_mutex_unlock(&t->drain_lock);
+		}
+		free(r);
+		return rc;
+	}
+	if (op == TIER_IO_WRITE)
+		atomic_store_explicit(&o->written, true, memory_order_relaxed);
 	for (uint64_t u = first; u <= last; u++) {
 		uint64_t ustart = u * t->unit;
 		uint64_t a = off > ustart ? off : ustart;

@@ -275,6 +275,7 @@ static void read_work(struct tier_nvme *t, struct subio *s)
 		s->rmw = false;
 		s->op = TIER_IO_WRITE;
 		s->done = 0;
+		s->file_off = s->wr_off; /* moved, if copied on write */
 		resubmit(s->path, s);
 		return;
 	}

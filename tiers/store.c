@@ -56,6 +56,7 @@
 #include "tiers/buddy.h"
 #include "tiers/dram.h"
 #include "tiers/hbm.h"
+#include "tiers/nvme.h"
 #include "tiers/store.h"
 #include "tiers/store_impl.h"
 
@@ -144,13 +145,58 @@ static int hash_grow(struct tier_store *s)
 	return 0;
 }
 
+/*
+ * Makes room in the object table and hash for one more object, and the
+ * object named @name of @size (not yet placed).  Store locked.
+ */
+static int obj_new(struct tier_store *s, const char *name, uint64_t size, struct tier_obj **out)
+{
+	struct tier_obj *o;
+
+	*out = NULL;
+	if (s->nobjs == UINT32_MAX)
+		return ts_err(-EOVERFLOW, "tier_obj_create: '%s': the store holds %u objects, the most a uint32_t counts",
+			      name, s->nobjs);
+	if (s->nobjs == s->objs_cap) {
+		uint32_t cap = s->objs_cap > UINT32_MAX / 2 ? UINT32_MAX
+			       : s->objs_cap ? s->objs_cap * 2 : 64;
+		struct tier_obj **a = ts_realloc(s->objs, cap * sizeof(*a));
+
+		if (!a)
+			return ts_err(-ENOMEM, "out of memory creating '%s'", name);
+		s->objs = a;
+		s->objs_cap = cap;
+	}
+	if (s->nobjs >= s->nbuckets && hash_grow(s))
+		return ts_err(-ENOMEM, "out of memory creating '%s'", name);
+	o = ts_calloc(1, sizeof(*o));
+	if (!o || !(o->name = ts_strdup(name))) {
+		free(o);
+		return ts_err(-ENOMEM, "out of memory creating '%s'", name);
+	}
+	o->s = s;
+	o->size = size;
+	*out = o;
+	return 0;
+}
+
+/* Enters the placed object @o in the table and the hash.  Store locked. */
+static void obj_insert(struct tier_store *s, struct tier_obj *o)
+{
+	uint32_t b = name_hash(o->name) & (s->nbuckets - 1);
+
+	o->idx = s->nobjs;
+	s->objs[s->nobjs++] = o;
+	o->hnext = s->hash[b];
+	s->hash[b] = o;
+}
+
 int tier_obj_create(struct tier_store *s, const char *name, uint64_t size, struct tier_obj **out)
 {
 	STORE_ARG(s);
 	TS_NONNULL(name);
 	TS_NONNULL(out);
 	struct tier_obj *o = NULL;
-	uint32_t b;
 	int rc;
 
 	*out = NULL;
@@ -163,34 +209,9 @@ int tier_obj_create(struct tier_store *s, const char *name, uint64_t size, struc
 		rc = ts_err(-EEXIST, "object '%s' exists", name);
 		goto out;
 	}
-	if (s->nobjs == UINT32_MAX) {
-		rc = ts_err(-EOVERFLOW, "tier_obj_create: '%s': the store holds %u objects, the most a uint32_t counts",
-			      name, s->nobjs);
+	rc = obj_new(s, name, size, &o);
+	if (rc)
 		goto out;
-	}
-	if (s->nobjs == s->objs_cap) {
-		uint32_t cap = s->objs_cap > UINT32_MAX / 2 ? UINT32_MAX
-			       : s->objs_cap ? s->objs_cap * 2 : 64;
-		struct tier_obj **a = ts_realloc(s->objs, cap * sizeof(*a));
-
-		if (!a) {
-			rc = ts_err(-ENOMEM, "out of memory creating '%s'", name);
-			goto out;
-		}
-		s->objs = a;
-		s->objs_cap = cap;
-	}
-	if (s->nobjs >= s->nbuckets && hash_grow(s)) {
-		rc = ts_err(-ENOMEM, "out of memory creating '%s'", name);
-		goto out;
-	}
-	o = ts_calloc(1, sizeof(*o));
-	if (!o || !(o->name = ts_strdup(name))) {
-		rc = ts_err(-ENOMEM, "out of memory creating '%s'", name);
-		goto out;
-	}
-	o->s = s;
-	o->size = size;
 	if (s->home == TIER_NVME) {
 		rc = tier_nvme_obj_create(s->nvme, name, size, &o->nobj);
 		if (rc)
@@ -212,11 +233,7 @@ int tier_obj_create(struct tier_store *s, const char *name, uint64_t size, struc
 		store_resident_add(s, TIER_DRAM, o);
 		o->lv[TIER_DRAM].st = ST_CLEAN;
 	}
-	o->idx = s->nobjs;
-	s->objs[s->nobjs++] = o;
-	b = name_hash(name) & (s->nbuckets - 1);
-	o->hnext = s->hash[b];
-	s->hash[b] = o;
+	obj_insert(s, o);
 	*out = o;
 	o = NULL;
 	rc = 0;
@@ -227,6 +244,130 @@ out:
 		free(o);
 	}
 	return rc;
+}
+
+/* ----------------------------------------------------------- commits */
+
+struct nobj_list {
+	struct tier_nvme_obj **v;
+	size_t n, cap;
+	bool nomem;
+};
+
+static void nobj_collect(void *arg, struct tier_nvme_obj *no)
+{
+	struct nobj_list *l = arg;
+
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 64;
+		struct tier_nvme_obj **v = ts_realloc(l->v, cap * sizeof(*v));
+
+		if (!v) {
+			l->nomem = true;
+			return;
+		}
+		l->v = v;
+		l->cap = cap;
+	}
+	l->v[l->n++] = no;
+}
+
+/* The objects of a reopened NVMe tier (its last commit) become the
+ * store's, at home only. */
+static int adopt_committed(struct tier_store *s)
+{
+	struct nobj_list l = { 0 };
+	int rc = 0;
+
+	nvme_for_each_obj(s->nvme, nobj_collect, &l);
+	if (l.nomem) {
+		free(l.v);
+		return ts_err(-ENOMEM, "store: out of memory adopting the committed objects");
+	}
+	pthread_mutex_lock(&s->lock);
+	for (size_t i = 0; i < l.n && !rc; i++) {
+		struct tier_obj *o;
+
+		rc = obj_new(s, tier_nvme_obj_name(l.v[i]), tier_nvme_obj_size(l.v[i]), &o);
+		if (rc)
+			break;
+		o->nobj = l.v[i];
+		o->home_valid = nvme_obj_written(l.v[i]);
+		obj_insert(s, o);
+	}
+	pthread_mutex_unlock(&s->lock);
+	free(l.v);
+	return rc;
+}
+
+int tier_store_commit(struct tier_store *s, const void *record, size_t len, uint64_t *gen)
+{
+	STORE_ARG(s);
+	int rc = 0;
+
+	if (len && !record)
+		return ts_err_null(__func__, "record");
+	if (gen)
+		*gen = 0;
+	if (s->home != TIER_NVME)
+		return ts_err(-ENODEV, "store '%s': no NVMe tier, so nothing is durable: a commit needs the manifest's nvme paths",
+			      s->name);
+	for (int tries = 0;; tries++) {
+		struct tier_obj *busy = NULL;
+		const char *why = NULL;
+
+		rc = store_flush_all(s, false);
+		if (rc)
+			return rc;
+		pthread_mutex_lock(&s->lock);
+		while (s->nxfers)
+			pthread_cond_wait(&s->idle, &s->lock);
+		for (uint32_t i = 0; i < s->nobjs && !busy; i++) {
+			struct tier_obj *o = s->objs[i];
+
+			for (int l = 0; l < TIER_LEVELS && !busy; l++) {
+				if (l == (int)s->home)
+					continue;
+				if (o->lv[l].wpins)
+					busy = o, why = "is pinned for write";
+				else if (o->lv[l].st == ST_DIRTY || o->lv[l].st == ST_FLUSHING)
+					busy = o, why = "was written again during the commit";
+			}
+		}
+		if (!busy) {
+			/* Nothing in flight, nothing dirty, and nothing can start
+			 * while the lock is held: the home is the state. */
+			rc = tier_nvme_commit(s->nvme, record, len, gen);
+			pthread_mutex_unlock(&s->lock);
+			return rc;
+		}
+		pthread_mutex_unlock(&s->lock);
+		if (busy->lv[TIER_HBM].wpins || busy->lv[TIER_DRAM].wpins || tries == 3)
+			return ts_err(-EBUSY, "store '%s': commit: object '%s' %s; a commit needs every object's bytes at home",
+				      s->name, busy->name, why);
+	}
+}
+
+int tier_store_committed(const struct tier_store *s, struct tier_commit_info *out)
+{
+	STORE_ARG(s);
+	TS_NONNULL(out);
+	memset(out, 0, sizeof(*out));
+	if (s->home != TIER_NVME)
+		return ts_err(-ENODEV, "store '%s': no NVMe tier: no commits", s->name);
+	return tier_nvme_committed(s->nvme, out);
+}
+
+int tier_store_record(const struct tier_store *s, const void **record, size_t *len)
+{
+	STORE_ARG(s);
+	TS_NONNULL(record);
+	TS_NONNULL(len);
+	*record = NULL;
+	*len = 0;
+	if (s->home != TIER_NVME)
+		return ts_err(-ENODEV, "store '%s': no NVMe tier: no commits", s->name);
+	return tier_nvme_record(s->nvme, record, len);
 }
 
 struct tier_obj *tier_obj_find(struct tier_store *s, const char *name)
@@ -558,6 +699,8 @@ int store_create(const struct tiers_cfg *cfg, const struct tier_store_params *p,
 			}
 		}
 	}
+	if (nvme && (rc = adopt_committed(s)))
+		goto fail;
 	{
 		char a[32], b[32];
 

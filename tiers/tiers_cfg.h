@@ -14,6 +14,7 @@
 
 #define TIERS_MAX_NVME_PATHS 64
 #define TIERS_NAME_MAX 64
+#define TIER_KEEP_COMMITS_MAX 32  /* TIER_NVME_MAX_KEEP: what a commit slot holds */
 
 enum tiers_huge_pages { TIER_HUGE_AUTO, TIER_HUGE_ON, TIER_HUGE_OFF };
 enum tiers_checksum { TIER_CSUM_NONE, TIER_CSUM_CRC32C };
@@ -48,6 +49,7 @@ struct tiers_cfg {
 	uint64_t stripe_unit;
 	bool sqpoll;
 	enum tiers_checksum checksum;
+	uint32_t keep_commits; /* commits kept (rollback); 0: the default, 2 */
 	size_t npaths;
 	struct tiers_path_cfg *paths;
 };

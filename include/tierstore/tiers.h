@@ -176,6 +176,49 @@ TIER_API int tier_nvme_write(struct tier_nvme *t, struct tier_nvme_obj *o, uint6
  */
 #define TIER_NVME_IO_RETRIES 3
 
+/* ------------------------------------------------------------- commits */
+
+/*
+ * A commit makes the objects' bytes as they stand, and a caller's record,
+ * the state the backing files reopen to (docs/nvme-format.md, "Commits").
+ * The last `keep_commits` commits (manifest) are kept; an open takes the
+ * newest that loads, or the one tier_store_params.generation names.
+ */
+struct tier_commit_info {
+	uint64_t generation;      /* the last commit; 0: none */
+	uint64_t time_ns;         /* CLOCK_REALTIME when it was made durable */
+	uint64_t objects;         /* objects it holds */
+	uint64_t data_bytes;      /* their bytes */
+	uint64_t table_bytes;     /* its object table */
+	uint64_t oldest;          /* the oldest kept commit (a generation to roll back to) */
+	uint32_t kept;            /* commits kept now */
+	uint32_t keep;            /* the most kept */
+};
+
+/*
+ * Commits the NVMe tier: every object's bytes as written so far, and
+ * @record (@len bytes, may be NULL with 0; at most 1 GiB), become the
+ * state the files reopen to, atomically; *@gen (may be NULL) gets its
+ * generation.  The data and an object table are made durable
+ * (fdatasync) before a commit slot names them, so a crash at any instant
+ * reopens at this commit or the one before, never a mix.  No request may
+ * be in flight, and none may be submitted while it runs (-EBUSY).  A
+ * commit writes only the table (and, for an object written in part since
+ * the last commit, its units not written): after a commit an object's
+ * next writes go to new extents (copy on write), and the old ones are
+ * freed once no kept commit names them.  0, -EBUSY, -ENOSPC (no room for
+ * the table or a copy), -EIO or the error of a write or sync, named in
+ * the detail: the previous commit then stays the one the files reopen to.
+ */
+TIER_API int tier_nvme_commit(struct tier_nvme *t, const void *record, size_t len, uint64_t *gen);
+
+/* The last commit (generation 0 when there is none). */
+TIER_API int tier_nvme_committed(const struct tier_nvme *t, struct tier_commit_info *out);
+
+/* The record of the last commit (or of the one opened): 0, or -ENOENT
+ * (no commit).  Valid until the next commit or the close. */
+TIER_API int tier_nvme_record(const struct tier_nvme *t, const void **record, size_t *len);
+
 /* Counters of the NVMe tier since open. */
 struct tier_nvme_stats {
 	uint64_t capacity;        /* data bytes over all paths */
@@ -268,6 +311,10 @@ struct tier_store_params {
 	double hbm_bandwidth;     /* emulated link, bytes/s per direction; 0 = unlimited */
 	enum tier_policy policy;
 	unsigned flags;           /* TIER_STORE_* */
+	/* Files that hold a committed store reopen at their newest commit
+	 * that loads; a generation here (among the kept ones) reopens at it
+	 * instead and drops the newer ones, durably (a roll back). */
+	uint64_t generation;
 };
 
 static inline void tier_store_params_init(struct tier_store_params *p)
@@ -383,6 +430,26 @@ TIER_API int tier_store_flush(struct tier_store *s);
  */
 TIER_API int tier_store_set_schedule(struct tier_store *s, struct tier_obj *const *objs,
 				     size_t n);
+
+/*
+ * Commits the store (docs/store.md, "Commits"): writes every dirty byte
+ * home, then commits the NVMe tier with @record (tier_nvme_commit), so
+ * the files reopen to exactly the objects and bytes the store holds now,
+ * and tier_store_record() gives @record back.  A store opened on files
+ * that hold a commit starts with that commit's objects, at home.  Costs
+ * the dirty bytes, an object table and two fdatasyncs, not a copy.  0,
+ * -ENODEV (no NVMe tier), -EBUSY (an object is pinned for write, or kept
+ * being written during the commit: named), or a flush's or the tier's
+ * commit error: the previous commit then stays the one the files reopen to.
+ */
+TIER_API int tier_store_commit(struct tier_store *s, const void *record, size_t len, uint64_t *gen);
+
+/* The last commit of the store's NVMe tier (-ENODEV without one). */
+TIER_API int tier_store_committed(const struct tier_store *s, struct tier_commit_info *out);
+
+/* The record of the last commit, or of the one the store was opened at:
+ * 0, -ENOENT (no commit), -ENODEV (no NVMe tier). */
+TIER_API int tier_store_record(const struct tier_store *s, const void **record, size_t *len);
 
 /*
  * Checks the store's invariants: bytes per level add up to the slot
