@@ -297,7 +297,8 @@ static inline void tier_optim_params_init(struct tier_optim_params *p)
 
 /* An optimizer on @s (which must outlive it); @p NULL takes the defaults
  * of tier_optim_params_init.  0, -EINVAL naming the bad
- * parameter, -ENOMEM, or a thread's creation error. */
+ * parameter, -ENOMEM, a thread's creation error, or -EEXIST when the
+ * store's files hold a checkpointed optimizer (tier_optim_resume). */
 TIER_API int tier_optim_create(struct tier_store *s, const struct tier_optim_params *p,
 			       struct tier_optim **out);
 
@@ -419,6 +420,41 @@ struct tier_optim_info {
 
 /* Fills @out.  0, or -EINVAL (NULL). */
 TIER_API int tier_optim_info(const struct tier_optim *o, struct tier_optim_info *out);
+
+/* ------------------------------------------------------------ checkpoints */
+
+/*
+ * Makes the optimizer's state durable (docs/optimizer.md, "Checkpoints"):
+ * writes down every dirty shard, then commits the store with the
+ * optimizer's record (hyperparameters, learning rate, the parameters'
+ * names and sizes, the shard layout, the step count, the loss scaler's
+ * state, the split), atomically: after a crash at any instant the store's
+ * files reopen at this checkpoint or an earlier one, never a mix.  Costs
+ * the dirty bytes at disk speed and an object table, not a copy of the
+ * state (the NVMe tier copies on write).  Call it between steps; the last
+ * step's write-back may still be draining.  *@gen (may be NULL) gets the
+ * commit's generation.  0, -EBUSY (inside a step, or a failed step
+ * pending), -ENODEV (no NVMe tier), or the commit's error (the previous
+ * checkpoint then stays the one the files reopen to).
+ */
+TIER_API int tier_optim_checkpoint(struct tier_optim *o, uint64_t *gen);
+
+/*
+ * The optimizer checkpointed in the commit @s was opened at (its newest,
+ * or tier_store_params.generation), resumed: its parameters (same ids,
+ * same names), hyperparameters, step count, learning rate and loss
+ * scaler, so the next step gives the bits the uninterrupted run's next
+ * step gave.  @p may be NULL; else only its threads and, unless
+ * TIER_OFFLOAD_MANIFEST, its offload_fraction are taken (the rest is the
+ * checkpoint's).  0, -ENOENT (no checkpoint in the store), -EBADMSG (a
+ * damaged record, or objects that disagree with it), -EPROTO (a record of
+ * another version), or tier_optim_create's errors.
+ */
+TIER_API int tier_optim_resume(struct tier_store *s, const struct tier_optim_params *p,
+			       struct tier_optim **out);
+
+/* Steps applied so far: the bias-correction count (0 for NULL). */
+TIER_API uint64_t tier_optim_step_count(const struct tier_optim *o);
 
 /* Waits for every write-back, writes the trace (TIER_TRACE) and frees the
  * optimizer and its state objects.  Returns 0 or the first error. */

@@ -242,6 +242,19 @@ int tier_optim_create(struct tier_store *s, const struct tier_optim_params *p,
 {
 	TS_NONNULL(s);
 	TS_NONNULL(out);
+	const void *rec;
+	size_t len;
+
+	*out = NULL;
+	if (tier_store_home(s) == TIER_NVME && tier_store_record(s, &rec, &len) == 0 &&
+	    optim_record_is(rec, len))
+		return ts_err(-EEXIST, "tier_optim_create: the store holds a checkpointed optimizer (its last commit); resume it with tier_optim_resume, or roll back or remove the files for a new one");
+	return optim_create(s, p, 0, out);
+}
+
+int optim_create(struct tier_store *s, const struct tier_optim_params *p, size_t shard_elems,
+		 struct tier_optim **out)
+{
 	const struct tier_manifest *cfg;
 	struct tier_optim_params defaults;
 	struct tier_store_stats st;
@@ -287,7 +300,8 @@ int tier_optim_create(struct tier_store *s, const struct tier_optim_params *p,
 	 * tier_store_params may have made another size than the manifest's. */
 	shard_size = p->shard_size ? p->shard_size
 		     : cfg->shard_derived ? la_shard_default(o->dram_cap) : cfg->shard_size;
-	o->shard_elems = shard_size / (4 + 2 * o->mb) / SHARD_ALIGN * SHARD_ALIGN;
+	o->shard_elems = shard_elems ? shard_elems
+			 : shard_size / (4 + 2 * o->mb) / SHARD_ALIGN * SHARD_ALIGN;
 	shard_bytes = o->shard_elems * (4 + 2 * o->mb);
 	if (shard_bytes > o->dram_cap / 4) {
 		rc = ts_err(-EINVAL, "optimizer: shards of %" PRIu64 " bytes do not fit four times in the DRAM tier (%" PRIu64 " bytes); use a smaller shard_size",

@@ -82,6 +82,7 @@ struct tier_optim {
 	double lr;
 	uint64_t applied;        /* steps applied: the bias-correction count */
 	uint64_t ran;            /* steps that ran to their end: the order's parity */
+	uint64_t ckpt_gen;       /* the last checkpoint (0: none) */
 	_Atomic uint64_t begun;  /* for the trace */
 	bool synced;             /* the store's schedule matches the next step */
 	int failed;              /* an update failed: later steps refused */
@@ -126,6 +127,16 @@ struct tier_optim {
 };
 
 /* optim.c */
+
+/* tier_optim_create's work; @shard_elems, when not 0, is the shard size
+ * in elements (a resumed optimizer keeps its checkpoint's). */
+int optim_create(struct tier_store *s, const struct tier_optim_params *p, size_t shard_elems,
+		 struct tier_optim **out);
+
+/* optim_ckpt.c */
+
+/* Whether a commit's record is an optimizer's. */
+bool optim_record_is(const void *rec, size_t len);
 
 /* The bytes of every shard's state. */
 uint64_t optim_state_bytes(const struct tier_optim *o);

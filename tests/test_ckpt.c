@@ -1,0 +1,559 @@
+/*
+ * test_ckpt.c - optimizer checkpoints (runtime/optim_ckpt.c,
+ * docs/optimizer.md "Checkpoints"): a run checkpointed, interrupted and
+ * resumed ends bit for bit where the uninterrupted run ends, with fp32 and
+ * bf16 moments, clipping, dynamic loss scaling through a skipped step, the
+ * emulated GPU lane and several paths; and the crash test: a training
+ * loop whose state is four times the DRAM tier, killed with SIGKILL at
+ * random moments (in steps, in write-behind, in commits) again and again,
+ * also with a fault injected into the commit path, resumes from its last
+ * checkpoint every time and ends equal to the uninterrupted run.
+ */
+#include "config.h"
+
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/error.h"
+#include "common/fault.h"
+#include "t_helpers.h"
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define KiB (1ull << 10)
+#define MiB (1ull << 20)
+#define U64(x) ((unsigned long long)(x))
+
+static char *g_dir;
+
+static void setup(void)
+{
+	ts_err_clear();
+	g_dir = t_mkdtemp();
+}
+
+static void teardown(void)
+{
+	ts_fault_reset_all();
+	t_rmtree(g_dir);
+	free(g_dir);
+	g_dir = NULL;
+}
+
+/* ------------------------------------------------------------ a run */
+
+struct run {
+	const char *name;
+	const char *moment;     /* fp32 / bf16 */
+	unsigned npaths;
+	uint64_t hbm;           /* "host" HBM tier bytes; 0: none */
+	double offload;         /* the CPU share */
+	double clip;            /* max_grad_norm */
+	bool dyn;               /* dynamic loss scaling, an inf gradient at step 7 */
+	unsigned keep;
+	unsigned every;         /* checkpoint every this many steps */
+	unsigned steps;         /* N */
+};
+
+#define NPARAMS 3
+static const size_t g_numel[NPARAMS] = { 700000, 333333, 257 };
+static const char *const g_pname[NPARAMS] = { "layer.0.weight", "layer.0.bias", "head" };
+
+static struct tier_manifest *manifest(const char *sub, const struct run *r)
+{
+	struct tier_manifest *m = NULL;
+	char text[4096];
+	size_t n = 0;
+	int rc;
+
+	n += (size_t)snprintf(text + n, sizeof(text) - n,
+			      "name: ckpt\ngpu:\n  device: none\ndram:\n  capacity: 4MiB\n"
+			      "optimizer:\n  moment_dtype: %s\n  shard_size: 256KiB\n"
+			      "nvme:\n  stripe_unit: 64KiB\n  checksum: crc32c\n  keep_commits: %u\n  paths:\n",
+			      r->moment, r->keep ? r->keep : 2);
+	for (unsigned i = 0; i < r->npaths; i++)
+		n += (size_t)snprintf(text + n, sizeof(text) - n,
+				      "    - path: %s/%s/p%u/\n      capacity: 128MiB\n      create: true\n",
+				      g_dir, sub, i);
+	rc = tier_manifest_parse(text, n, "ckpt.yaml", 0, &m);
+	ck_assert_msg(rc == 0, "manifest: %s\n%s", tier_last_error(), text);
+	return m;
+}
+
+static int store_open(const struct tier_manifest *m, const struct run *r, struct tier_store **s)
+{
+	struct tier_store_params sp;
+
+	tier_store_params_init(&sp);
+	sp.hbm_backend = r->hbm ? "host" : "none";
+	sp.hbm_capacity = r->hbm;
+	return tier_store_open(m, &sp, s);
+}
+
+/* The gradient of parameter @p at step @t, element @i: deterministic. */
+static float grad_of(unsigned t, unsigned p, size_t i)
+{
+	uint64_t x = (uint64_t)t * 0x9e3779b97f4a7c15ull ^ (uint64_t)p * 0xc2b2ae3d27d4eb4full ^
+		     (uint64_t)i * 0x165667b19e3779f9ull;
+
+	x ^= x >> 31;
+	x *= 0xbf58476d1ce4e5b9ull;
+	x ^= x >> 29;
+	return (float)((double)(x >> 40) / (double)(1ull << 24) * 2.0 - 1.0) * 0.5f;
+}
+
+/* The learning rate given at step @t: set every fourth step, kept between. */
+static double lr_at(unsigned t)
+{
+	return t % 4 == 1 ? 1e-3 * (1.0 - t / 200.0) : TIER_LR_KEEP;
+}
+
+/* Steps from the optimizer's count + 1 to @to, checkpointing every
+ * r->every steps (writing "STEP GEN" lines to @fd when >= 0).  A failed
+ * checkpoint (an injected fault) is reported on @fd as "STEP 0" and the
+ * run goes on.  Returns 0 or the first error. */
+static int steps(struct tier_optim *o, const struct run *r, unsigned to, int fd, bool tolerate)
+{
+	struct tier_tensor g[NPARAMS];
+	float *gb[NPARAMS];
+	bool skipped = false;
+	int rc = 0;
+
+	for (unsigned p = 0; p < NPARAMS; p++) {
+		gb[p] = malloc(g_numel[p] * 4);
+		g[p] = (struct tier_tensor){ gb[p], TIER_FP32, TIER_MEM_HOST };
+	}
+	for (unsigned t = (unsigned)tier_optim_step_count(o) + 1; t <= to && !rc; t++) {
+		struct tier_step_result res;
+
+		for (unsigned p = 0; p < NPARAMS; p++) {
+			float scale = r->dyn ? 1024.0f : 1.0f;
+
+			for (size_t i = 0; i < g_numel[p]; i++)
+				gb[p][i] = grad_of(t, p, i) * scale;
+		}
+		/* A dynamic-scale run overflows once: step 7 is skipped (its
+		 * count is not applied; the scaler backs off). */
+		if (r->dyn && t == 7 && !skipped) {
+			gb[1][5] = INFINITY;
+			skipped = true;
+		}
+		rc = tier_optim_step(o, lr_at(t), g, NULL, &res);
+		if (rc)
+			break;
+		if (res.applied && r->every && res.step % r->every == 0) {
+			uint64_t gen = 0;
+			int crc = tier_optim_checkpoint(o, &gen);
+			char line[64];
+			int n;
+
+			if (crc && !tolerate)
+				rc = crc;
+			n = snprintf(line, sizeof(line), "%" PRIu64 " %" PRIu64 "\n", res.step, crc ? 0 : gen);
+			if (fd >= 0 && write(fd, line, (size_t)n) != n)
+				rc = -EIO;
+		}
+		if (!res.applied)
+			t = (unsigned)res.step; /* the same step again, without the inf */
+	}
+	for (unsigned p = 0; p < NPARAMS; p++)
+		free(gb[p]);
+	return rc;
+}
+
+/* A fresh optimizer of the run's parameters, or the checkpointed one. */
+static int optim_open(struct tier_store *s, const struct run *r, struct tier_optim **o)
+{
+	struct tier_optim_params hp;
+	int rc = tier_optim_resume(s, NULL, o);
+
+	if (rc != -ENOENT)
+		return rc;
+	tier_optim_params_init(&hp);
+	hp.offload_fraction = r->offload;
+	hp.max_grad_norm = r->clip;
+	hp.threads = 2;
+	if (r->dyn) {
+		hp.dynamic_loss_scale = true;
+		hp.loss_scale = 1024;
+		hp.growth_interval = 3;
+	}
+	rc = tier_optim_create(s, &hp, o);
+	for (unsigned p = 0; p < NPARAMS && !rc; p++) {
+		float *init = malloc(g_numel[p] * 4);
+
+		for (size_t i = 0; i < g_numel[p]; i++)
+			init[i] = grad_of(0, p, i) * 2;
+		rc = tier_optim_add_param(*o, g_pname[p], g_numel[p], init, NULL);
+		free(init);
+	}
+	return rc;
+}
+
+/* The state: master, exp_avg, exp_avg_sq of every parameter, concatenated. */
+struct state {
+	unsigned char *b;
+	size_t n;
+	uint64_t step;
+};
+
+static void read_state(struct tier_optim *o, struct state *st)
+{
+	size_t mb = tier_dtype_size(tier_optim_moment_dtype(o)), total = 0, at = 0;
+
+	for (unsigned p = 0; p < NPARAMS; p++)
+		total += g_numel[p] * (4 + 2 * mb);
+	st->b = malloc(total);
+	st->n = total;
+	st->step = tier_optim_step_count(o);
+	for (unsigned p = 0; p < NPARAMS; p++) {
+		unsigned char *q = st->b + at;
+		int rc = tier_optim_read(o, p, (float *)q, q + g_numel[p] * 4,
+					 q + g_numel[p] * (4 + mb));
+
+		ck_assert_msg(rc == 0, "read: %s", tier_last_error());
+		at += g_numel[p] * (4 + 2 * mb);
+	}
+}
+
+static void expect_equal(const struct state *a, const struct state *b, const char *what)
+{
+	ck_assert_uint_eq(a->n, b->n);
+	ck_assert_msg(a->step == b->step, "%s: step %" PRIu64 ", expected %" PRIu64, what, a->step,
+		      b->step);
+	for (size_t i = 0; i < a->n; i++)
+		if (a->b[i] != b->b[i])
+			ck_abort_msg("%s: state differs at byte %zu of %zu", what, i, a->n);
+}
+
+/* The uninterrupted run's final state. */
+static void reference(const struct run *r, struct state *st)
+{
+	struct tier_manifest *m = manifest("ref", r);
+	struct tier_store *s;
+	struct tier_optim *o;
+	int rc;
+
+	ck_assert_int_eq(store_open(m, r, &s), 0);
+	rc = optim_open(s, r, &o);
+	ck_assert_msg(rc == 0, "%s", tier_last_error());
+	rc = steps(o, r, r->steps, -1, false);
+	ck_assert_msg(rc == 0, "reference: %s", tier_last_error());
+	read_state(o, st);
+	ck_assert_int_eq(tier_optim_destroy(o), 0);
+	ck_assert_int_eq(tier_store_close(s), 0);
+	tier_manifest_free(m);
+}
+
+/* ------------------------------------------------- interrupted, resumed */
+
+static const struct run resume_runs[] = {
+	{ "fp32", "fp32", 1, 0, 1, 0, false, 2, 3, 14 },
+	{ "bf16", "bf16", 2, 0, 1, 0, false, 2, 3, 14 },
+	{ "clip", "fp32", 1, 0, 1, 0.5, false, 2, 3, 14 },
+	{ "dynamic scale", "fp32", 1, 0, 1, 0, true, 2, 3, 14 },
+	{ "GPU lane", "fp32", 3, 2 * MiB, 0.5, 0, false, 1, 2, 12 },
+	{ "auto split", "bf16", 2, 2 * MiB, TIER_OFFLOAD_AUTO, 0.5, false, 3, 4, 12 },
+};
+
+START_TEST(test_resume_exact)
+{
+	const struct run *r = &resume_runs[_i];
+	struct tier_manifest *m = manifest("run", r);
+	struct state ref, got;
+	struct tier_store *s;
+	struct tier_optim *o;
+	unsigned stop = r->every * 2 + 1; /* one step past a checkpoint, lost */
+	int rc;
+
+	reference(r, &ref);
+	ck_assert_int_eq(store_open(m, r, &s), 0);
+	ck_assert_int_eq(optim_open(s, r, &o), 0);
+	ck_assert_int_eq(steps(o, r, stop, -1, false), 0);
+	/* Gone without a checkpoint: the steps after the last one are lost. */
+	ck_assert_int_eq(tier_optim_destroy(o), 0);
+	ck_assert_int_eq(tier_store_close(s), 0);
+
+	ck_assert_int_eq(store_open(m, r, &s), 0);
+	/* A new optimizer over a checkpointed one is refused. */
+	ck_assert_int_eq(tier_optim_create(s, NULL, &o), -EEXIST);
+	rc = tier_optim_resume(s, NULL, &o);
+	ck_assert_msg(rc == 0, "resume: %s", tier_last_error());
+	ck_assert_uint_eq(tier_optim_step_count(o), r->every * 2);
+	ck_assert_uint_eq(tier_optim_nparams(o), NPARAMS);
+	for (unsigned p = 0; p < NPARAMS; p++) {
+		ck_assert_str_eq(tier_optim_param_name(o, p), g_pname[p]);
+		ck_assert_uint_eq(tier_optim_param_numel(o, p), g_numel[p]);
+	}
+	ck_assert_int_eq(steps(o, r, r->steps, -1, false), 0);
+	read_state(o, &got);
+	expect_equal(&got, &ref, r->name);
+	ck_assert_int_eq(tier_optim_destroy(o), 0);
+	ck_assert_int_eq(tier_store_close(s), 0);
+	free(ref.b);
+	free(got.b);
+	tier_manifest_free(m);
+}
+END_TEST
+
+/* ------------------------------------------------------ killed for real */
+
+/* The child: trains from wherever the files are to r->steps, reporting
+ * each checkpoint on @fd; with @fault, a random commit-path site fails
+ * once at a random call. */
+static void child(const struct run *r, const struct tier_manifest *m, int fd, unsigned fault,
+		  unsigned seed)
+{
+	static const enum ts_fault_site sites[] = {
+		TIER_FAULT_COMMIT_TABLE, TIER_FAULT_COMMIT_SYNC, TIER_FAULT_COMMIT_SLOT,
+		TIER_FAULT_COMMIT_SLOT_SYNC, TIER_FAULT_NVME_IO_ERR,
+	};
+	struct tier_store *s;
+	struct tier_optim *o;
+	int rc;
+
+	if (fault && ts_fault_available()) {
+		enum ts_fault_site site = sites[seed % ARRAY_SIZE(sites)];
+
+		ts_fault_arm(site, 1 + seed / 7 % 3, 1, -EIO);
+	}
+	rc = store_open(m, r, &s);
+	if (!rc)
+		rc = optim_open(s, r, &o);
+	if (!rc)
+		rc = steps(o, r, r->steps, fd, fault != 0);
+	if (rc) {
+		fprintf(stderr, "child: %s\n", tier_last_error());
+		_exit(3);
+	}
+	tier_optim_destroy(o);
+	tier_store_close(s);
+	_exit(0);
+}
+
+/* The last "STEP GEN" line with a generation read from @fd so far. */
+static void read_reports(int fd, uint64_t *step, uint64_t *gen)
+{
+	char buf[4096];
+	ssize_t n;
+
+	while ((n = read(fd, buf, sizeof(buf) - 1)) > 0) {
+		char *line = buf, *nl;
+
+		buf[n] = '\0';
+		while ((nl = strchr(line, '\n'))) {
+			unsigned long long a, b;
+
+			*nl = '\0';
+			if (sscanf(line, "%llu %llu", &a, &b) == 2 && b) {
+				*step = a;
+				*gen = b;
+			}
+			line = nl + 1;
+		}
+	}
+}
+
+/* Removes the crash run's files. */
+static void start_over(void)
+{
+	char p[4200];
+
+	snprintf(p, sizeof(p), "%s/crash", g_dir);
+	t_rmtree(p);
+}
+
+static const struct run crash_run = { "crash", "fp32", 2, 0, 1, 0.75, false, 2, 3, 24 };
+
+/* 50 kills per case; under a sanitizer, which runs it several times
+ * slower, 12 (the release builds of CI run the 50). TIER_CRASH_KILLS sets
+ * another count. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define KILLS_DEFAULT 12
+#else
+#define KILLS_DEFAULT 50
+#endif
+
+static unsigned kills_wanted(void)
+{
+	const char *e = getenv("TIER_CRASH_KILLS");
+
+	return e && atoi(e) > 0 ? (unsigned)atoi(e) : KILLS_DEFAULT;
+}
+
+START_TEST(test_killed)
+{
+	const struct run *r = &crash_run;
+	bool fault = _i == 1;
+	struct tier_manifest *m = manifest("crash", r);
+	struct state ref;
+	unsigned kills = 0, unreported = 0, resumed_at[64] = { 0 }, seed = 12345 + (unsigned)_i;
+	uint64_t full_ns = 0;
+	unsigned want = kills_wanted();
+
+	if (fault && !ts_fault_available()) {
+		fprintf(stderr, "no fault sites in this build: the faulted crash test is skipped\n");
+		tier_manifest_free(m);
+		return;
+	}
+	reference(r, &ref);
+	/* An uninterrupted child's time, to spread the kills over. */
+	{
+		struct timespec a, b;
+		pid_t pid;
+		int st;
+
+		clock_gettime(CLOCK_MONOTONIC, &a);
+		pid = fork();
+		ck_assert_int_ge(pid, 0);
+		if (pid == 0)
+			child(r, m, -1, 0, 0);
+		ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "an uninterrupted child failed");
+		clock_gettime(CLOCK_MONOTONIC, &b);
+		full_ns = (uint64_t)(b.tv_sec - a.tv_sec) * 1000000000ull + (uint64_t)(b.tv_nsec - a.tv_nsec);
+		start_over();
+	}
+	while (kills < want) {
+		int pfd[2], st;
+		uint64_t rstep = 0, rgen = 0, delay;
+		struct tier_store *s;
+		struct tier_optim *o;
+		struct tier_commit_info ci;
+		pid_t pid;
+		int rc;
+
+		ck_assert_int_eq(pipe2(pfd, O_CLOEXEC), 0);
+		seed = seed * 1103515245u + 12345u;
+		pid = fork();
+		ck_assert_int_ge(pid, 0);
+		if (pid == 0) {
+			close(pfd[0]);
+			child(r, m, pfd[1], fault, seed >> 8);
+		}
+		close(pfd[1]);
+		/* Anywhere in the run: its start (opening, resuming) too. */
+		delay = (uint64_t)(seed >> 4) % (full_ns + 1);
+		{
+			struct timespec ts = { (time_t)(delay / 1000000000u), (long)(delay % 1000000000u) };
+
+			nanosleep(&ts, NULL);
+		}
+		if (waitpid(pid, &st, WNOHANG) == 0) {
+			kill(pid, SIGKILL);
+			ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+			ck_assert(WIFSIGNALED(st));
+			kills++;
+		} else {
+			ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+				      "kill %u: the child failed on its own (status %d)", kills, st);
+		}
+		read_reports(pfd[0], &rstep, &rgen);
+		close(pfd[0]);
+
+		/* The files reopen at the last checkpoint the child reported,
+		 * or a later one it made before it could say so. */
+		rc = store_open(m, r, &s);
+		ck_assert_msg(rc == 0, "kill %u: reopen: %s", kills, tier_last_error());
+		ck_assert_int_eq(tier_store_committed(s, &ci), 0);
+		ck_assert_msg(ci.generation >= rgen, "kill %u: generation %" PRIu64 " is older than the reported %" PRIu64,
+			      kills, ci.generation, rgen);
+		rc = tier_optim_resume(s, NULL, &o);
+		if (rc == -ENOENT) {
+			ck_assert_uint_eq(rgen, 0); /* killed before its first checkpoint */
+			rc = optim_open(s, r, &o);
+			ck_assert_msg(rc == 0, "kill %u: %s", kills, tier_last_error());
+		} else {
+			ck_assert_msg(rc == 0, "kill %u: resume: %s", kills, tier_last_error());
+			ck_assert_msg(tier_optim_step_count(o) >= rstep && tier_optim_step_count(o) % r->every == 0,
+				      "kill %u: resumed at step %" PRIu64 ", the child reported step %" PRIu64,
+				      kills, tier_optim_step_count(o), rstep);
+			if (ci.generation > rgen)
+				unreported++;
+		}
+		/* From here to step N, no checkpoint: equal to the uninterrupted
+		 * run, and the files stay at the commit the kill left (these
+		 * writes are copied on write, never committed). */
+		{
+			struct run r2 = *r;
+			struct state got;
+
+			r2.every = 0;
+			resumed_at[tier_optim_step_count(o) / r->every]++;
+			rc = steps(o, &r2, r->steps, -1, false);
+			ck_assert_msg(rc == 0, "kill %u: to the end: %s", kills, tier_last_error());
+			read_state(o, &got);
+			expect_equal(&got, &ref, "a run resumed after a kill");
+			free(got.b);
+		}
+		ck_assert_int_eq(tier_optim_destroy(o), 0);
+		ck_assert_int_eq(tier_store_close(s), 0);
+		if (WIFEXITED(st)) /* the child finished: start over from empty files */
+			start_over();
+	}
+	/* And the last one runs to the end undisturbed, from where it is. */
+	{
+		pid_t pid = fork();
+		int st;
+		struct tier_store *s;
+		struct tier_optim *o;
+		struct state got;
+
+		if (pid == 0)
+			child(r, m, -1, 0, 0);
+		ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+		ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+		ck_assert_int_eq(store_open(m, r, &s), 0);
+		ck_assert_int_eq(tier_optim_resume(s, NULL, &o), 0);
+		read_state(o, &got);
+		expect_equal(&got, &ref, "the final run");
+		free(got.b);
+		ck_assert_int_eq(tier_optim_destroy(o), 0);
+		ck_assert_int_eq(tier_store_close(s), 0);
+	}
+	fprintf(stderr, "%s: %u kills at random moments, each resumed, run to step %u and checked bit for bit; %u of them after a commit was durable and before the child reported it; resumed at steps:",
+		fault ? "with faults" : "no faults", kills, r->steps, unreported);
+	for (unsigned i = 0; i <= r->steps / r->every; i++)
+		fprintf(stderr, " %u:%u", i * r->every, resumed_at[i]);
+	fprintf(stderr, "\n");
+	free(ref.b);
+	tier_manifest_free(m);
+}
+END_TEST
+
+static Suite *ckpt_suite(void)
+{
+	Suite *s = suite_create("ckpt");
+	TCase *tc;
+
+	tc = tcase_create("resume");
+	tcase_add_unchecked_fixture(tc, t_case_setup, t_case_teardown);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_loop_test(tc, test_resume_exact, 0, (int)ARRAY_SIZE(resume_runs));
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("killed");
+	tcase_add_unchecked_fixture(tc, t_case_setup, t_case_teardown);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 600);
+	tcase_add_loop_test(tc, test_killed, 0, 2);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return t_run_suite(ckpt_suite());
+}
