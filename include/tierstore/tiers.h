@@ -219,6 +219,36 @@ TIER_API int tier_nvme_committed(const struct tier_nvme *t, struct tier_commit_i
  * (no commit).  Valid until the next commit or the close. */
 TIER_API int tier_nvme_record(const struct tier_nvme *t, const void **record, size_t *len);
 
+/* What tier_nvme_check_files() found. */
+struct tier_nvme_check_report {
+	char store_name[65];
+	uint32_t npaths;
+	uint64_t generation;      /* the newest commit whose table loads (0: none) */
+	uint64_t time_ns;         /* its time */
+	uint32_t commits_kept;    /* commits the newest slot keeps */
+	uint32_t commits_ok;      /* of them, those whose table is sound */
+	uint64_t objects, data_bytes;      /* in the newest sound commit */
+	uint64_t units_checked;   /* its stripe units read and checked against their crc32c */
+	uint64_t units_bad;       /* of them, mismatched or unreadable */
+	uint64_t units_unchecked; /* without a checksum (never written, or checksum: none) */
+	uint32_t problems;        /* findings that are faults */
+};
+
+/*
+ * Verifies the backing files of a closed store offline, reading only:
+ * @files (all of one store's, any order) have valid headers of one store;
+ * path 0's commit slots; every kept commit's object table (its crc32c and
+ * its structure); and every stripe unit of the newest sound commit
+ * against its crc32c, and that no extent lies past a file's end.  @say
+ * (may be NULL) gets one line per finding, @problem true for faults.
+ * Returns 0 (nothing wrong), -EBADMSG (problems found: out->problems),
+ * -EBUSY (a running store holds a file), or the error of reading a file
+ * (-ENOENT, -EPROTO for another format version, ...), named in the detail.
+ */
+TIER_API int tier_nvme_check_files(const char *const *files, size_t n,
+				   void (*say)(void *arg, bool problem, const char *line), void *arg,
+				   struct tier_nvme_check_report *out);
+
 /* Counters of the NVMe tier since open. */
 struct tier_nvme_stats {
 	uint64_t capacity;        /* data bytes over all paths */
