@@ -453,6 +453,36 @@ TIER_API int tier_optim_checkpoint(struct tier_optim *o, uint64_t *gen);
 TIER_API int tier_optim_resume(struct tier_store *s, const struct tier_optim_params *p,
 			       struct tier_optim **out);
 
+/*
+ * Writes the optimizer's full state to the safetensors file @path
+ * (docs/optimizer.md, "Export and import"): for each parameter NAME the
+ * tensors "master.NAME" (F32), "exp_avg.NAME" and "exp_avg_sq.NAME" (the
+ * moment dtype), each of shape [numel], and as metadata the step count,
+ * the learning rate, the hyperparameters, the loss scaler's state and the
+ * parameters' order.  Shard by shard: a state larger than DRAM exports
+ * through the store without being held in memory.  The file appears whole
+ * or not at all (a temporary file renamed over @path).  Call it between
+ * steps.  0, -EBUSY (inside a step or with a failed step pending), or the
+ * error of the store or the file, named in the detail.
+ */
+TIER_API int tier_optim_export(struct tier_optim *o, const char *path);
+
+/*
+ * A new optimizer on @s holding the state tier_optim_export wrote to
+ * @path, written into the store shard by shard (so a state larger than
+ * DRAM imports too): the same parameters in the same order, step count,
+ * learning rate, hyperparameters and loss scaler, so its next step is the
+ * exporting optimizer's next step, bit for bit, whatever the manifest,
+ * shard size or number of paths of @s.  @p may be NULL; else its threads,
+ * offload_fraction and shard_size are taken (the rest is the file's).  0,
+ * -EBADMSG (not an export, or a malformed one: the detail names the
+ * file, and the tensor, metadata key or byte offset), -EPROTO (an export
+ * of another format version), or tier_optim_create's and
+ * tier_optim_add_param's errors.
+ */
+TIER_API int tier_optim_import(struct tier_store *s, const char *path,
+			       const struct tier_optim_params *p, struct tier_optim **out);
+
 /* Steps applied so far: the bias-correction count (0 for NULL). */
 TIER_API uint64_t tier_optim_step_count(const struct tier_optim *o);
 

@@ -378,14 +378,25 @@ static int find_param(const struct tier_optim *o, const char *name)
 	return -1;
 }
 
-/* Writes the shard's initial state: master from @init (or zeros), moments zero. */
-static int shard_init(struct tier_optim *o, struct shard *sh, const float *init)
+/* Writes the shard's initial state: what @fill writes, else master from
+ * @init (or zeros) and moments zero. */
+static int shard_init(struct tier_optim *o, struct shard *sh, const float *init,
+		      optim_fill_fn fill, void *arg)
 {
 	void *ptr;
 	int rc = tier_obj_acquire(o->s, sh->obj, TIER_DRAM, TIER_ACQUIRE_WRITE | TIER_ACQUIRE_DISCARD, &ptr);
 
 	if (rc)
 		return rc;
+	if (fill) {
+		rc = fill(arg, o, sh, ptr);
+		if (rc) {
+			/* Released clean: the shard is abandoned with its parameter. */
+			tier_obj_release(o->s, sh->obj, TIER_DRAM, false);
+			return rc;
+		}
+		return tier_obj_release(o->s, sh->obj, TIER_DRAM, true);
+	}
 	if (init)
 		memcpy(ptr, init + sh->off, sh->n * 4);
 	else
@@ -486,6 +497,12 @@ int tier_optim_add_param(struct tier_optim *o, const char *name, size_t numel, c
 {
 	OPTIM_ARG(o);
 	TS_NONNULL(name);
+	return optim_add_param(o, name, numel, init, NULL, NULL, id);
+}
+
+int optim_add_param(struct tier_optim *o, const char *name, size_t numel, const float *init,
+		    optim_fill_fn fill, void *arg, uint32_t *id)
+{
 	uint32_t nsh = 0, first = o ? o->nshards : 0;
 	struct param *pp;
 	int rc;
@@ -522,7 +539,7 @@ int tier_optim_add_param(struct tier_optim *o, const char *name, size_t numel, c
 		}
 		store_obj_set_user(sh->obj, sh);
 		trace_name_shard(o->trace, sh->index, oname);
-		if ((rc = shard_init(o, sh, init))) {
+		if ((rc = shard_init(o, sh, init, fill, arg))) {
 			ts_err_prefix("parameter '%s': writing its initial state: ", name);
 			goto undo;
 		}

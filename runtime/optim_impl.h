@@ -133,6 +133,17 @@ struct tier_optim {
 int optim_create(struct tier_store *s, const struct tier_optim_params *p, size_t shard_elems,
 		 struct tier_optim **out);
 
+/*
+ * Fills a new shard's state (@ptr: its bytes in DRAM, sh->bytes long:
+ * master, exp_avg, exp_avg_sq) in place of the initial values; 0 or an
+ * error with the detail.
+ */
+typedef int (*optim_fill_fn)(void *arg, struct tier_optim *o, const struct shard *sh, void *ptr);
+
+/* tier_optim_add_param, with @fill (may be NULL) writing each shard. */
+int optim_add_param(struct tier_optim *o, const char *name, size_t numel, const float *init,
+		    optim_fill_fn fill, void *arg, uint32_t *id);
+
 /* optim_ckpt.c */
 
 /* Whether a commit's record is an optimizer's. */

@@ -66,9 +66,9 @@ struct run {
 	unsigned steps;         /* N */
 };
 
-#define NPARAMS 3
-static const size_t g_numel[NPARAMS] = { 700000, 333333, 257 };
-static const char *const g_pname[NPARAMS] = { "layer.0.weight", "layer.0.bias", "head" };
+#define NPARAMS T_TRAIN_NPARAMS
+#define g_numel t_train_numel
+#define g_pname t_train_name
 
 static struct tier_manifest *manifest(const char *sub, const struct run *r)
 {
@@ -101,23 +101,8 @@ static int store_open(const struct tier_manifest *m, const struct run *r, struct
 	return tier_store_open(m, &sp, s);
 }
 
-/* The gradient of parameter @p at step @t, element @i: deterministic. */
-static float grad_of(unsigned t, unsigned p, size_t i)
-{
-	uint64_t x = (uint64_t)t * 0x9e3779b97f4a7c15ull ^ (uint64_t)p * 0xc2b2ae3d27d4eb4full ^
-		     (uint64_t)i * 0x165667b19e3779f9ull;
-
-	x ^= x >> 31;
-	x *= 0xbf58476d1ce4e5b9ull;
-	x ^= x >> 29;
-	return (float)((double)(x >> 40) / (double)(1ull << 24) * 2.0 - 1.0) * 0.5f;
-}
-
-/* The learning rate given at step @t: set every fourth step, kept between. */
-static double lr_at(unsigned t)
-{
-	return t % 4 == 1 ? 1e-3 * (1.0 - t / 200.0) : TIER_LR_KEEP;
-}
+#define grad_of t_train_grad
+#define lr_at t_train_lr
 
 /* Steps from the optimizer's count + 1 to @to, checkpointing every
  * r->every steps (writing "STEP GEN" lines to @fd when >= 0).  A failed
@@ -194,7 +179,7 @@ static int optim_open(struct tier_store *s, const struct run *r, struct tier_opt
 		float *init = malloc(g_numel[p] * 4);
 
 		for (size_t i = 0; i < g_numel[p]; i++)
-			init[i] = grad_of(0, p, i) * 2;
+			init[i] = t_train_init(p, i);
 		rc = tier_optim_add_param(*o, g_pname[p], g_numel[p], init, NULL);
 		free(init);
 	}
@@ -304,6 +289,193 @@ START_TEST(test_resume_exact)
 	free(ref.b);
 	free(got.b);
 	tier_manifest_free(m);
+}
+END_TEST
+
+/* ------------------------------------------------- export and import */
+
+#include "runtime/safetensors.h"
+
+static const struct run export_runs[] = {
+	{ "fp32", "fp32", 1, 0, 1, 0.5, false, 2, 0, 15 },
+	{ "bf16", "bf16", 2, 0, 1, 0, true, 2, 0, 15 },
+};
+
+/* Another node: three paths, another stripe unit and shard size. */
+static struct tier_manifest *other_manifest(const struct run *r)
+{
+	struct tier_manifest *m = NULL;
+	char text[4096];
+	int n, rc;
+
+	n = snprintf(text, sizeof(text),
+		     "name: other\ngpu:\n  device: none\ndram:\n  capacity: 6MiB\n"
+		     "optimizer:\n  moment_dtype: %s\n  shard_size: 128KiB\n"
+		     "nvme:\n  stripe_unit: 128KiB\n  checksum: none\n  paths:\n"
+		     "    - path: %s/o/p0/\n      capacity: 64MiB\n      create: true\n"
+		     "    - path: %s/o/p1/\n      capacity: 64MiB\n      create: true\n"
+		     "    - path: %s/o/p2/\n      capacity: 64MiB\n      create: true\n",
+		     r->moment, g_dir, g_dir, g_dir);
+	rc = tier_manifest_parse(text, (size_t)n, "other.yaml", 0, &m);
+	ck_assert_msg(rc == 0, "manifest: %s", tier_last_error());
+	return m;
+}
+
+START_TEST(test_export_import)
+{
+	const struct run *r = &export_runs[_i];
+	struct tier_manifest *m = manifest("exp", r), *m2 = other_manifest(r);
+	struct state ref, got;
+	struct tier_store *s;
+	struct tier_optim *o;
+	struct st_reader *rd;
+	char file[4200];
+	size_t mb = !strcmp(r->moment, "bf16") ? 2 : 4, at = 0;
+	struct tier_store_stats st;
+	int rc;
+
+	reference(r, &ref);
+	snprintf(file, sizeof(file), "%s/state.safetensors", g_dir);
+	ck_assert_int_eq(store_open(m, r, &s), 0);
+	ck_assert_int_eq(optim_open(s, r, &o), 0);
+	ck_assert_int_eq(steps(o, r, 5, -1, false), 0);
+	/* The state is larger than the DRAM tier (3x with fp32, 2x bf16). */
+	tier_store_get_stats(s, &st);
+	{
+		struct tier_optim_info oi;
+
+		ck_assert_int_eq(tier_optim_info(o, &oi), 0);
+		ck_assert_uint_gt(oi.state_bytes, st.level[TIER_DRAM].capacity);
+	}
+	rc = tier_optim_export(o, file);
+	ck_assert_msg(rc == 0, "export: %s", tier_last_error());
+	read_state(o, &got);
+	ck_assert_int_eq(tier_optim_destroy(o), 0);
+	ck_assert_int_eq(tier_store_close(s), 0);
+
+	/* The file holds tier_optim_read's bytes, and the metadata its step. */
+	ck_assert_int_eq(st_reader_open(file, &rd), 0);
+	ck_assert_str_eq(st_reader_meta(rd, "step"), "5");
+	ck_assert_str_eq(st_reader_meta(rd, "format"), "tierstore.optimizer");
+	for (unsigned p = 0; p < NPARAMS; p++) {
+		static const char *const parts[] = { "master", "exp_avg", "exp_avg_sq" };
+
+		for (int k = 0; k < 3; k++) {
+			char tn[128];
+			size_t i, len = g_numel[p] * (k ? mb : 4);
+			unsigned char *b = malloc(len);
+
+			snprintf(tn, sizeof(tn), "%s.%s", parts[k], g_pname[p]);
+			ck_assert_int_eq(st_reader_find(rd, tn, &i), 0);
+			ck_assert_int_eq(st_reader_pread(rd, i, 0, b, len), 0);
+			ck_assert_msg(memcmp(b, got.b + at, len) == 0, "%s differs from tier_optim_read", tn);
+			at += len;
+			free(b);
+		}
+	}
+	st_reader_close(rd);
+	free(got.b);
+
+	/* Imported on another node, then to step 15: the uninterrupted run. */
+	ck_assert_int_eq(store_open(m2, r, &s), 0);
+	rc = tier_optim_import(s, file, NULL, &o);
+	ck_assert_msg(rc == 0, "import: %s", tier_last_error());
+	ck_assert_uint_eq(tier_optim_step_count(o), 5);
+	ck_assert_int_eq(steps(o, r, r->steps, -1, false), 0);
+	read_state(o, &got);
+	expect_equal(&got, &ref, "imported, then 10 steps");
+	free(got.b);
+	/* Imported twice on one store: the names are taken. */
+	{
+		struct tier_optim *o2;
+
+		ck_assert_int_eq(tier_optim_import(s, file, NULL, &o2), -EEXIST);
+	}
+	ck_assert_int_eq(tier_optim_destroy(o), 0);
+	ck_assert_int_eq(tier_store_close(s), 0);
+	free(ref.b);
+	tier_manifest_free(m);
+	tier_manifest_free(m2);
+}
+END_TEST
+
+/* Files that are not an export, or a damaged one, are refused by name. */
+START_TEST(test_import_refused)
+{
+	static const struct {
+		const char *meta_key, *meta_val;   /* the one metadata entry changed */
+		const char *tensor;                /* a tensor left out (NULL: none) */
+		int rc;
+		const char *says;
+	} cases[] = {
+		{ "format", "something.else", NULL, -EBADMSG, "not a tierstore optimizer export" },
+		{ "format_version", "9", NULL, -EPROTO, "format_version 9" },
+		{ "step", "-3", NULL, -EBADMSG, "'step'" },
+		{ "beta1", "abc", NULL, -EBADMSG, "'beta1' = 'abc' is not a number" },
+		{ "param.1", "nope", NULL, -ENOENT, "parameter 'nope' has no tensor" },
+		{ NULL, NULL, "exp_avg.head", -ENOENT, "no tensor 'exp_avg.head'" },
+		{ "nparams", "2", NULL, -EBADMSG, "tensors of no parameter" },
+	};
+	const struct run r = { "refused", "fp32", 1, 0, 1, 0, false, 2, 0, 2 };
+	struct tier_manifest *m = manifest("src", &r), *m2 = other_manifest(&r);
+	struct tier_store *s;
+	struct tier_optim *o;
+	char file[4200], bad[4200];
+
+	snprintf(file, sizeof(file), "%s/good.safetensors", g_dir);
+	snprintf(bad, sizeof(bad), "%s/bad.safetensors", g_dir);
+	ck_assert_int_eq(store_open(m, &r, &s), 0);
+	ck_assert_int_eq(optim_open(s, &r, &o), 0);
+	ck_assert_int_eq(steps(o, &r, 2, -1, false), 0);
+	ck_assert_int_eq(tier_optim_export(o, file), 0);
+	ck_assert_int_eq(tier_optim_destroy(o), 0);
+	ck_assert_int_eq(tier_store_close(s), 0);
+	for (size_t c = 0; c < ARRAY_SIZE(cases); c++) {
+		struct st_reader *rd;
+		struct st_writer *w;
+		struct st_desc d[16];
+		const char *kv[128];
+		size_t nt = 0, nm, nkv = 0;
+		int rc;
+
+		ck_assert_int_eq(st_reader_open(file, &rd), 0);
+		nm = st_reader_meta_count(rd);
+		for (size_t i = 0; i < nm; i++) {
+			const char *k, *v;
+
+			st_reader_meta_at(rd, i, &k, &v);
+			kv[2 * nkv] = k;
+			kv[2 * nkv + 1] = cases[c].meta_key && !strcmp(k, cases[c].meta_key) ? cases[c].meta_val : v;
+			nkv++;
+		}
+		for (size_t i = 0; i < st_reader_count(rd); i++) {
+			const struct st_tensor *t = st_reader_tensor(rd, i);
+
+			if (cases[c].tensor && !strcmp(t->name, cases[c].tensor))
+				continue;
+			d[nt].name = t->name;
+			d[nt].dtype = t->dtype;
+			d[nt].ndim = t->ndim;
+			memcpy(d[nt].shape, t->shape, sizeof(d[nt].shape));
+			nt++;
+		}
+		ck_assert_int_eq(st_writer_open(bad, d, nt, kv, nkv, &w), 0);
+		ck_assert_int_eq(st_writer_finish(w), 0);
+		st_reader_close(rd);
+		ck_assert_int_eq(store_open(m2, &r, &s), 0);
+		rc = tier_optim_import(s, bad, NULL, &o);
+		ck_assert_msg(rc == cases[c].rc, "case %zu: import gave %d (%s), expected %d: %s", c, rc,
+			      tier_strerror(rc), cases[c].rc, tier_last_error());
+		ck_assert_msg(strstr(tier_last_error(), cases[c].says), "case %zu: '%s' lacks '%s'", c,
+			      tier_last_error(), cases[c].says);
+		ck_assert_ptr_nonnull(strstr(tier_last_error(), "bad.safetensors"));
+		/* Nothing is left behind: the store takes a good import after. */
+		ck_assert_int_eq(tier_optim_import(s, file, NULL, &o), 0);
+		ck_assert_int_eq(tier_optim_destroy(o), 0);
+		ck_assert_int_eq(tier_store_close(s), 0);
+	}
+	tier_manifest_free(m);
+	tier_manifest_free(m2);
 }
 END_TEST
 
@@ -542,6 +714,14 @@ static Suite *ckpt_suite(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 120);
 	tcase_add_loop_test(tc, test_resume_exact, 0, (int)ARRAY_SIZE(resume_runs));
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("export");
+	tcase_add_unchecked_fixture(tc, t_case_setup, t_case_teardown);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_loop_test(tc, test_export_import, 0, (int)ARRAY_SIZE(export_runs));
+	tcase_add_test(tc, test_import_refused);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("killed");

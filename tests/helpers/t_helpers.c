@@ -377,3 +377,29 @@ const char *t_dtype_name(int dt)
 
 	return n ? n : "none";
 }
+
+/* ------------------------------------------------------ a training run */
+
+const size_t t_train_numel[T_TRAIN_NPARAMS] = { 700000, 333333, 257 };
+const char *const t_train_name[T_TRAIN_NPARAMS] = { "layer.0.weight", "layer.0.bias", "head" };
+
+float t_train_grad(unsigned t, unsigned p, size_t i)
+{
+	uint64_t x = (uint64_t)t * 0x9e3779b97f4a7c15ull ^ (uint64_t)p * 0xc2b2ae3d27d4eb4full ^
+		     (uint64_t)i * 0x165667b19e3779f9ull;
+
+	x ^= x >> 31;
+	x *= 0xbf58476d1ce4e5b9ull;
+	x ^= x >> 29;
+	return (float)((double)(x >> 40) / (double)(1ull << 24) * 2.0 - 1.0) * 0.5f;
+}
+
+double t_train_lr(unsigned t)
+{
+	return t % 4 == 1 ? 1e-3 * (1.0 - t / 200.0) : TIER_LR_KEEP;
+}
+
+float t_train_init(unsigned p, size_t i)
+{
+	return t_train_grad(0, p, i) * 2;
+}

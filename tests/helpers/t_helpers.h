@@ -124,4 +124,17 @@ int t_files_besides_filler(const char *dir);
 struct Suite;
 int t_run_suite(struct Suite *s);
 
+/*
+ * A training run the checkpoint tests and tools share: three parameters,
+ * a gradient that depends only on (step, parameter, element), a learning
+ * rate set every fourth step and kept between (TIER_LR_KEEP).
+ */
+#define T_TRAIN_NPARAMS 3
+extern const size_t t_train_numel[T_TRAIN_NPARAMS];
+extern const char *const t_train_name[T_TRAIN_NPARAMS];
+float t_train_grad(unsigned step, unsigned param, size_t i);
+double t_train_lr(unsigned step);
+/* Parameter @p's initial master weights (step 0's gradient, doubled). */
+float t_train_init(unsigned p, size_t i);
+
 #endif
