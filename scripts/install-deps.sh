@@ -2,20 +2,29 @@
 # Installs what tierstore builds with, from Debian's packages, when missing:
 # meson, ninja, liburing, libnuma, libyaml, Check, pkg-config; clang (with
 # its fuzzer runtime), python3 (the timeline and live-view checks) and its
-# Prometheus client (whose parser checks tier-stat --prometheus) when called with --dev.  The CUDA Toolkit is optional
+# Prometheus client (whose parser checks tier-stat --prometheus), numpy,
+# torch and pytest (the export tests) and, from PyPI, safetensors (which
+# Debian does not package) when called with --dev.  The CUDA Toolkit is optional
 # and not installed here (meson -Dcuda=auto uses nvcc when it is on PATH).
 set -eu
 pkgs="meson ninja-build pkg-config liburing-dev libnuma-dev libyaml-dev check"
-[ "${1:-}" = "--dev" ] && pkgs="$pkgs clang libclang-rt-dev python3 python3-prometheus-client"
+[ "${1:-}" = "--dev" ] && pkgs="$pkgs clang libclang-rt-dev python3 python3-prometheus-client python3-numpy python3-torch python3-pytest python3-pip"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
 		missing="$missing $p"
 done
-[ -z "$missing" ] && exit 0
-echo "installing:$missing"
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
-$SUDO apt-get update -qq
-# shellcheck disable=SC2086 # a list of package names
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
+if [ -n "$missing" ]; then
+	echo "installing:$missing"
+	$SUDO apt-get update -qq
+	# shellcheck disable=SC2086 # a list of package names
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
+fi
+# safetensors for the system's python3 (the one with Debian's torch), in the
+# user's site-packages.
+if [ "${1:-}" = "--dev" ] && ! /usr/bin/python3 -c 'import safetensors' 2>/dev/null; then
+	echo "installing: safetensors (pip)"
+	/usr/bin/python3 -m pip install -q --user --break-system-packages safetensors
+fi

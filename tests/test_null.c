@@ -296,6 +296,21 @@ static void io_cb(void *arg, int result, const char *detail)
 	  tier_nvme_record(NULL, &(const void *){ 0 }, &(size_t){ 0 }))                  \
 	X(INT, EINV, tier_nvme_record, record, tier_nvme_record(f->n, NULL, &(size_t){ 0 })) \
 	X(INT, EINV, tier_nvme_record, len, tier_nvme_record(f->n, &(const void *){ 0 }, NULL)) \
+	X(INT, EINV, tier_nvme_check_files, files,                                       \
+	  tier_nvme_check_files(NULL, 1, NULL, NULL, &(struct tier_nvme_check_report){ 0 })) \
+	X(INT, EINV, tier_nvme_check_files, out,                                         \
+	  tier_nvme_check_files((const char *const[]){ "x" }, 1, NULL, NULL, NULL))      \
+	X(INT, EINV, tier_optim_checkpoint, o, tier_optim_checkpoint(NULL, NULL))        \
+	X(INT, EINV, tier_optim_resume, s, tier_optim_resume(NULL, NULL, &(struct tier_optim *){ 0 })) \
+	X(INT, EINV, tier_optim_resume, out, tier_optim_resume(f->s, NULL, NULL))        \
+	X(ZERO, 0, tier_optim_step_count, o, tier_optim_step_count(NULL))                \
+	X(INT, EINV, tier_optim_export, o, tier_optim_export(NULL, "x.safetensors"))     \
+	X(INT, EINV, tier_optim_export, path, tier_optim_export(f->op, NULL))            \
+	X(INT, EINV, tier_optim_import, s,                                               \
+	  tier_optim_import(NULL, "x", NULL, &(struct tier_optim *){ 0 }))               \
+	X(INT, EINV, tier_optim_import, path,                                            \
+	  tier_optim_import(f->s, NULL, NULL, &(struct tier_optim *){ 0 }))              \
+	X(INT, EINV, tier_optim_import, out, tier_optim_import(f->s, "x", NULL, NULL))   \
 	X(INT, EINV, tier_store_commit, s, tier_store_commit(NULL, NULL, 0, NULL))       \
 	X(INT, EINV, tier_store_commit, record, tier_store_commit(f->s, NULL, 8, NULL))  \
 	X(INT, EINV, tier_store_committed, s,                                            \

@@ -150,8 +150,10 @@ typedef void (*tier_io_cb)(void *arg, int result, const char *detail);
  *
  * Returns 0 when queued: @cb will be called exactly once (with -ENOMEM
  * too, if memory for a later part ran out).  Or returns -EINVAL (range
- * outside the object), -ESHUTDOWN (closing) or -ENOMEM (no memory for the
- * request itself): then @cb is not called.
+ * outside the object), -ESHUTDOWN (closing), -ENOMEM (no memory for the
+ * request itself), -EBUSY (a commit is running: tier_nvme_commit) or, for
+ * a write to an object a commit holds, -ENOSPC (no room for the new
+ * extents copy on write gives it): then @cb is not called.
  */
 TIER_API int tier_nvme_submit(struct tier_nvme *t, struct tier_nvme_obj *o,
 			      enum tier_io_op op, uint64_t off, uint64_t len, void *buf,
