@@ -236,13 +236,16 @@ struct gworld {
 	uint64_t step;
 };
 
+/* A world whose files stay at close (the checkpoint test reopens them). */
+static bool g_keep_files;
+
 static void world_open(struct gworld *w, const struct gcase *c, uint64_t seed)
 {
 	struct tier_store_params sp = { .size = sizeof(struct tier_store_params),
 		.dram_capacity = DRAM,
 		.hbm_backend = "cuda",
 		.hbm_capacity = 1 * MiB,
-		.flags = TIER_STORE_SCRATCH,
+		.flags = g_keep_files ? 0 : TIER_STORE_SCRATCH,
 	};
 	struct tier_optim_params hp;
 	char text[1024];
@@ -603,6 +606,73 @@ START_TEST(gpu_optim_overflow)
 }
 END_TEST
 
+/*
+ * A checkpoint on the CUDA lane, a step lost, the store closed and
+ * reopened, the optimizer resumed: the steps after it equal the reference
+ * bit for bit (state and outputs), as the uninterrupted run's would.
+ */
+START_TEST(gpu_optim_checkpoint)
+{
+	const struct gcase *c = &k_cases[_i == 0 ? 0 : 1];
+	struct tier_store_params sp = { .size = sizeof(struct tier_store_params),
+		.dram_capacity = DRAM, .hbm_backend = "cuda", .hbm_capacity = 1 * MiB };
+	struct {
+		float *p;
+		void *m, *v;
+	} snap[NP];
+	uint64_t gen = 0, snap_step;
+	double snap_lr;
+	struct gworld w;
+	int rc;
+
+	g_keep_files = true;
+	world_open(&w, c, 4242 + (uint64_t)_i);
+	g_keep_files = false;
+	for (int k = 0; k < 2; k++) {
+		world_grads(&w);
+		step_and_check(&w, k, k_lrs[k]);
+	}
+	rc = tier_optim_checkpoint(w.o, &gen);
+	ck_assert_msg(rc == 0, "checkpoint: %s", tier_last_error());
+	ck_assert_uint_eq(gen, 1);
+	for (size_t i = 0; i < NP; i++) {
+		snap[i].p = xmalloc(w.pa[i].n * 4);
+		snap[i].m = xmalloc(w.pa[i].n * w.ms);
+		snap[i].v = xmalloc(w.pa[i].n * w.ms);
+		memcpy(snap[i].p, w.pa[i].p, w.pa[i].n * 4);
+		memcpy(snap[i].m, w.pa[i].m, w.pa[i].n * w.ms);
+		memcpy(snap[i].v, w.pa[i].v, w.pa[i].n * w.ms);
+	}
+	snap_step = w.step;
+	snap_lr = w.lr;
+	/* A step after the checkpoint, then gone without one. */
+	world_grads(&w);
+	step_and_check(&w, 2, k_lrs[2]);
+	ck_assert_int_eq(tier_optim_destroy(w.o), 0);
+	ck_assert_int_eq(tier_store_close(w.s), 0);
+	for (size_t i = 0; i < NP; i++) {
+		memcpy(w.pa[i].p, snap[i].p, w.pa[i].n * 4);
+		memcpy(w.pa[i].m, snap[i].m, w.pa[i].n * w.ms);
+		memcpy(w.pa[i].v, snap[i].v, w.pa[i].n * w.ms);
+		free(snap[i].p);
+		free(snap[i].m);
+		free(snap[i].v);
+	}
+	w.step = snap_step;
+	w.lr = snap_lr;
+	rc = tier_store_open(w.man, &sp, &w.s);
+	ck_assert_msg(rc == 0, "reopen: %s", tier_last_error());
+	rc = tier_optim_resume(w.s, NULL, &w.o);
+	ck_assert_msg(rc == 0, "resume: %s", tier_last_error());
+	ck_assert_uint_eq(tier_optim_step_count(w.o), 2);
+	for (int k = 2; k < (int)ARRAY_SIZE(k_lrs); k++) {
+		world_grads(&w);
+		step_and_check(&w, k, k_lrs[k]);
+	}
+	world_close(&w);
+}
+END_TEST
+
 START_TEST(gpu_optim_fill_failure)
 {
 	const struct gcase *c = &k_cases[k_fcases[_i].base];
@@ -667,6 +737,7 @@ static Suite *gpu_optim_suite(void)
 	tcase_add_loop_test(tc, gpu_optim_steps, 0, (int)ARRAY_SIZE(k_cases));
 	tcase_add_loop_test(tc, gpu_optim_overflow, 0, (int)ARRAY_SIZE(k_ocases));
 	tcase_add_loop_test(tc, gpu_optim_fill_failure, 0, (int)ARRAY_SIZE(k_fcases));
+	tcase_add_loop_test(tc, gpu_optim_checkpoint, 0, 2);
 	suite_add_tcase(s, tc);
 	return s;
 }
