@@ -9,7 +9,9 @@
  * the last second from a ring of earlier samples, and publishes the whole
  * struct tier_live_stats through the segment's seqlock.  Nothing on a hot
  * path waits for it: the counters it reads are kept anyway (store, NVMe
- * totals) or are relaxed atomic adds (per path, the feed).  What it copies
+ * totals) or are relaxed atomic adds (per path, the feed).  It also takes
+ * the NVMe tier's last commit (tier_store_committed), so a commit shows at
+ * the next publish.  What it copies
  * from the store's stats and from the feed follows from the counter lists
  * (the entries of src stats and feed).
  */
@@ -185,6 +187,16 @@ static void gather(struct live *l)
 	}
 	if (nvme) {
 		struct tier_nvme_stats ns;
+		struct tier_commit_info ci;
+
+		/* the last commit: a short hold of the tier's lock, like its
+		 * stats below (a commit in progress holds it to the end) */
+		if (tier_store_committed(l->store, &ci) == 0) {
+			o->commit_generation = ci.generation;
+			o->commit_time_ns = ci.time_ns;
+			o->commits_kept = ci.kept;
+			o->commit_oldest = ci.oldest;
+		}
 
 		tier_nvme_get_stats(nvme, &ns);
 		/* no more than the segment was sized for: what is published

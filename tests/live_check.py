@@ -8,6 +8,12 @@ runs it while the store is open).
       of --prometheus must be a valid sample of the text exposition format
       (and parse with prometheus_client when it is installed), and its
       samples must equal the same counters.
+  ... commit --pid PID --generation G [--kept K --oldest O --time-ns T]
+      the store's last commit as tier-stat shows it: --json
+      (commit_generation, commit_time_ns, commits_kept,
+      commit_oldest_generation), the report's "commit:" line, the list's
+      COMMIT column, and --prometheus (tierstore_commit_generation,
+      tierstore_last_commit_timestamp_seconds, ...); G 0: none.
   ... stale --pid PID --path SEGMENT
       a segment left by a dead process: listed as stale, refused by PID
       (exit 1), kept until --remove-stale, then gone.
@@ -182,6 +188,8 @@ def cmd_report(a):
     rc, out, err = run([str(a.pid)], a.tier_stat, a.dir)
     if rc != 0 or f"store '{exp['name']}'" not in out or "dram" not in out or "PATH" not in out:
         fail(f"report {a.pid}: exit {rc}: {out!r} {err.strip()}")
+    if exp.get("commit_generation") == 0 and not re.search(r"^commit: none$", out, re.M):
+        fail(f"report {a.pid}: no 'commit: none' line: {out!r}")
     rc, out, err = run([], a.tier_stat, a.dir)
     if rc != 0 or not re.search(rf"^{a.pid}\s+{re.escape(exp['name'])}\s.*running", out, re.M):
         fail(f"list: exit {rc}, our store not listed as running: {out!r}")
@@ -231,6 +239,56 @@ def cmd_report(a):
             fail(f"prometheus: family {fam} missing")
     print(f"checked {len(checks)} prometheus samples of {len(samples)}, "
           f"{len(types)} families")
+
+
+def cmd_commit(a):
+    gen = a.generation
+    rc, out, err = run(["--json", str(a.pid)], a.tier_stat, a.dir)
+    if rc != 0:
+        fail(f"--json {a.pid}: exit {rc}: {err.strip()}")
+        return
+    got = json.loads(out)
+    want = {"commit_generation": gen}
+    if gen:
+        want.update(commit_time_ns=a.time_ns, commits_kept=a.kept,
+                    commit_oldest_generation=a.oldest)
+    else:
+        want.update(commit_time_ns=0, commits_kept=0, commit_oldest_generation=0)
+    compare(want, got, "json")
+
+    rc, out, err = run([str(a.pid)], a.tier_stat, a.dir)
+    if gen:
+        m = re.search(rf"^commit: generation {gen}, (\d+\.\d) s ago "
+                      rf"\({a.kept} kept, oldest {a.oldest}\)$", out, re.M)
+        if rc != 0 or not m or float(m.group(1)) > 30:
+            fail(f"report {a.pid}: exit {rc}, no commit line for generation {gen}: {out!r}")
+    elif rc != 0 or not re.search(r"^commit: none$", out, re.M):
+        fail(f"report {a.pid}: exit {rc}, no 'commit: none' line: {out!r}")
+
+    rc, out, err = run([], a.tier_stat, a.dir)
+    lines = out.splitlines()
+    head = lines[0].split() if lines else []
+    row = [ln.split() for ln in lines[1:] if ln.split()[:1] == [str(a.pid)]]
+    if rc != 0 or "COMMIT" not in head or len(row) != 1 or \
+            row[0][head.index("COMMIT")] != (str(gen) if gen else "-"):
+        fail(f"list: exit {rc}, COMMIT column not {gen or '-'}: {out!r}")
+
+    rc, out, err = run(["--prometheus", str(a.pid)], a.tier_stat, a.dir)
+    if rc != 0:
+        fail(f"--prometheus: exit {rc}: {err.strip()}")
+        return
+    samples, types = parse_prometheus(out)
+    with_client(out)
+    base = {"pid": a.pid}
+    for name, v in (("tierstore_commit_generation", gen),
+                    ("tierstore_last_commit_timestamp_seconds", (a.time_ns or 0) * 1e-9 if gen else 0),
+                    ("tierstore_commits_kept", a.kept if gen else 0),
+                    ("tierstore_commit_oldest_generation", a.oldest if gen else 0)):
+        got_v = prom_value(samples, name, **base)
+        if types.get(name) != "gauge":
+            fail(f"prometheus: {name} is {types.get(name)!r}, not a gauge")
+        if got_v is None or not math.isclose(got_v, float(v), rel_tol=1e-15, abs_tol=0):
+            fail(f"prometheus: {name} = {got_v}, the store says {v}")
 
 
 def cmd_stale(a):
@@ -308,12 +366,19 @@ def main():
     r = sub.add_parser("report")
     r.add_argument("--pid", type=int, required=True)
     r.add_argument("--expect", required=True)
+    c = sub.add_parser("commit")
+    c.add_argument("--pid", type=int, required=True)
+    c.add_argument("--generation", type=int, required=True)
+    c.add_argument("--kept", type=int, default=0)
+    c.add_argument("--oldest", type=int, default=0)
+    c.add_argument("--time-ns", type=int, default=0)
     for name in ("stale", "refuse"):
         s = sub.add_parser(name)
         s.add_argument("--pid", type=int, required=True)
         s.add_argument("--path", required=True)
     a = ap.parse_args()
-    {"report": cmd_report, "stale": cmd_stale, "refuse": cmd_refuse}[a.cmd](a)
+    {"report": cmd_report, "commit": cmd_commit, "stale": cmd_stale,
+     "refuse": cmd_refuse}[a.cmd](a)
     if FAILS:
         print(f"{len(FAILS)} check(s) failed")
         return 1

@@ -30,6 +30,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/fault.h"
 #include "common/log.h"
@@ -430,7 +431,8 @@ START_TEST(tier_stat_matches_store)
 	f = fopen(path, "w");
 	ck_assert_ptr_nonnull(f);
 	fprintf(f, "{\"pid\":%ld,\"name\":\"%s\",\"path\":\"%s\",\"uid\":%llu,\"version\":%u,"
-		"\"stale\":false,\"objects\":%llu,\"stripe_unit\":%u,\"tiers\":{",
+		"\"stale\":false,\"objects\":%llu,\"commit_generation\":0,\"commit_time_ns\":0,"
+		"\"commits_kept\":0,\"commit_oldest_generation\":0,\"stripe_unit\":%u,\"tiers\":{",
 		(long)getpid(), w.name, tier_store_stats_path(w.s), U64(geteuid()), TIER_LIVE_VERSION,
 		U64(st.objects), ns.stripe_unit);
 	ck_assert(st.level[TIER_HBM].present);
@@ -729,6 +731,65 @@ START_TEST(stale_segment)
 }
 END_TEST
 
+/*
+ * The last commit in the segment: none before the first commit, then a
+ * store that commits twice shows generation 2, made a moment ago, 2 kept
+ * (keep_commits' default), the oldest 1; tier-stat shows it in the report,
+ * the list, --json and --prometheus (live_check.py commit).
+ */
+START_TEST(commit_published)
+{
+	struct tier_live_stats *live = calloc(1, sizeof(*live));
+	struct tier_store_params sp = world_params(0);
+	struct tier_commit_info ci;
+	struct tier_live *l;
+	struct world w;
+	uint64_t gen = 0, before, after;
+
+	ck_assert_ptr_nonnull(live);
+	memset(&w, 0, sizeof(w));
+	snprintf(w.name, sizeof(w.name), "committed");
+	w.man = world_manifest(w.name, 4 * MiB, true, 1);
+	sp.flags = 0; /* its files kept: commits need a store that is not scratch */
+	ck_assert_msg(tier_store_open(w.man, &sp, &w.s) == 0, "open: %s", tier_last_error());
+	ck_assert_int_eq(tier_store_publish_stats(w.s), 0);
+	ck_assert_int_eq(tier_live_open(tier_store_stats_path(w.s), &l), 0);
+	ck_assert_int_eq(tier_live_read(l, live), 0);
+	ck_assert_uint_eq(live->commit_generation, 0);
+	ck_assert_uint_eq(live->commit_time_ns, 0);
+	ck_assert_uint_eq(live->commits_kept, 0);
+	ck_assert_uint_eq(live->commit_oldest, 0);
+	ck_assert_int_eq(run_check("commit --pid %ld --generation 0", (long)getpid()), 0);
+
+	do_work(w.s, 3, 100 * KiB);
+	before = ts_wall_ns();
+	ck_assert_msg(tier_store_commit(w.s, NULL, 0, &gen) == 0, "commit: %s", tier_last_error());
+	ck_assert_uint_eq(gen, 1);
+	ck_assert_int_eq(tier_obj_write(w.s, tier_obj_find(w.s, "obj0"), 0, 5, "fresh"), 0);
+	ck_assert_msg(tier_store_commit(w.s, NULL, 0, &gen) == 0, "commit: %s", tier_last_error());
+	ck_assert_uint_eq(gen, 2);
+	after = ts_wall_ns();
+	ck_assert_int_eq(tier_store_committed(w.s, &ci), 0);
+
+	/* a publish now, then the publisher's own: both show it */
+	ck_assert_int_eq(tier_store_publish_stats(w.s), 0);
+	ck_assert_int_eq(tier_live_read(l, live), 0);
+	ck_assert_uint_eq(live->commit_generation, 2);
+	ck_assert_uint_eq(live->commit_time_ns, ci.time_ns);
+	ck_assert_msg(live->commit_time_ns >= before && live->commit_time_ns <= after,
+		      "commit time %llu not within [%llu, %llu]", U64(live->commit_time_ns), U64(before),
+		      U64(after));
+	ck_assert_uint_le(ts_wall_ns() - live->commit_time_ns, 5000000000ull);
+	ck_assert_uint_eq(live->commits_kept, 2);
+	ck_assert_uint_eq(live->commit_oldest, 1);
+	ck_assert_int_eq(run_check("commit --pid %ld --generation 2 --kept 2 --oldest 1 --time-ns %llu",
+				   (long)getpid(), U64(ci.time_ns)), 0);
+	tier_live_close(l);
+	world_close(&w);
+	free(live);
+}
+END_TEST
+
 /* Segments tier-stat must refuse with a clear message: another layout
  * version, another user's, a PID with no store, a bad PID. */
 START_TEST(refusals)
@@ -1007,6 +1068,7 @@ static Suite *live_suite(void)
 	tcase_add_test(tc, segment_create_fails);
 	tcase_add_loop_test(tc, stats_dir_full, 0, (int)ARRAY_SIZE(full_cases));
 	tcase_add_test(tc, tier_stat_matches_store);
+	tcase_add_test(tc, commit_published);
 	tcase_add_test(tc, stale_segment);
 	tcase_add_test(tc, refusals);
 	tcase_add_test(tc, payload_refusals);

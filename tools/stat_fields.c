@@ -106,7 +106,8 @@ const char *stat_prom_name(enum stat_group_id g, const struct stat_field *d, cha
 
 double stat_prom_value(const struct stat_field *d, const void *rec)
 {
-	return d->unit == STAT_U_ns ? double_at(d, rec) * 1e-9 : double_at(d, rec);
+	return d->unit == STAT_U_ns || d->unit == STAT_U_time ? double_at(d, rec) * 1e-9
+							       : double_at(d, rec);
 }
 
 /* ------------------------------------------------------------------ JSON */

@@ -74,7 +74,7 @@ const void *stat_group_rec(enum stat_group_id g, const struct tier_live_stats *s
 /* The Prometheus family of @d in group @g ("tierstore_tier_hits_total"). */
 const char *stat_prom_name(enum stat_group_id g, const struct stat_field *d, char *buf,
 			   size_t len);
-/* Its value in @rec, in the family's unit (seconds for ns). */
+/* Its value in @rec, in the family's unit (seconds for ns and time). */
 double stat_prom_value(const struct stat_field *d, const void *rec);
 
 /* The JSON members of @rec, a record of @g, each led by a comma unless

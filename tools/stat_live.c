@@ -288,21 +288,23 @@ static int print_list(const struct segs *ss, const char *dir)
 		printf("no running stores in %s\n", dir);
 		return 0;
 	}
-	printf("%-8s %-20s %-10s %-8s %-14s %s\n", "PID", "NAME", "UPTIME", "STEP", "STATE",
-	       "SEGMENT");
+	printf("%-8s %-20s %-10s %-8s %-8s %-14s %s\n", "PID", "NAME", "UPTIME", "STEP", "COMMIT",
+	       "STATE", "SEGMENT");
 	for (size_t i = 0; i < ss->n; i++) {
 		const struct seg *s = &ss->v[i];
 		const char *name = s->l ? s->info.name : "?";
-		char step[24] = "-", up[24] = "-";
+		char step[24] = "-", up[24] = "-", gen[24] = "-";
 
 		if (s->l && !s->stale && !s->rc) {
 			stat_fmt_uptime(s->st->uptime_ns, up, sizeof(up));
 			if (s->st->optim.present)
 				snprintf(step, sizeof(step), "%" PRIu64, s->st->optim.step);
+			if (s->st->commit_generation)
+				snprintf(gen, sizeof(gen), "%" PRIu64, s->st->commit_generation);
 		}
 		stale += s->stale;
-		printf("%-8ld %-20s %-10s %-8s %-14s %s\n", s->pid, *name ? name : "\"\"", up, step,
-		       seg_state(s, b1, sizeof(b1)), s->path);
+		printf("%-8ld %-20s %-10s %-8s %-8s %-14s %s\n", s->pid, *name ? name : "\"\"", up,
+		       step, gen, seg_state(s, b1, sizeof(b1)), s->path);
 	}
 	if (stale)
 		printf("%u stale segment%s (process gone): tier-stat --remove-stale removes %s\n", stale,
@@ -311,6 +313,29 @@ static int print_list(const struct segs *ss, const char *dir)
 }
 
 /* ---------------------------------------------------------------- report */
+
+/* The report's commit line: "generation 7, 3.2 s ago (2 kept, oldest 6)",
+ * or "none". */
+static void print_commit(const struct tier_live_stats *st)
+{
+	char b[32];
+	double age;
+
+	fputs("commit: ", stdout);
+	if (!st->commit_generation) {
+		fputs("none\n", stdout);
+		return;
+	}
+	age = (double)((int64_t)(realtime_ns() - st->commit_time_ns)) * 1e-9;
+	if (age < 0)
+		age = 0;
+	if (age < 60)
+		snprintf(b, sizeof(b), "%.1f s", age);
+	else
+		stat_fmt_uptime((uint64_t)(age * 1e9), b, sizeof(b));
+	printf("generation %" PRIu64 ", %s ago (%" PRIu64 " kept, oldest %" PRIu64 ")\n",
+	       st->commit_generation, b, st->commits_kept, st->commit_oldest);
+}
 
 static void print_report(const struct seg *s, const struct view *v)
 {
@@ -364,6 +389,7 @@ static void print_report(const struct seg *s, const struct view *v)
 	else
 		fputs("none", stdout);
 	putchar('\n');
+	print_commit(st);
 }
 
 /* ------------------------------------------------------------------ JSON */

@@ -12,21 +12,29 @@
  *   tier-stat --check [FILE]   validate a manifest (FILE, else $TIER_MANIFEST,
  *                              else the embedded default) and print the
  *                              effective configuration as YAML.
+ *   tier-stat --check-files PATH...  verify a closed store's backing files
+ *                              offline (tier_nvme_check_files): headers,
+ *                              commit slots, object tables, every stripe
+ *                              unit's crc32c; each finding, then a summary.
  *   tier-stat --print-default  print the embedded default manifest's text.
  *   tier-stat --options        print the options table (TIER_* variables).
  *   tier-stat --gpu-selftest [N]  run a kernel on GPU N and check the result.
  *
- * Exit status: 0 success; 1 an operational failure (no GPU, out of memory);
- * 2 a usage error or an invalid manifest, with every problem on stderr as
- * FILE:LINE:COL: message.
+ * Exit status: 0 success; 1 an operational failure (no GPU, out of memory),
+ * or --check-files found problems or could not read a file (or one is in
+ * use by a running store); 2 a usage error or an invalid manifest, with
+ * every problem on stderr as FILE:LINE:COL: message.
  */
 #include <errno.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "stat_fields.h"
 #include "stat_live.h"
 #include "tierstore.h"
 
@@ -43,6 +51,7 @@ static void usage(FILE *f)
 		"         --prometheus               Prometheus text exposition format\n"
 		"       tier-stat --remove-stale     remove the segments of processes that are gone\n"
 		"       tier-stat --check [FILE]     validate a manifest, print the effective configuration\n"
+		"       tier-stat --check-files PATH...  verify a closed store's backing files offline\n"
 		"       tier-stat --print-default    print the embedded default manifest\n"
 		"       tier-stat --options          print the options table (TIER_* environment)\n"
 		"       tier-stat --gpu-selftest [N] run a test kernel on CUDA device N (default 0)\n"
@@ -51,7 +60,8 @@ static void usage(FILE *f)
 		"With no FILE, --check uses $TIER_MANIFEST, else the embedded default.\n"
 		"Stores publish in $TIER_STATS_DIR, else /dev/shm. Exit status: 0 success,\n"
 		"1 no such store or an unreadable one (another user's, another version, stale),\n"
-		"2 usage error. See tier-stat(1).\n");
+		"or --check-files found problems or could not read a file, 2 usage error.\n"
+		"See tier-stat(1).\n");
 }
 
 static int do_check(const char *file)
@@ -78,6 +88,54 @@ static int do_check(const char *file)
 	return 0;
 }
 
+static void check_say(void *arg, bool problem, const char *line)
+{
+	(void)arg;
+	printf("%s%s\n", problem ? "PROBLEM: " : "", line);
+}
+
+/*
+ * --check-files: every finding on stdout (faults as "PROBLEM: ..."), then
+ * a summary line.  0 sound, 1 problems, or a file that cannot be checked
+ * (unreadable, not a store's, in use: said on stderr).
+ */
+static int do_check_files(char *const *files, int n)
+{
+	struct tier_nvme_check_report r;
+	char when[32] = "-", b[32];
+	int rc;
+
+	rc = tier_nvme_check_files((const char *const *)files, (size_t)n, check_say, NULL, &r);
+	fflush(stdout);
+	if (rc && rc != -EBADMSG) {
+		const char *msg = tier_last_error();
+
+		fprintf(stderr, "tier-stat: --check-files: %s\n", *msg ? msg : tier_strerror(rc));
+		return 1;
+	}
+	if (r.generation) {
+		time_t t = (time_t)(r.time_ns / 1000000000u);
+		struct tm tm;
+
+		strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", localtime_r(&t, &tm));
+	}
+	printf("store '%s' (%u file%s): ", r.store_name, r.npaths, r.npaths == 1 ? "" : "s");
+	if (r.generation)
+		printf("generation %" PRIu64 " (%s), %u of %u kept commit%s sound, ", r.generation,
+		       when, r.commits_ok, r.commits_kept, r.commits_kept == 1 ? "" : "s");
+	else
+		printf("%s, ", r.commits_kept || r.problems ? "no sound commit" : "no commit");
+	printf("%" PRIu64 " objects, %s; stripe units: %" PRIu64 " verified, %" PRIu64 " bad, %" PRIu64
+	       " unchecked; %s\n", r.objects, stat_fmt_bytes((double)r.data_bytes, b, sizeof(b)),
+	       r.units_checked, r.units_bad, r.units_unchecked,
+	       rc ? "PROBLEMS FOUND" : "sound");
+	if (fflush(stdout) != 0)
+		return 1;
+	if (rc)
+		fprintf(stderr, "tier-stat: %s\n", tier_last_error());
+	return rc ? 1 : 0;
+}
+
 static int do_print_default(void)
 {
 	char *text = NULL;
@@ -98,6 +156,7 @@ int main(int argc, char **argv)
 	enum { O_DIR = 1000, O_JSON, O_PROM, O_REMOVE };
 	static const struct option longopts[] = {
 		{ "check", no_argument, NULL, 'C' },
+		{ "check-files", no_argument, NULL, 'F' },
 		{ "print-default", no_argument, NULL, 'd' },
 		{ "options", no_argument, NULL, 'o' },
 		{ "gpu-selftest", no_argument, NULL, 'g' },
@@ -119,12 +178,13 @@ int main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "hw:c:", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'C':
+		case 'F':
 		case 'd':
 		case 'o':
 		case 'g':
 		case 'V':
 			if (mode && mode != c) {
-				fprintf(stderr, "tier-stat: choose one of --check, --print-default, --options, --gpu-selftest\n");
+				fprintf(stderr, "tier-stat: choose one of --check, --check-files, --print-default, --options, --gpu-selftest\n");
 				return EXIT_USAGE;
 			}
 			mode = c;
@@ -174,7 +234,7 @@ int main(int argc, char **argv)
 		}
 	}
 	if (mode && live_opt) {
-		fprintf(stderr, "tier-stat: -w, -c, --dir, --json, --prometheus and --remove-stale are for the live view, not with --check, --print-default, --options, --gpu-selftest or --version\n");
+		fprintf(stderr, "tier-stat: -w, -c, --dir, --json, --prometheus and --remove-stale are for the live view, not with --check, --check-files, --print-default, --options, --gpu-selftest or --version\n");
 		return EXIT_USAGE;
 	}
 	if (!mode) {
@@ -192,6 +252,13 @@ int main(int argc, char **argv)
 		}
 		la.target = optind < argc ? argv[optind] : NULL;
 		return stat_live_run(&la);
+	}
+	if (mode == 'F') {
+		if (optind >= argc) {
+			fprintf(stderr, "tier-stat: --check-files: name the backing files of a closed store\n");
+			return EXIT_USAGE;
+		}
+		return do_check_files(argv + optind, argc - optind);
 	}
 	if (mode != 'C' && mode != 'g' && optind < argc) {
 		fprintf(stderr, "tier-stat: unexpected argument '%s'\n", argv[optind]);

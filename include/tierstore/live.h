@@ -48,7 +48,8 @@ extern "C" {
  *   type   u64, double, or hist (uint64_t[TIER_LAT_BUCKETS], a latency
  *          histogram)
  *   unit   bytes, count, ns (a duration: shown in seconds), time (a clock
- *          reading in ns, shown as is), Bps (bytes per second), ratio,
+ *          reading in ns: as is in JSON, in seconds in Prometheus), Bps
+ *          (bytes per second), ratio,
  *          scalar, flag (0 or 1: a JSON boolean)
  *   kind   counter (only grows) or gauge: the Prometheus type; summary for
  *          a histogram
@@ -56,7 +57,8 @@ extern "C" {
  *          field of the same name), feed (the optimizer's feed, field of
  *          the same name), nvme (the path's field of the same name in struct
  *          tier_nvme_path_stats), pub (the
- *          publisher computes it: clocks, rates)
+ *          publisher computes it: clocks, rates, the last commit from
+ *          tier_store_committed)
  *   json   its key in tier-stat --json ("": none; a histogram gives
  *          KEY_p50_seconds and KEY_p99_seconds)
  *   prom   its Prometheus family after the group's prefix (tierstore_,
@@ -92,7 +94,16 @@ extern "C" {
 	X(publishes, u64, count, counter, pub, "publishes", "", NONE, \
 	  "This snapshot's number, from 1.") \
 	X(objects, u64, count, gauge, stats, "objects", "objects", \
-	  TXT(2, "  objects ", "", num), "Objects in the store.")
+	  TXT(2, "  objects ", "", num), "Objects in the store.") \
+	X(commit_generation, u64, count, gauge, pub, "commit_generation", "commit_generation", \
+	  NONE, "The last commit's generation (0: none, or no NVMe tier).") \
+	X(commit_time_ns, u64, time, gauge, pub, "commit_time_ns", \
+	  "last_commit_timestamp_seconds", NONE, \
+	  "When the last commit was made durable, CLOCK_REALTIME (0: none).") \
+	X(commits_kept, u64, count, gauge, pub, "commits_kept", "commits_kept", NONE, \
+	  "Commits kept in the backing files (generations to roll back to).") \
+	X(commit_oldest, u64, count, gauge, pub, "commit_oldest_generation", \
+	  "commit_oldest_generation", NONE, "The oldest kept commit's generation (0: none).")
 
 /* One level (struct tier_live_level); for NVMe, bytes_in is what was
  * written to the devices and bytes_out what was read from them. */
