@@ -241,7 +241,7 @@ static int check_commits(struct chk *c)
 		const struct ts_nvme_commit *cm = &s->c[i];
 		uint64_t dev = (cm->table_len + 4095) / 4096 * 4096;
 		char *buf = NULL, when[32], who[64];
-		const struct ts_nvme_table *t;
+		const struct ts_nvme_table *t = NULL;
 		struct units u = { c, NULL, false };
 		int rc;
 

@@ -780,9 +780,9 @@ static int reset_allocs(struct tier_nvme *t)
 static int load_commit(struct tier_nvme *t, const struct ts_nvme_commit *c, struct load *l)
 {
 	struct nvme_path *p0 = &t->paths[0];
-	const struct ts_nvme_table *h;
-	const struct ts_nvme_table_held *held;
-	const void *meta;
+	const struct ts_nvme_table *h = NULL;
+	const struct ts_nvme_table_held *held = NULL;
+	const void *meta = NULL;
 	char who[96];
 	uint64_t dev = nvme_round_up(c->table_len, p0->block);
 	char *buf = NULL;

@@ -643,6 +643,11 @@ int tier_nvme_file_remove_stale(const char *file)
 		rc = probe_header(fd, &st, file, &h);
 		if (rc == 0 && (h.flags & TIER_NVME_HDR_CLEAN))
 			rc = ts_err(-EINVAL, "%s: closed cleanly by its store; not stale", file);
+		else if (rc == 0 && !(h.flags & TIER_NVME_HDR_SCRATCH))
+			/* A named store's file may hold its last commit (a
+			 * checkpoint the crash left): never removed from here. */
+			rc = ts_err(-EPERM, "%s: left by store '%.64s', which was not a scratch store: it may hold that store's last commit; reopen the store to recover it, or remove the file by hand",
+				    file, h.store_name);
 		else if (rc == -EBADMSG)
 			rc = 0; /* ours, damaged: nothing in it can be used */
 	}

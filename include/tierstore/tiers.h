@@ -67,10 +67,11 @@ struct tier_nvme_file_info {
 TIER_API int tier_nvme_file_probe(const char *file, struct tier_nvme_file_info *out);
 
 /*
- * Removes @file if it is a stale backing file (STALE above), holding its
- * lock while it does.  0, -EBUSY (a store holds it), -EINVAL (it was
- * closed cleanly), or a refusal as tier_nvme_file_probe's; the detail
- * names @file.
+ * Removes @file if it is a stale backing file (STALE above) that a
+ * scratch store made, holding its lock while it does.  0, -EBUSY (a store
+ * holds it), -EINVAL (it was closed cleanly), -EPERM (a named store's: it
+ * may hold that store's last commit, so it is never removed here), or a
+ * refusal as tier_nvme_file_probe's; the detail names @file.
  */
 TIER_API int tier_nvme_file_remove_stale(const char *file);
 
