@@ -5,7 +5,9 @@
 # (--verify), NVMe is really used, and the timeline it writes (TIER_TRACE)
 # is valid with properly nested spans for every shard and stage
 # (tests/trace_check.py), and the mixed measurement and bound.  Before
-# that, tier-bench io --mix.  $1 is tier-bench, $2 trace_check.py.
+# that, tier-bench io --mix, and --checkpoint-every: its checkpoints and
+# full copy in the JSON, its sentence in the text, its refusals.  $1 is
+# tier-bench, $2 trace_check.py.
 set -u
 TB=$1
 CHECK=$2
@@ -111,6 +113,95 @@ case "$last" in
 "In short: a step took "*" of what the "*" allows: the run was "*-bound*) ;;
 *) echo "FAIL: the text report's last line: $last"; exit 1 ;;
 esac
+
+# --checkpoint-every 2: a checkpoint after steps 2 and 4, each timed and
+# writing dirty bytes home; one full copy of the state (its safetensors file
+# at least the state's bytes, removed again); the results unchanged
+# (--verify).
+if ! "$TB" step --manifest "$T/m.yaml" --params 2000000 --steps 4 --checkpoint-every 2 \
+	--io-size 8MiB --io-passes 1 --update-runs 1 --verify --json --no-progress \
+	>"$T/ckpt.json" 2>"$T/err"; then
+	echo "FAIL: tier-bench step --checkpoint-every 2 exited $?"; sed 's/^/  /' "$T/err"
+	exit 1
+fi
+python3 - "$T/ckpt.json" 4 2 <<'PY' || exit 1
+import json, sys
+r = json.load(open(sys.argv[1]))
+steps, every = int(sys.argv[2]), int(sys.argv[3])
+c = r.get("checkpoints")
+fails = []
+def want(cond, what):
+    if not cond:
+        fails.append(what)
+want(r.get("verified") is True, "state not verified bit for bit with checkpoints")
+want(isinstance(c, dict), "no checkpoints part: %r" % c)
+if isinstance(c, dict):
+    want(c["every"] == every, "every %r" % c["every"])
+    want(c["count"] == steps // every, "count %r, not %d" % (c["count"], steps // every))
+    want(c["after_step"] == list(range(every, steps + 1, every)), "after_step %r" % c["after_step"])
+    want(len(c["s"]) == c["count"] and all(t > 0 for t in c["s"]), "checkpoint times %r" % c["s"])
+    want(c["median_s"] > 0 and c["max_s"] >= c["median_s"] and c["max_s"] == max(round(t, 6) for t in c["s"]),
+         "median %r, max %r of %r" % (c["median_s"], c["max_s"], c["s"]))
+    want(all(b > 0 for b in c["dirty_bytes"]), "dirty bytes written %r" % c["dirty_bytes"])
+    want(all(b > 0 for b in c["table_bytes"]), "table bytes %r" % c["table_bytes"])
+    want(c["generation"] == sorted(set(c["generation"])) and c["generation"][0] >= 1,
+         "generations %r" % c["generation"])
+    want(c["write_GBps"] > 0 and abs(c["write_GBps"] - r["write_GBps"]) < 1e-3,
+         "write rate %r, the run's %r" % (c["write_GBps"], r["write_GBps"]))
+    want(abs(c["predicted_s"] - c["median_dirty_bytes"] / (c["write_GBps"] * 1e9)) <= 1e-3 * c["predicted_s"] + 1e-6,
+         "predicted_s %r for %r bytes" % (c["predicted_s"], c["median_dirty_bytes"]))
+    want(abs(c["overhead_s"] - (c["median_s"] - c["predicted_s"])) <= 2e-6, "overhead_s %r" % c["overhead_s"])
+    want(c["full_copy_s"] > 0, "full copy time %r" % c["full_copy_s"])
+    want(c["full_copy_bytes"] >= r["state_bytes"], "full copy %r bytes for a state of %r"
+         % (c["full_copy_bytes"], r["state_bytes"]))
+    want(abs(c["ratio"] - c["median_s"] / c["full_copy_s"]) <= 1e-3 * c["ratio"] + 1e-5, "ratio %r" % c["ratio"])
+    want(c["step_s_alone"] == r["step_s"], "step_s_alone %r, step_s %r" % (c["step_s_alone"], r["step_s"]))
+    want(c["step_s_with"] > c["step_s_alone"] and c["amortized_step_s_with"] > c["amortized_step_s_alone"],
+         "step time with checkpoints %r / %r, alone %r / %r" % (c["step_s_with"], c["amortized_step_s_with"],
+                                                            c["step_s_alone"], c["amortized_step_s_alone"]))
+for f in fails:
+    print("FAIL: --checkpoint-every:", f)
+sys.exit(1 if fails else 0)
+PY
+if ls "$T"/*.safetensors* >/dev/null 2>&1; then
+	echo "FAIL: --checkpoint-every left its full copy behind:"; ls "$T"
+	exit 1
+fi
+# The text report says what a checkpoint cost in one sentence (before the
+# "In short:" line, still the last).
+"$TB" step --manifest "$T/m.yaml" --params 300000 --steps 2 --checkpoint-every 1 \
+	--io-size 8MiB --io-passes 1 --update-runs 1 --no-progress >"$T/ckpt.out" 2>"$T/err"
+if ! grep -q "^A checkpoint took .* of dirty state at the measured .* GB/s is .*, so the commit itself .*; a full copy of the .* state took .* (.*x)\.$" "$T/ckpt.out"; then
+	echo "FAIL: no checkpoint sentence in the text report:"; sed 's/^/  /' "$T/ckpt.out" "$T/err"
+	exit 1
+fi
+case "$(tail -n 1 "$T/ckpt.out")" in
+"In short: "*) ;;
+*) echo "FAIL: the text report with checkpoints does not end with 'In short:'"; exit 1 ;;
+esac
+# Refused: a K that is not a positive integer, and a manifest without NVMe.
+for bad in 0 x; do
+	"$TB" step --manifest "$T/m.yaml" --params 300000 --checkpoint-every "$bad" >/dev/null 2>"$T/err"
+	rc=$?
+	if [ "$rc" -ne 2 ] || ! grep -q "bad --checkpoint-every '$bad'" "$T/err"; then
+		echo "FAIL: tier-bench step --checkpoint-every $bad: exit $rc"; sed 's/^/  /' "$T/err"
+		exit 1
+	fi
+done
+cat >"$T/no-nvme.yaml" <<YAML
+version: 1
+name: no-nvme
+gpu:
+  device: none
+dram:
+  capacity: 8MiB
+YAML
+"$TB" step --manifest "$T/no-nvme.yaml" --params 300000 --checkpoint-every 2 >/dev/null 2>"$T/err"
+rc=$?
+if [ "$rc" -ne 2 ] || ! grep -q "checkpoint-every needs an NVMe tier" "$T/err"; then
+	echo "FAIL: tier-bench step --checkpoint-every without NVMe: exit $rc"; sed 's/^/  /' "$T/err"
+	exit 1
+fi
 
 STEPS=3
 if ! TIER_TRACE="$T/trace.json" "$TB" step --manifest "$T/m.yaml" --params 2000000 \

@@ -31,6 +31,18 @@
  * other (efficiency above 1 shows it) gets a tighter floor from that:
  * mixed bound = max(step bytes / mixed rate, update time), reported beside
  * the bound with its own efficiency.
+ *
+ * --checkpoint-every K makes the optimizer's state durable after every
+ * K-th step (tier_optim_checkpoint: the dirty shards written home, then a
+ * store commit: an object table and two fdatasyncs, no copy of the state,
+ * the NVMe tier copying on write) and measures each checkpoint: its wall
+ * time, the NVMe tier's bytes written during it (the dirty bytes it had to
+ * write home) and its commit's table bytes.  After the steps, one full
+ * copy of the state (tier_optim_export, a safetensors file next to the
+ * first NVMe backing file, removed again) is timed for comparison.  The
+ * report predicts a checkpoint's time as its dirty bytes at the write rate
+ * measured in this run; what it took beyond that is the commit itself.
+ * The steps' results are the same with checkpoints (--verify holds).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -104,7 +116,7 @@ static void step_usage(FILE *f)
 		   "                       [--copy-out none|bf16|fp16|fp32] [--threads T] [--shard-size BYTES]\n"
 		   "                       [--hbm-capacity BYTES] [--hbm-bandwidth BYTES/s] [--io-size BYTES]\n"
 		   "                       [--io-passes P] [--update-runs R] [--verify]\n"
-		   "                       [--progress|--no-progress]\n"
+		   "                       [--checkpoint-every K] [--progress|--no-progress]\n"
 		   "  --manifest          the node (default: $TIER_MANIFEST, else the embedded default)\n"
 		   "  --params            elements of the model (default: the state is 2x the DRAM tier;\n"
 		   "                      K/M/G suffixes are binary)\n"
@@ -130,6 +142,11 @@ static void step_usage(FILE *f)
 		   "  --update-runs       timed passes of the in-memory update (default 3)\n"
 		   "  --verify            after the steps, compare every parameter's state and copy\n"
 		   "                      with tier_adam_step run in memory (bit for bit)\n"
+		   "  --checkpoint-every  after every K-th step a durable checkpoint\n"
+		   "                      (tier_optim_checkpoint), timed, with the dirty bytes it\n"
+		   "                      wrote home; after the steps one full copy of the state\n"
+		   "                      (tier_optim_export next to the NVMe files, then removed)\n"
+		   "                      for comparison (default 0: none; needs an NVMe tier)\n"
 		   "Without a GPU in the manifest, the HBM tier is the emulated \"host\" backend when\n"
 		   "asked for (an offload fraction below 1, or --hbm-capacity; its updates then run\n"
 		   "on the CPU too), else there is none and \"auto\" updates everything on the CPU.\n"
@@ -283,7 +300,13 @@ static int step_setup(const struct step_opts *o, const struct tier_manifest *m,
 	struct tier_optim_info oi;
 	int ret;
 
-	if ((ret = step_setup_store(o, m, su)) || (ret = step_optim_probe(o, m, su, &oi)))
+	if ((ret = step_setup_store(o, m, su)))
+		return ret;
+	if (o->checkpoint_every && !su->have_nvme)
+		return bench_bad_usage(&step_cmd, "--checkpoint-every needs an NVMe tier, and the"
+				       " manifest %s has none (a checkpoint commits the NVMe"
+				       " tier)", su->source);
+	if ((ret = step_optim_probe(o, m, su, &oi)))
 		return ret;
 	su->moments = oi.moment_dtype;
 	su->bpe = oi.bytes_per_elem;
@@ -335,7 +358,7 @@ static int step_setup(const struct step_opts *o, const struct tier_manifest *m,
 enum {
 	O_MANIFEST = 256, O_PARAMS, O_STEPS, O_DRAM, O_OFFLOAD, O_MOMENTS, O_JSON, O_COPY_OUT,
 	O_THREADS, O_SHARD, O_HBM_CAP, O_HBM_BW, O_IO_SIZE, O_IO_PASSES, O_UPDATE_RUNS, O_VERIFY,
-	O_PROGRESS, O_NO_PROGRESS,
+	O_PROGRESS, O_NO_PROGRESS, O_CKPT_EVERY,
 };
 
 /* --manifest, --offload-fraction, --hbm-bandwidth, --progress and
@@ -399,6 +422,8 @@ int cmd_step(int argc, char **argv)
 			  "(1 to " BENCH_STR(BENCH_IO_MAX_PASSES) ")"),
 		BENCH_NUM(O_UPDATE_RUNS, "update-runs", &o.update_runs, 1, 1000, "(1 to 1000)"),
 		BENCH_FLAG(O_VERIFY, "verify", &o.verify),
+		BENCH_NUM(O_CKPT_EVERY, "checkpoint-every", &o.checkpoint_every, 1, 100000,
+			  "(a positive number of steps, 1 to 100000)"),
 		BENCH_OTHER(O_PROGRESS, "progress", no_argument),
 		BENCH_OTHER(O_NO_PROGRESS, "no-progress", no_argument),
 	};

@@ -5,8 +5,9 @@
  * manifest's values and the optimizer's, read from the library);
  * bench_step_measure.c: the bound's measurements (NVMe bandwidth, the
  * in-memory update) and the bounds; bench_step_run.c: the store, the
- * optimizer, the model, the steps and --verify; bench_step_report.c: the
- * figures, as text or JSON.
+ * optimizer, the model, the steps, the checkpoints (--checkpoint-every)
+ * and the full copy they are compared with, and --verify;
+ * bench_step_report.c: the figures, as text or JSON.
  */
 #ifndef TIER_BENCH_STEP_H
 #define TIER_BENCH_STEP_H
@@ -30,6 +31,7 @@ struct step_opts {
 	double hbm_bandwidth;
 	uint64_t io_size, io_passes;
 	uint64_t update_runs;
+	uint64_t checkpoint_every; /* tier_optim_checkpoint after every K-th step; 0: none */
 	bool json, verify;
 	int progress;           /* -1 auto, 0 off */
 };
@@ -64,6 +66,12 @@ struct step_record {
 	struct tier_step_result res;
 	double wall_s;                        /* begin to end, measured here */
 	uint64_t tier_read, tier_written;     /* NVMe tier counters over the step */
+	/* --checkpoint-every: the checkpoint after this step, if one */
+	bool ckpt;
+	double ckpt_s;                        /* tier_optim_checkpoint's wall time */
+	uint64_t ckpt_written;                /* NVMe tier bytes written during it */
+	uint64_t ckpt_table;                  /* its commit's object table (bytes) */
+	uint64_t ckpt_gen;                    /* its commit's generation */
 };
 
 /* ----------------------------------------------- bench_step.c: helpers */
@@ -152,6 +160,10 @@ void step_bytes(const struct step_opts *o, const struct step_record *rec, double
 struct step_store_summary {
 	bool has_hbm;
 	struct tier_store_stats ss;   /* after the steps */
+	/* --checkpoint-every: the one full copy of the state after the steps
+	 * (tier_optim_export next to the NVMe backing files), for comparison */
+	double export_s;
+	uint64_t export_bytes;        /* the safetensors file's size */
 };
 
 void step_report(const struct step_opts *o, const struct step_setup *su,

@@ -1,8 +1,11 @@
 /*
  * bench_step_report.c - the output of `tier-bench step`: the medians over
  * the steps counted (the first, warm-up step left out with 3 steps or
- * more), the stall shares, and the report as a table or one JSON object
- * (docs/optimizer.md#tier-bench-step lists every key).
+ * more), the stall shares, the checkpoints of --checkpoint-every (their
+ * times against the prediction from the dirty bytes at the measured write
+ * rate, the full copy, the step time with them), and the report as a
+ * table or one JSON object (docs/optimizer.md#tier-bench-step lists every
+ * key).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -111,6 +114,65 @@ static void step_figs(const struct step_opts *o, const struct step_setup *su,
 	f->hbm = !has_hbm ? "none" : su->hbm_backend ? su->hbm_backend : "cuda";
 }
 
+/* The checkpoints' figures (--checkpoint-every). */
+struct ckpt_figs {
+	uint64_t n;                       /* checkpoints */
+	double med_s, max_s;              /* over all of them */
+	double med_written, med_table;    /* bytes: NVMe tier written, object table */
+	double write_Bps;                 /* the NVMe write rate measured in this run */
+	double pred_s, overhead_s;        /* med_written / write_Bps; med_s - pred_s */
+	double ratio;                     /* med_s / the full copy's time */
+	/* Over the steps counted: the median step time with the checkpoint
+	 * added to the step it follows, and without; the mean (amortized)
+	 * likewise. */
+	double step_with_s, step_alone_s, amort_with_s, amort_alone_s;
+};
+
+static double get_step_ckpt(const struct step_record *r)
+{
+	return r->res.step_s + (r->ckpt ? r->ckpt_s : 0);
+}
+
+static void ckpt_figs(const struct step_opts *o, const struct step_nvme *nv,
+		      const struct step_store_summary *st, const struct step_record *rec,
+		      uint64_t first, struct ckpt_figs *c)
+{
+	double *t = calloc(o->steps, sizeof(*t)), *w = calloc(o->steps, sizeof(*w));
+	double *tb = calloc(o->steps, sizeof(*tb)), sum_step = 0, sum_ckpt = 0;
+
+	*c = (struct ckpt_figs){ 0 };
+	for (uint64_t k = 0; k < o->steps && t && w && tb; k++) {
+		if (!rec[k].ckpt)
+			continue;
+		t[c->n] = rec[k].ckpt_s;
+		w[c->n] = (double)rec[k].ckpt_written;
+		tb[c->n++] = (double)rec[k].ckpt_table;
+	}
+	if (c->n) {
+		c->med_s = median(t, c->n);
+		c->max_s = t[0];
+		for (uint64_t i = 1; i < c->n; i++)
+			c->max_s = t[i] > c->max_s ? t[i] : c->max_s;
+		c->med_written = median(w, c->n);
+		c->med_table = median(tb, c->n);
+	}
+	c->write_Bps = nv->write_Bps;
+	c->pred_s = c->write_Bps > 0 ? c->med_written / c->write_Bps : 0;
+	c->overhead_s = c->med_s - c->pred_s;
+	c->ratio = st->export_s > 0 ? c->med_s / st->export_s : 0;
+	for (uint64_t k = first; k < o->steps; k++) {
+		sum_step += rec[k].res.step_s;
+		sum_ckpt += rec[k].ckpt ? rec[k].ckpt_s : 0;
+	}
+	c->step_with_s = med_of(rec, first, o->steps, get_step_ckpt);
+	c->step_alone_s = med_of(rec, first, o->steps, get_step);
+	c->amort_with_s = (sum_step + sum_ckpt) / (double)(o->steps - first);
+	c->amort_alone_s = sum_step / (double)(o->steps - first);
+	free(t);
+	free(w);
+	free(tb);
+}
+
 /* ---------------------------------------------------------------- JSON */
 
 /* A JSON string: quotes, backslashes and control characters escaped. */
@@ -174,10 +236,55 @@ static void print_json_bound(const struct step_setup *su, const struct step_nvme
 	}
 }
 
+/* "checkpoints": the figures and each checkpoint, or null without
+ * --checkpoint-every. */
+static void print_json_ckpt(const struct step_opts *o, const struct step_record *rec,
+			    const struct step_store_summary *st, const struct ckpt_figs *c)
+{
+	static const char *const keys[] = { "after_step", "s", "dirty_bytes", "table_bytes",
+					     "generation" };
+
+	if (!o->checkpoint_every) {
+		printf(", \"checkpoints\": null");
+		return;
+	}
+	printf(", \"checkpoints\": {\"every\": %" PRIu64 ", \"count\": %" PRIu64
+	       ", \"median_s\": %.6f, \"max_s\": %.6f, \"median_dirty_bytes\": %.0f"
+	       ", \"median_table_bytes\": %.0f, \"write_GBps\": %.4f, \"predicted_s\": %.6f"
+	       ", \"overhead_s\": %.6f, \"full_copy_s\": %.6f, \"full_copy_bytes\": %" PRIu64
+	       ", \"ratio\": %.6f, \"step_s_with\": %.6f, \"step_s_alone\": %.6f"
+	       ", \"amortized_step_s_with\": %.6f, \"amortized_step_s_alone\": %.6f",
+	       o->checkpoint_every, c->n, c->med_s, c->max_s, c->med_written, c->med_table,
+	       c->write_Bps * 1e-9, c->pred_s, c->overhead_s, st->export_s, st->export_bytes,
+	       c->ratio, c->step_with_s, c->step_alone_s, c->amort_with_s, c->amort_alone_s);
+	for (size_t a = 0; a < sizeof(keys) / sizeof(keys[0]); a++) {
+		bool any = false;
+
+		printf(", \"%s\": [", keys[a]);
+		for (uint64_t k = 0; k < o->steps; k++) {
+			const struct step_record *r = &rec[k];
+
+			if (!r->ckpt)
+				continue;
+			printf("%s", any ? ", " : "");
+			any = true;
+			switch (a) {
+			case 0: printf("%" PRIu64, k + 1); break;
+			case 1: printf("%.9g", r->ckpt_s); break;
+			case 2: printf("%" PRIu64, r->ckpt_written); break;
+			case 3: printf("%" PRIu64, r->ckpt_table); break;
+			default: printf("%" PRIu64, r->ckpt_gen); break;
+			}
+		}
+		printf("]");
+	}
+	printf("}");
+}
+
 static void print_json(const struct step_opts *o, const struct step_setup *su,
 		       const struct step_record *rec, const struct step_nvme *nv,
 		       const struct step_bound *b, const struct step_store_summary *st,
-		       const struct step_figs *f)
+		       const struct step_figs *f, const struct ckpt_figs *c)
 {
 	bool emulated = st->has_hbm && su->hbm_backend;
 
@@ -196,6 +303,7 @@ static void print_json(const struct step_opts *o, const struct step_setup *su,
 	       emulated ? su->hbm_capacity : 0, emulated ? o->hbm_bandwidth : 0.0,
 	       su->offload_text, su->threads, tier_adam_isa());
 	print_json_str(su->source);
+	print_json_ckpt(o, rec, st, c);
 	printf(", \"cpu_fraction\": %.4f, \"cpu_shards\": %u, \"gpu_shards\": %u"
 	       ", \"h2d_bytes_per_step\": %.0f, \"d2h_bytes_per_step\": %.0f"
 	       ", \"dram_hits\": %" PRIu64 ", \"dram_misses\": %" PRIu64
@@ -259,6 +367,69 @@ static void print_text_setup(const struct step_opts *o, const struct step_setup 
 	       o->update_runs);
 }
 
+/* "12 ms", "3.4 ms", "1.25 s" (negative: its magnitude). */
+static const char *ms_text(double s, char *buf, size_t len)
+{
+	double a = s < 0 ? -s : s;
+
+	if (a >= 10)
+		snprintf(buf, len, "%.1f s", a);
+	else if (a >= 1)
+		snprintf(buf, len, "%.2f s", a);
+	else if (a >= 0.01)
+		snprintf(buf, len, "%.0f ms", a * 1e3);
+	else
+		snprintf(buf, len, "%.1f ms", a * 1e3);
+	return buf;
+}
+
+/* The checkpoints' lines of the table. */
+static void print_text_ckpt(const struct step_opts *o, const struct step_store_summary *st,
+			    const struct ckpt_figs *c)
+{
+	char a[32], b[32];
+
+	printf("  %-20s %" PRIu64 " (after every %" PRIu64 " steps: tier_optim_checkpoint)\n",
+	       "checkpoints", c->n, o->checkpoint_every);
+	printf("  %-20s %10.4f s   median (max %.4f s)\n", "checkpoint time", c->med_s, c->max_s);
+	printf("  %-20s %.0f B (%s) median written home; object table %.0f B\n",
+	       "checkpoint writes", c->med_written, human((uint64_t)c->med_written, a, sizeof(a)),
+	       c->med_table);
+	printf("  %-20s %10.4f s   the dirty bytes at the write rate measured in this run"
+	       " (%.3f GB/s)\n", "checkpoint predicted", c->pred_s, c->write_Bps * 1e-9);
+	printf("  %-20s %10.4f s   median time - prediction (the commit: table and syncs)\n",
+	       "checkpoint overhead", c->overhead_s);
+	printf("  %-20s %10.4f s   %" PRIu64 " B (%s, tier_optim_export); checkpoint / full"
+	       " copy %.4f\n", "full copy", st->export_s, st->export_bytes,
+	       human(st->export_bytes, b, sizeof(b)), c->ratio);
+	printf("  %-20s %10.4f s   median with the checkpoint added to the step it follows"
+	       " (%.4f s alone); mean %.4f s (%.4f s alone)\n", "step + checkpoint",
+	       c->step_with_s, c->step_alone_s, c->amort_with_s, c->amort_alone_s);
+}
+
+/* What a checkpoint costs, in one plain sentence. */
+static void print_ckpt_summary(const struct step_setup *su, const struct step_store_summary *st,
+			       const struct ckpt_figs *c)
+{
+	char t[32], d[32], p[32], ov[32], sb[32], ft[32], commit[160];
+	double ratio = c->med_s > 0 ? st->export_s / c->med_s : 0;
+
+	human((uint64_t)c->med_written, d, sizeof(d));
+	ms_text(c->med_s, t, sizeof(t));
+	ms_text(c->pred_s, p, sizeof(p));
+	ms_text(c->overhead_s, ov, sizeof(ov));
+	human(su->state_bytes, sb, sizeof(sb));
+	ms_text(st->export_s, ft, sizeof(ft));
+	if (c->overhead_s >= 0)
+		snprintf(commit, sizeof(commit), "so the commit itself added %s", ov);
+	else
+		snprintf(commit, sizeof(commit), "so the commit itself was lost in the noise (the"
+			 " checkpoint took %s less)", ov);
+	printf("A checkpoint took %s: %s of dirty state at the measured %.1f GB/s is %s, %s;"
+	       " a full copy of the %s state took %s (%.*fx).\n", t, d, c->write_Bps * 1e-9, p,
+	       commit, sb, ft, ratio < 10 ? 1 : 0, ratio);
+}
+
 /* The last line: what the efficiency means, in one plain sentence. */
 static void print_summary(const struct step_bound *b, const struct step_figs *f)
 {
@@ -277,7 +448,7 @@ static void print_summary(const struct step_bound *b, const struct step_figs *f)
 static void print_text(const struct step_opts *o, const struct step_setup *su,
 		       const struct step_record *rec, const struct step_nvme *nv,
 		       const struct step_bound *b, const struct step_store_summary *st,
-		       const struct step_figs *f)
+		       const struct step_figs *f, const struct ckpt_figs *c)
 {
 	char c1[32], c2[32];
 
@@ -307,19 +478,27 @@ static void print_text(const struct step_opts *o, const struct step_setup *su,
 	printf("  %-20s cpu_fraction %.3f (last step: %u shards on the CPU, %u on the"
 	       " HBM tier)\n", "CPU/GPU split", f->cpu, f->last->cpu_shards, f->last->gpu_shards);
 	printf("  %-20s h2d %.0f B, d2h %.0f B\n", "HBM per step", f->h2d, f->d2h);
+	if (o->checkpoint_every)
+		print_text_ckpt(o, st, c);
 	printf("  %4s %9s %9s %9s %14s %14s %6s %14s %14s\n", "step", "step_s", "wall_s",
 	       "stall_s", "nvme_read", "nvme_write", "cpu", "h2d", "d2h");
 	for (uint64_t k = 0; k < o->steps; k++) {
 		const struct tier_step_result *r = &rec[k].res;
 
 		printf("  %4" PRIu64 " %9.4f %9.4f %9.4f %14" PRIu64 " %14" PRIu64
-		       " %6.3f %14" PRIu64 " %14" PRIu64 "%s\n", k + 1, r->step_s,
+		       " %6.3f %14" PRIu64 " %14" PRIu64 "%s", k + 1, r->step_s,
 		       rec[k].wall_s, r->stall_s, r->nvme_read_bytes, r->nvme_write_bytes,
 		       r->cpu_fraction, r->h2d_bytes, r->d2h_bytes, r->applied ? "" : "  skipped");
+		if (rec[k].ckpt)
+			printf("  checkpoint %.4f s, %" PRIu64 " B written", rec[k].ckpt_s,
+			       rec[k].ckpt_written);
+		printf("\n");
 	}
 	if (o->verify)
 		printf("  every parameter's state and copy-out equal tier_adam_step in"
-		       " memory, bit for bit\n");
+		       " memory, bit for bit%s\n", o->checkpoint_every ? " (checkpoints taken)" : "");
+	if (o->checkpoint_every)
+		print_ckpt_summary(su, st, c);
 	print_summary(b, f);
 }
 
@@ -328,10 +507,12 @@ void step_report(const struct step_opts *o, const struct step_setup *su,
 		 const struct step_bound *b, const struct step_store_summary *st)
 {
 	struct step_figs f;
+	struct ckpt_figs c;
 
 	step_figs(o, su, rec, st->has_hbm, &f);
+	ckpt_figs(o, nv, st, rec, f.first, &c);
 	if (o->json)
-		print_json(o, su, rec, nv, b, st, &f);
+		print_json(o, su, rec, nv, b, st, &f, &c);
 	else
-		print_text(o, su, rec, nv, b, st, &f);
+		print_text(o, su, rec, nv, b, st, &f, &c);
 }

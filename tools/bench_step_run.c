@@ -2,8 +2,11 @@
  * bench_step_run.c - the run of `tier-bench step`: the measurements before
  * the steps (bench_step_measure.c), the store and the optimizer, the
  * synthetic model, the steps (the streaming form, pushes in reverse order
- * as backward produces them), --verify against tier_adam_step in memory,
- * the measurement after the steps, and the report (bench_step_report.c).
+ * as backward produces them), the checkpoints of --checkpoint-every (after
+ * every K-th step, timed, with the NVMe bytes they wrote) and the one full
+ * copy they are compared with (tier_optim_export after the steps), --verify
+ * against tier_adam_step in memory, the measurement after the steps, and
+ * the report (bench_step_report.c).
  * Also the probe: the same store and optimizer opened once before all
  * that, to ask the optimizer what it resolved (tier_optim_info).
  */
@@ -13,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "bench_step.h"
 
@@ -242,7 +247,48 @@ static int step_one(const struct step_opts *o, struct step_model *sm, uint64_t k
 	return 0;
 }
 
-/* The steps, each one's NVMe tier counters, the store's after them. */
+/*
+ * The checkpoint after step @k (--checkpoint-every): tier_optim_checkpoint
+ * timed, the NVMe tier's bytes written during it (the dirty bytes it wrote
+ * home, and its object table), its commit's table bytes.  0, or 1.
+ */
+static int step_checkpoint(struct step_model *sm, uint64_t k, struct step_record *r)
+{
+	struct tier_commit_info ci;
+	uint64_t rd0, wr0, rd, wr, t0, gen = 0;
+	char what[160];
+	int rc;
+
+	nvme_counters(sm->s, &rd0, &wr0);
+	t0 = now_ns();
+	rc = tier_optim_checkpoint(sm->opt, &gen);
+	r->ckpt_s = (double)(now_ns() - t0) * 1e-9;
+	if (rc) {
+		snprintf(what, sizeof(what), "checkpoint after step %" PRIu64, k + 1);
+		return step_fail(what, rc);
+	}
+	nvme_counters(sm->s, &rd, &wr);
+	rc = tier_store_committed(sm->s, &ci);
+	if (rc) {
+		snprintf(what, sizeof(what), "checkpoint after step %" PRIu64 ": the store's last"
+			 " commit", k + 1);
+		return step_fail(what, rc);
+	}
+	if (ci.generation != gen) {
+		fprintf(stderr, STEP_WHO ": checkpoint after step %" PRIu64 ": the store's last"
+			" commit is generation %" PRIu64 ", the checkpoint's %" PRIu64 "\n", k + 1,
+			ci.generation, gen);
+		return 1;
+	}
+	r->ckpt = true;
+	r->ckpt_written = wr - wr0;
+	r->ckpt_table = ci.table_bytes;
+	r->ckpt_gen = gen;
+	return 0;
+}
+
+/* The steps (and checkpoints), each one's NVMe tier counters, the store's
+ * after them. */
 static int step_steps(const struct step_opts *o, struct step_model *sm,
 		      struct step_record *rec, struct progress *pg)
 {
@@ -262,8 +308,68 @@ static int step_steps(const struct step_opts *o, struct step_model *sm,
 		if (!rec[k].res.applied)
 			fprintf(stderr, STEP_WHO ": warning: step %" PRIu64 " was skipped (the optimizer"
 				" found an inf or nan gradient)\n", k + 1);
+		if (o->checkpoint_every && (k + 1) % o->checkpoint_every == 0) {
+			if (step_checkpoint(sm, k, &rec[k]))
+				return 1;
+			if (!pg->tty)
+				progress_note(pg, "checkpoint after step %" PRIu64 ": %.3f s, %" PRIu64
+					      " bytes written", k + 1, rec[k].ckpt_s, rec[k].ckpt_written);
+			/* the next step's counters start after the checkpoint */
+			nvme_counters(sm->s, &rd0, &wr0);
+		}
 	}
 	tier_store_get_stats(sm->s, &sm->st.ss);
+	return 0;
+}
+
+/*
+ * The one full copy of the state the checkpoints are compared with:
+ * tier_optim_export to a safetensors file in the folder of the first NVMe
+ * backing file (the same disk), timed, its size taken, then removed.  0,
+ * or 1 after a message.
+ */
+static int step_export(const struct tier_manifest *m, struct step_model *sm,
+		       struct progress *pg)
+{
+	struct tier_manifest_path mp;
+	char path[4096], what[4200];
+	const char *slash;
+	struct stat stb;
+	uint64_t t0;
+	int rc, n;
+
+	rc = tier_manifest_path(m, 0, &mp);
+	if (rc)
+		return step_fail("the manifest's first NVMe path (for the full copy)", rc);
+	slash = strrchr(mp.file, '/');
+	if (!slash)
+		n = snprintf(path, sizeof(path), "tier-bench-step-%ld.safetensors", (long)getpid());
+	else
+		n = snprintf(path, sizeof(path), "%.*s/tier-bench-step-%ld.safetensors",
+			     (int)(slash - mp.file), mp.file, (long)getpid());
+	if (n < 0 || (size_t)n >= sizeof(path)) {
+		fprintf(stderr, STEP_WHO ": the full copy's path next to %s is too long\n", mp.file);
+		return 1;
+	}
+	progress_note(pg, "one full copy of the state for comparison (%s)...", path);
+	snprintf(what, sizeof(what), "the full copy of the state (tier_optim_export to %s)", path);
+	t0 = now_ns();
+	rc = tier_optim_export(sm->opt, path);
+	sm->st.export_s = (double)(now_ns() - t0) * 1e-9;
+	if (rc) {
+		unlink(path);
+		return step_fail(what, rc);
+	}
+	if (stat(path, &stb)) {
+		fprintf(stderr, STEP_WHO ": stat of the full copy %s: %s\n", path, strerror(errno));
+		unlink(path);
+		return 1;
+	}
+	sm->st.export_bytes = (uint64_t)stb.st_size;
+	if (unlink(path)) {
+		fprintf(stderr, STEP_WHO ": remove the full copy %s: %s\n", path, strerror(errno));
+		return 1;
+	}
 	return 0;
 }
 
@@ -435,6 +541,9 @@ int step_run(const struct step_opts *o, const struct tier_manifest *m, struct st
 	}
 	/* 3. The store, the optimizer and the model; 4. the steps. */
 	if (step_open(o, m, su, pg, &sm) || step_steps(o, &sm, rec, pg))
+		goto out;
+	/* With --checkpoint-every, the full copy they are compared with. */
+	if (o->checkpoint_every && step_export(m, &sm, pg))
 		goto out;
 	if (o->verify) {
 		progress_note(pg, "verifying against tier_adam_step in memory...");

@@ -38,6 +38,10 @@
  *   tier-bench step [OPTIONS]
  *       The main job: optimizer steps of a synthetic model through the
  *       store, against the bound measured in the same run (bench_step.c).
+ *       With --checkpoint-every K, a durable checkpoint (tier_optim_checkpoint)
+ *       after every K-th step, timed with the dirty bytes it wrote, against
+ *       its prediction at the measured write rate and one full copy of the
+ *       state (tier_optim_export); needs an NVMe tier.
  *
  * This file owns the command line's first word; each subcommand is in its
  * own file (bench_io.c, bench_cache.c, bench_adam.c, bench_step*.c), and
