@@ -523,12 +523,21 @@ START_TEST(test_remove_stale_refuses)
 	ck_assert_int_eq(tier_nvme_file_remove_stale(file_of(m)), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(tier_last_error(), "closed cleanly"));
 	ck_assert_int_eq(stat(file_of(m), &st), 0);
-	/* A stale file that is not scratch is removed too when asked. */
+	/* A stale file of a named store may hold its last commit: refused. */
 	pid = holder_start(m, 0);
 	ck_assert_int_eq(tier_nvme_file_remove_stale(file_of(m)), -EBUSY);
 	kill_wait(pid);
 	rc = tier_nvme_file_remove_stale(file_of(m));
-	ck_assert_msg(rc == 0, "removing the stale file of killed process %ld: %s", (long)pid,
+	ck_assert_msg(rc == -EPERM, "removing the stale file of killed store %ld: %d: %s", (long)pid,
+		      rc, tier_last_error());
+	ck_assert_ptr_nonnull(strstr(tier_last_error(), "may hold that store's last commit"));
+	ck_assert_int_eq(stat(file_of(m), &st), 0);
+	ck_assert_int_eq(unlink(file_of(m)), 0);
+	/* A scratch store's stale file is removed when asked. */
+	pid = holder_start(m, TIER_NVME_SCRATCH);
+	kill_wait(pid);
+	rc = tier_nvme_file_remove_stale(file_of(m));
+	ck_assert_msg(rc == 0, "removing the stale scratch file of killed process %ld: %s", (long)pid,
 		      tier_last_error());
 	ck_assert_int_ne(stat(file_of(m), &st), 0);
 	tier_manifest_free(m);
