@@ -391,6 +391,8 @@ enum damage {
 	DMG_SCRATCH,      /* opened as a scratch store: refused */
 	DMG_DATA,         /* a byte of an object: its read fails, naming it */
 	DMG_HEADER,       /* path 1's header: refused */
+	DMG_SWAPPED,      /* the manifest lists the paths the other way round: refused */
+	DMG_PATH0_GONE,   /* path 0's file removed: path 1 is not emptied */
 };
 
 static const struct damage_case {
@@ -409,6 +411,8 @@ static const struct damage_case {
 	{ "scratch store", DMG_SCRATCH, -EEXIST, 0, "scratch store would discard it" },
 	{ "object byte flipped", DMG_DATA, 0, 2, "checksum mismatch in 'big'" },
 	{ "a path's header damaged", DMG_HEADER, -ENOENT, 0, "header is damaged" },
+	{ "paths listed the other way round", DMG_SWAPPED, -EINVAL, 0, "list the paths in the order" },
+	{ "path 0's file gone", DMG_PATH0_GONE, -EEXIST, 0, "it may hold part of that store's committed state" },
 };
 
 static pthread_mutex_t g_log_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -432,6 +436,8 @@ START_TEST(test_damage)
 	struct tier_manifest *m = manifest_for(&mo), *m2 = NULL;
 	struct tier_store *s = open_store(m);
 	struct ts_nvme_slot sl;
+	char aside[4200] = "";
+	struct stat st1 = { 0 }, st2;
 	int idx, rc;
 
 	for (size_t i = 0; i < ARRAY_SIZE(g_objs); i++)
@@ -473,6 +479,22 @@ START_TEST(test_damage)
 	}
 	case DMG_HEADER:
 		flip_byte(file_of(m, 1), 40);
+		break;
+	case DMG_SWAPPED: {
+		char text[2048];
+		int n = snprintf(text, sizeof(text),
+				 "name: durable\ngpu:\n  device: none\ndram:\n  capacity: 64MiB\nnvme:\n"
+				 "  stripe_unit: 64KiB\n  paths:\n"
+				 "    - path: ${T}/p1/\n      capacity: 256MiB\n"
+				 "    - path: ${T}/p0/\n      capacity: 256MiB\n");
+
+		ck_assert_int_eq(tier_manifest_parse(text, (size_t)n, "swapped.yaml", 0, &m2), 0);
+		break;
+	}
+	case DMG_PATH0_GONE:
+		snprintf(aside, sizeof(aside), "%s.aside", file_of(m, 0));
+		ck_assert_int_eq(rename(file_of(m, 0), aside), 0);
+		ck_assert_int_eq(stat(file_of(m, 1), &st1), 0);
 		break;
 	default:
 		break;
@@ -523,7 +545,7 @@ START_TEST(test_damage)
 			      tier_last_error(), c->says);
 		/* Refused: nothing changed; the original manifest still opens
 		 * at generation 2 unless the damage is in the files. */
-		if (c->d == DMG_GEOMETRY || c->d == DMG_SCRATCH) {
+		if (c->d == DMG_GEOMETRY || c->d == DMG_SCRATCH || c->d == DMG_SWAPPED) {
 			s = open_store(m);
 			ck_assert_uint_eq(generation(s), 2);
 			for (size_t i = 0; i < ARRAY_SIZE(g_objs); i++)
@@ -532,6 +554,18 @@ START_TEST(test_damage)
 		}
 		if (c->d == DMG_MISSING)
 			ck_assert_int_ne(access(file_of(m, 1), F_OK), 0); /* not left created */
+		if (c->d == DMG_PATH0_GONE) {
+			/* Path 1 was not emptied, and the store comes back whole. */
+			ck_assert_int_eq(stat(file_of(m, 1), &st2), 0);
+			ck_assert_int_eq(st2.st_size, st1.st_size);
+			ck_assert_int_ne(access(file_of(m, 0), F_OK), 0);
+			ck_assert_int_eq(rename(aside, file_of(m, 0)), 0);
+			s = open_store(m);
+			ck_assert_uint_eq(generation(s), 2);
+			for (size_t i = 0; i < ARRAY_SIZE(g_objs); i++)
+				expect(s, i, 2, "path 0 back");
+			close_store(s);
+		}
 	} else if (c->d == DMG_DATA) {
 		struct tier_obj *o = tier_obj_find(s, "big");
 		unsigned char *b = malloc(2 * MiB);

@@ -898,9 +898,52 @@ static int check_members(struct tier_nvme *t, const struct ts_nvme_slot *s)
 	return 0;
 }
 
+/*
+ * Path 0 holds no commit: before the files are emptied for a fresh store,
+ * make sure none of them is part of a committed store the manifest lists
+ * otherwise (paths in another order, or its path 0 gone): a file that was
+ * a store's path 0 must hold no commit, and a file that was another path
+ * must belong to the store path 0 belongs to.  Refusing costs a clear
+ * message; emptying would lose a checkpoint.
+ */
+static int fresh_check(struct tier_nvme *t)
+{
+	struct nvme_path *p0 = &t->paths[0];
+
+	for (unsigned i = 1; i < t->npaths; i++) {
+		struct nvme_path *p = &t->paths[i];
+
+		if (!p->had_header)
+			continue;
+		if (p->hdr_index == 0) {
+			struct ts_nvme_slot *s = aligned_alloc_zero(sizeof(*s));
+			bool committed = false;
+
+			if (!s)
+				return ts_err(-ENOMEM, "nvme: out of memory");
+			for (int k = 0; k < 2 && !committed; k++)
+				committed = pread(p->fd, s, sizeof(*s), TIER_NVME_SLOT_OFF(k)) ==
+						    (ssize_t)sizeof(*s) &&
+					    nvme_slot_check(s) == 0;
+			free(s);
+			if (committed)
+				return ts_err(-EINVAL, "nvme%u (%s): is path 0 of store '%s', which holds committed state, but the manifest lists it as path %u; list the paths in the order that wrote them",
+					      i, p->file, p->hdr_name, i);
+		} else if (!p0->had_header || memcmp(p->hdr_uuid, p0->hdr_uuid, 16) != 0) {
+			return ts_err(-EEXIST, "nvme%u (%s): is path %u of %u of store '%s', whose path 0 is not %s; it may hold part of that store's committed state, so it is not emptied (list the store's paths in their order, or remove the file)",
+				      i, p->file, p->hdr_index, p->hdr_npaths, p->hdr_name, p0->file);
+		}
+	}
+	return 0;
+}
+
 /* Empties the files for a fresh store: no commit to keep. */
 static int load_fresh(struct tier_nvme *t)
 {
+	int rc = fresh_check(t);
+
+	if (rc)
+		return rc;
 	for (unsigned i = 0; i < t->npaths; i++) {
 		struct nvme_path *p = &t->paths[i];
 
