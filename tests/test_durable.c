@@ -695,6 +695,44 @@ START_TEST(test_commit_faults)
 }
 END_TEST
 
+/*
+ * Two commits that fail at their slot in a row (the first after its write
+ * went out, the second before), then one that works: it is the state, and
+ * the commit before the failures is still whole behind it (roll back).
+ */
+START_TEST(test_failed_slots_in_a_row)
+{
+	NEED_FAULTS();
+	struct mopt mo = { .npaths = 2, .keep = 2 };
+	struct tier_manifest *m = manifest_for(&mo);
+	struct tier_store *s = open_store(m);
+	uint64_t gen;
+
+	put(s, 3, 1);
+	put(s, 2, 1);
+	ck_assert_uint_eq(commit(s, "g1"), 1);
+	put(s, 3, 2);
+	ts_fault_arm(TIER_FAULT_COMMIT_SLOT_SYNC, 1, 1, -EIO);
+	ck_assert_int_eq(tier_store_commit(s, "g2", 3, &gen), -EIO);
+	put(s, 3, 3);
+	ts_fault_arm(TIER_FAULT_COMMIT_SLOT, 1, 1, -EIO);
+	ck_assert_int_eq(tier_store_commit(s, "g3", 3, &gen), -EIO);
+	put(s, 3, 4);
+	ck_assert_uint_eq(commit(s, "g4"), 4); /* generations are not reused */
+	close_store(s);
+	s = open_store(m);
+	ck_assert_uint_eq(generation(s), 4);
+	expect(s, 3, 4, "after two failed slots");
+	expect(s, 2, 1, "after two failed slots");
+	close_store(s);
+	ck_assert_int_eq(open_store_gen(m, 1, &s), 0);
+	expect(s, 3, 1, "rolled back over two failed slots");
+	expect(s, 2, 1, "rolled back over two failed slots");
+	close_store(s);
+	tier_manifest_free(m);
+}
+END_TEST
+
 /* A fault inside a commit that kept going: the slot written but its sync
  * failed.  Whichever state the disk holds, the files reopen to a commit
  * whose bytes are intact, and the next commit works. */
@@ -832,6 +870,7 @@ static Suite *durable_suite(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_loop_test(tc, test_commit_faults, 0, (int)ARRAY_SIZE(fault_cases));
 	tcase_add_test(tc, test_commit_load_fault);
+	tcase_add_test(tc, test_failed_slots_in_a_row);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -586,10 +586,15 @@ int tier_nvme_commit(struct tier_nvme *t, const void *meta, size_t meta_len, uin
 	freeze_objects(t);
 	if (held_add(t, 0, toff, tdev, gen) == 0)
 		table_placed = false;
-	t->seq = s->seq;
 	t->next_gen = gen + 1;
+	/*
+	 * A failed slot keeps t->seq: the next commit writes the same slot
+	 * again, with a seq above the last good one, and never the slot that
+	 * holds the last good ring; so a torn retry still leaves that one.
+	 */
 	if (rc)
 		goto out;
+	t->seq = s->seq;
 	held_release(t, s->c[s->ncommits - 1].gen);
 	memcpy(t->slot, s, sizeof(*s));
 	t->gen = gen;
