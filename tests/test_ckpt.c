@@ -204,7 +204,7 @@ static void read_state(struct tier_optim *o, struct state *st)
 	st->step = tier_optim_step_count(o);
 	for (unsigned p = 0; p < NPARAMS; p++) {
 		unsigned char *q = st->b + at;
-		int rc = tier_optim_read(o, p, (float *)q, q + g_numel[p] * 4,
+		int rc = tier_optim_read(o, p, (float *)(void *)q, q + g_numel[p] * 4,
 					 q + g_numel[p] * (4 + mb));
 
 		ck_assert_msg(rc == 0, "read: %s", tier_last_error());

@@ -321,7 +321,7 @@ static size_t table_bytes(const struct tier_nvme *t, size_t meta_len)
 static void table_fill(struct tier_nvme *t, char *buf, uint64_t gen, uint64_t now,
 		       const void *meta, size_t meta_len)
 {
-	struct ts_nvme_table *h = (struct ts_nvme_table *)buf;
+	struct ts_nvme_table *h = (void *)buf;
 	char *q = buf + sizeof(*h);
 	uint64_t n = 0;
 
