@@ -618,7 +618,17 @@ START_TEST(test_killed)
 		}
 		close(pfd[1]);
 		/* Anywhere in the run: its start (opening, resuming) too. */
-		delay = (uint64_t)(seed >> 4) % (full_ns + 1);
+		{
+			/* 64 random bits: the run may last seconds (a 32-bit seed
+			 * shifted gave at most 0.27 s, the start of a slow run). */
+			uint64_t x = (uint64_t)seed * 0x9e3779b97f4a7c15ull;
+
+			x ^= x >> 29;
+			x *= 0xbf58476d1ce4e5b9ull;
+			x ^= x >> 32;
+			/* over what is left of the run: it goes on from prev_step */
+			delay = x % (full_ns * (r->steps - prev_step + 2) / (r->steps + 2) + 1);
+		}
 		{
 			struct timespec ts = { (time_t)(delay / 1000000000u), (long)(delay % 1000000000u) };
 

@@ -366,6 +366,14 @@ int nvme_open(const struct tiers_cfg *c, unsigned flags, uint64_t generation,
 		rc = path_open(t, &t->paths[i], &c->paths[i]);
 		if (rc)
 			goto fail;
+		/*
+		 * The store keeps the identity its path 0 has: files this open
+		 * creates, and the headers it rewrites, carry that uuid, so an
+		 * open killed half way through writing them leaves the files
+		 * one store's (nvme_commit_load checks they are).
+		 */
+		if (i == 0 && t->paths[0].had_header)
+			memcpy(t->uuid, t->paths[0].hdr_uuid, sizeof(t->uuid));
 	}
 	/* Every file open and locked: the committed state they hold, if
 	 * any, then their headers (not clean while open). */
