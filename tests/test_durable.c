@@ -806,6 +806,43 @@ START_TEST(test_cow_partial)
 }
 END_TEST
 
+/* A commit whose kept copies would not fit warns once; one that fits
+ * says nothing. */
+START_TEST(test_space_warning)
+{
+	struct tier_manifest *m = NULL;
+	char text[1024];
+	const uint64_t caps[2] = { 6 * MiB, 256 * MiB };
+
+	for (int k = 0; k < 2; k++) {
+		struct tier_store *s;
+		int n = snprintf(text, sizeof(text),
+				 "name: durable\ngpu:\n  device: none\ndram:\n  capacity: 64MiB\nnvme:\n"
+				 "  stripe_unit: 64KiB\n  keep_commits: 2\n  paths:\n"
+				 "    - path: ${T}/s%d/\n      create: true\n      capacity: %llu\n", k,
+				 U64(caps[k]));
+
+		ck_assert_int_eq(tier_manifest_parse(text, (size_t)n, "space.yaml", 0, &m), 0);
+		s = open_store(m);
+		for (size_t i = 0; i < ARRAY_SIZE(g_objs); i++)
+			put(s, i, 1);
+		g_log[0] = '\0';
+		ts_log_set_sink(log_sink, NULL);
+		commit(s, NULL);
+		commit(s, NULL);
+		ts_log_set_sink(NULL, NULL);
+		if (k == 0) {
+			ck_assert_msg(strstr(g_log, "a write after a commit may fail with ENOSPC"), "no warning: '%s'", g_log);
+			ck_assert_ptr_eq(strstr(strstr(g_log, "ENOSPC") + 1, "ENOSPC"), NULL); /* once */
+		} else {
+			ck_assert_msg(!strstr(g_log, "ENOSPC"), "a warning with room: '%s'", g_log);
+		}
+		close_store(s);
+		tier_manifest_free(m);
+	}
+}
+END_TEST
+
 /* A commit while a request is in flight, or an object pinned for write. */
 START_TEST(test_commit_busy)
 {
@@ -856,6 +893,7 @@ static Suite *durable_suite(void)
 	tcase_add_loop_test(tc, test_keep_and_space, 0, 3);
 	tcase_add_loop_test(tc, test_cow_partial, 0, 2);
 	tcase_add_test(tc, test_commit_busy);
+	tcase_add_test(tc, test_space_warning);
 	tcase_add_test(tc, test_no_nvme);
 	suite_add_tcase(s, tc);
 

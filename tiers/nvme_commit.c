@@ -606,6 +606,23 @@ int tier_nvme_commit(struct tier_nvme *t, const void *meta, size_t meta_len, uin
 	if (gen_out)
 		*gen_out = gen;
 	{
+		/* Copy on write needs room: the kept commits' extents and the
+		 * writes after the last one, up to keep + 1 copies of the
+		 * objects.  Said once, at the first commit that would not fit. */
+		uint64_t total = 0, need = data * (uint64_t)(t->keep + 1);
+
+		for (unsigned i = 0; i < t->npaths; i++)
+			total += t->paths[i].alloc.total;
+		if (need > total && !t->space_warned) {
+			char a[32], b[32], c[32];
+
+			t->space_warned = true;
+			TIER_WARN(TIER_SS_NVME, "nvme: keeping %u commit(s) of %s of objects, with the writes after the last, takes up to %s (%u copies), and the paths hold %s: a write after a commit may fail with ENOSPC; give the paths more capacity or lower nvme.keep_commits",
+				  t->keep, ts_size_fmt(data, a, sizeof(a)), ts_size_fmt(need, b, sizeof(b)),
+				  t->keep + 1, ts_size_fmt(total, c, sizeof(c)));
+		}
+	}
+	{
 		char when[32];
 
 		fmt_gen_time(now, when, sizeof(when));

@@ -217,6 +217,7 @@ struct tier_nvme {
 	size_t meta_len;
 	_Atomic bool committing;  /* submissions are refused (-EBUSY) */
 	bool restored;            /* the open found committed state */
+	bool space_warned;        /* the warning that keep + 1 copies do not fit */
 	/* counters */
 	_Atomic uint64_t bytes_read, bytes_written, requests, ios, errors, csum_errors,
 		short_ios, retries, bounced;
