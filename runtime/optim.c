@@ -469,7 +469,7 @@ static uint32_t grow_cap(uint32_t cap, uint32_t first, uint64_t need)
 
 /* Room for one more parameter and @nsh more shards (add_size checked the
  * counts). */
-static int add_room(struct tier_optim *o, const char *name, uint32_t nsh)
+int optim_add_room(struct tier_optim *o, const char *name, uint32_t nsh)
 {
 	if (o->nparams == o->params_cap) {
 		uint32_t cap = grow_cap(o->params_cap, 16, (uint64_t)o->nparams + 1);
@@ -509,7 +509,7 @@ int optim_add_param(struct tier_optim *o, const char *name, size_t numel, const 
 
 	if ((rc = add_check(o, name, numel)) || (rc = add_size(o, name, numel, &nsh)))
 		return rc;
-	if ((rc = add_room(o, name, nsh)))
+	if ((rc = optim_add_room(o, name, nsh)))
 		return rc;
 	pp = &o->params[o->nparams];
 	memset(pp, 0, sizeof(*pp));

@@ -302,27 +302,15 @@ static int adopt_param(struct tier_optim *o, const struct rparam *d)
 		free(name);
 		return rc;
 	}
-	if (o->nparams == o->params_cap || (uint64_t)o->nshards + nsh > o->shards_cap) {
-		uint32_t pc = o->params_cap ? o->params_cap * 2 : 16;
-		uint64_t sc = o->shards_cap ? o->shards_cap : 64;
-		struct param *np;
-		struct shard **ns;
-
-		while (sc < (uint64_t)o->nshards + nsh)
-			sc *= 2;
-		np = o->nparams == o->params_cap ? ts_realloc(o->params, pc * sizeof(*np)) : o->params;
-		if (np) {
-			o->params = np;
-			if (o->nparams == o->params_cap)
-				o->params_cap = pc;
-		}
-		ns = np && sc > o->shards_cap ? ts_realloc(o->shards, sc * sizeof(*ns)) : o->shards;
-		if (!np || !ns || sc > UINT32_MAX) {
-			free(name);
-			return ts_err(-ENOMEM, "optimizer: out of memory");
-		}
-		o->shards = ns;
-		o->shards_cap = (uint32_t)sc;
+	if (nsh > UINT32_MAX - o->nshards || o->nparams == UINT32_MAX) {
+		rc = ts_err(-EBADMSG, "optimizer: the checkpoint's parameter '%s' takes the shard count past a uint32_t",
+			    name);
+		free(name);
+		return rc;
+	}
+	if ((rc = optim_add_room(o, name, nsh))) {
+		free(name);
+		return rc;
 	}
 	pp = &o->params[o->nparams];
 	memset(pp, 0, sizeof(*pp));

@@ -140,6 +140,10 @@ int optim_create(struct tier_store *s, const struct tier_optim_params *p, size_t
  */
 typedef int (*optim_fill_fn)(void *arg, struct tier_optim *o, const struct shard *sh, void *ptr);
 
+/* Room for one more parameter and @nsh more shards (counts checked
+ * already): 0, or -ENOMEM naming @name. */
+int optim_add_room(struct tier_optim *o, const char *name, uint32_t nsh);
+
 /* tier_optim_add_param, with @fill (may be NULL) writing each shard. */
 int optim_add_param(struct tier_optim *o, const char *name, size_t numel, const float *init,
 		    optim_fill_fn fill, void *arg, uint32_t *id);

@@ -418,6 +418,17 @@ static uint64_t units_on_path(uint64_t n, unsigned npaths, unsigned rot, unsigne
 	return r < n ? (n - r + npaths - 1) / npaths : 0;
 }
 
+uint64_t nvme_ext_len(const struct tier_nvme *t, uint64_t size, unsigned rot, unsigned p)
+{
+	uint64_t n = size / t->unit + (size % t->unit != 0);
+	uint64_t units = units_on_path(n, t->npaths, rot, p);
+
+	if (units && (n - 1 + rot) % t->npaths == p)
+		/* This path holds the last unit, which may be short. */
+		return (units - 1) * t->unit + nvme_round_up(size - (n - 1) * t->unit, t->block);
+	return units * t->unit;
+}
+
 int tier_nvme_obj_create(struct tier_nvme *t, const char *name, uint64_t size,
 			 struct tier_nvme_obj **out)
 {
@@ -463,15 +474,8 @@ int tier_nvme_obj_create(struct tier_nvme *t, const char *name, uint64_t size,
 	}
 	o->rot = t->next_rot++ % t->npaths;
 	for (unsigned p = 0; p < t->npaths; p++, allocated++) {
-		uint64_t units = units_on_path(o->nunits, t->npaths, o->rot, p);
-		uint64_t bytes = units * t->unit;
+		uint64_t bytes = nvme_ext_len(t, o->size, o->rot, p);
 
-		if (units && (o->nunits - 1 + o->rot) % t->npaths == p) {
-			/* This path holds the last unit, which may be short. */
-			uint64_t last = o->size - (o->nunits - 1) * t->unit;
-
-			bytes = (units - 1) * t->unit + nvme_round_up(last, t->block);
-		}
 		o->ext_len[p] = bytes;
 		if (!bytes)
 			continue;

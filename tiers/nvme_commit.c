@@ -160,7 +160,12 @@ int nvme_cow_begin(struct tier_nvme *t, struct tier_nvme_obj *o)
 	unsigned done = 0;
 	int rc = 0;
 
-	if (atomic_load_explicit(&o->cow, memory_order_acquire))
+	/*
+	 * No tier lock on the common path: frozen changes only in a commit,
+	 * which runs with no request in flight, and the caller has counted
+	 * its request in (tier_nvme_submit), so none can run now.
+	 */
+	if (!o->frozen || atomic_load_explicit(&o->cow, memory_order_acquire))
 		return 0;
 	pthread_mutex_lock(&t->lock);
 	if (!o->frozen || atomic_load(&o->cow))
@@ -685,13 +690,6 @@ struct load {
 	uint64_t count;
 };
 
-static uint64_t units_on(uint64_t n, unsigned npaths, unsigned rot, unsigned p)
-{
-	uint64_t r = (p + npaths - rot % npaths) % npaths;
-
-	return r < n ? (n - r + npaths - 1) / npaths : 0;
-}
-
 /* Takes [off, off + len) of path @p for what the table names. */
 static int take(struct load *l, unsigned p, uint64_t off, uint64_t len, const char *what)
 {
@@ -722,12 +720,7 @@ static int load_obj(void *arg, const struct nvme_tobj *e)
 
 	snprintf(what, sizeof(what), "object '%.*s'", (int)e->name_len, e->name);
 	for (unsigned p = 0; p < t->npaths; p++) {
-		uint64_t units = units_on(e->nunits, t->npaths, e->rot, p), bytes = units * t->unit;
-
-		if (units && (e->nunits - 1 + e->rot) % t->npaths == p)
-			bytes = (units - 1) * t->unit +
-				nvme_round_up(e->size - (e->nunits - 1) * t->unit, t->block);
-		if (e->ext_len[p] != bytes || e->ext_off[p] % t->align)
+		if (e->ext_len[p] != nvme_ext_len(t, e->size, e->rot, p) || e->ext_off[p] % t->align)
 			return ts_err(-EBADMSG, "%s: %s has an extent on nvme%u that does not fit its size",
 				      l->who, what, p);
 	}

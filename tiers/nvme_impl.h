@@ -228,6 +228,10 @@ struct tier_nvme {
 /* @v rounded up to a multiple of @a. */
 uint64_t nvme_round_up(uint64_t v, uint64_t a);
 
+/* The extent an object of @size bytes rotated by @rot owns on path @p:
+ * its units there, the last one (if there) rounded up to the block. */
+uint64_t nvme_ext_len(const struct tier_nvme *t, uint64_t size, unsigned rot, unsigned p);
+
 /* Writes path @p's header: not clean while open, clean at close. */
 int nvme_file_header_write(struct tier_nvme *t, struct nvme_path *p, bool clean);
 
