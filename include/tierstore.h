@@ -225,28 +225,33 @@ enum tier_mem {
 				* "host" backend's device memory is host memory) */
 };
 
-/* A caller's array: gradients in, updated parameters out. */
+/* A caller's array: gradients in, updated parameters out.  Contiguous,
+ * numel elements of dtype; numel must equal the parameter's (a tensor of
+ * another size is refused with -EINVAL naming the parameter, never read
+ * or written past its end). */
 struct tier_tensor {
 	void *ptr;             /* NULL: none (for an output) */
 	enum tier_dtype dtype;
 	enum tier_mem mem;
+	size_t numel;          /* elements */
 };
 
 /* moment_dtype: the manifest's optimizer.moment_dtype. */
 #define TIER_DTYPE_MANIFEST (-1)
 /* offload_fraction: the manifest's optimizer.offload_fraction. */
 #define TIER_OFFLOAD_MANIFEST (-2.0)
-/* The lr of tier_optim_step / tier_optim_begin that keeps the learning
- * rate of the previous step (at the first step, the creation lr).  Any
- * other lr is the step's: a finite value >= 0, 0 included (the parameters
- * stay, the moments and the step count advance, as torch.optim.AdamW at
- * lr 0). */
+/* The lr of tier_optim_step / tier_optim_begin that keeps each group's
+ * learning rate (at the first step, the creation lr).  Any other lr is
+ * the step's, for an optimizer of one group: a finite value >= 0, 0
+ * included (the parameters stay, the moments and the step count advance,
+ * as torch.optim.AdamW at lr 0).  An optimizer of several groups takes
+ * TIER_LR_KEEP only: each group's lr is set with tier_optim_set_group. */
 #define TIER_LR_KEEP (-1.0)
 
 struct tier_optim_params {
 	uint32_t size;         /* sizeof, set by tier_optim_params_init */
 	/* torch.optim.AdamW (decoupled = true) / Adam (false) semantics;
-	 * lr: finite, >= 0 */
+	 * lr: finite, >= 0.  These are group 0's (the default group). */
 	double lr, beta1, beta2, eps, weight_decay;
 	bool decoupled;
 	/* moments: TIER_FP32, TIER_BF16, or TIER_DTYPE_MANIFEST */
@@ -303,21 +308,102 @@ TIER_API int tier_optim_create(struct tier_store *s, const struct tier_optim_par
 			       struct tier_optim **out);
 
 /*
- * Adds a parameter of @numel elements named @name (its shards are the
- * store objects "NAME#K"), initial master values @init (fp32, host; NULL:
- * zeros), moments zero.  *id (may be NULL) gets its index: 0, 1, ... in
- * the order of adding.  0, -EEXIST, -EINVAL, -EOVERFLOW (numel whose state
- * bytes overflow 64 bits or whose shards exceed a uint32_t count with the
- * others; the detail names it), -ENOSPC (a state larger than the home
- * tier, or no room at the store's home), -EBUSY (inside a step), -ENOMEM.
+ * Parameter groups (torch's param_groups): each parameter belongs to one
+ * group, whose hyperparameters its update takes.  Group 0 is created with
+ * the optimizer from tier_optim_params; tier_optim_add_group adds group 1,
+ * 2, ...  Gradient clipping, loss scaling and the overflow skip are the
+ * optimizer's: one global norm over every group.
+ */
+struct tier_group_params {
+	uint32_t size;         /* sizeof, set by tier_group_params_init */
+	/* lr finite >= 0; betas in [0, 1); eps > 0; weight_decay >= 0 */
+	double lr, beta1, beta2, eps, weight_decay;
+	bool decoupled;        /* true: AdamW's decoupled decay; false: L2 (Adam) */
+};
+
+/* torch.optim.AdamW's defaults (lr 1e-3, betas 0.9/0.999, eps 1e-8,
+ * weight decay 0.01, decoupled). */
+static inline void tier_group_params_init(struct tier_group_params *g)
+{
+	memset(g, 0, sizeof(*g));
+	g->size = (uint32_t)sizeof(*g);
+	g->lr = 1e-3;
+	g->beta1 = 0.9;
+	g->beta2 = 0.999;
+	g->eps = 1e-8;
+	g->weight_decay = 0.01;
+	g->decoupled = true;
+}
+
+/* Adds a group; *gid (may be NULL) gets its index.  0, -EINVAL naming the
+ * bad value, -EBUSY (inside a step or with a failed step pending),
+ * -ENOMEM. */
+TIER_API int tier_optim_add_group(struct tier_optim *o, const struct tier_group_params *g,
+				  uint32_t *gid);
+/* Changes group @gid's hyperparameters from the next step on (a learning
+ * rate schedule, betas, eps, weight decay).  0, -EINVAL (a bad gid or
+ * value, named), -EBUSY (inside a step or with a failed step pending). */
+TIER_API int tier_optim_set_group(struct tier_optim *o, uint32_t gid,
+				  const struct tier_group_params *g);
+/* Group @gid's hyperparameters into @out: 0 or -EINVAL (bad gid). */
+TIER_API int tier_optim_get_group(const struct tier_optim *o, uint32_t gid,
+				  struct tier_group_params *out);
+TIER_API uint32_t tier_optim_ngroups(const struct tier_optim *o);
+
+/*
+ * Adds a parameter of @numel elements named @name to group 0 (its shards
+ * are the store objects "NAME#K"), initial master values @init (fp32,
+ * host; NULL: zeros), moments zero, step count 0 (its first update is
+ * step 1 of its bias correction, whenever it comes).  *id (may be NULL)
+ * gets its index: 0, 1, ... in the order of adding.  0, -EEXIST, -EINVAL,
+ * -EOVERFLOW (numel whose state bytes overflow 64 bits or whose shards
+ * exceed a uint32_t count with the others; the detail names it), -ENOSPC
+ * (a state larger than the home tier, or no room at the store's home),
+ * -EBUSY (inside a step), -ENOMEM.
  */
 TIER_API int tier_optim_add_param(struct tier_optim *o, const char *name, size_t numel,
 				  const float *init, uint32_t *id);
+/* The same into group @gid (-EINVAL for a group that does not exist). */
+TIER_API int tier_optim_add_param_to(struct tier_optim *o, uint32_t gid, const char *name,
+				     size_t numel, const float *init, uint32_t *id);
+
+/*
+ * Freezes parameter @id (@frozen true) or thaws it: a frozen parameter
+ * keeps its state and step count, is not streamed by a step, and a push
+ * of its gradient is refused (-EINVAL).  0, -EINVAL (bad id), -EBUSY
+ * (inside a step or with a failed step pending).
+ */
+TIER_API int tier_optim_freeze(struct tier_optim *o, uint32_t id, bool frozen);
+
+/*
+ * Removes parameter @id and destroys its state.  The parameters added
+ * after it move down one id (id + 1 becomes id, ...), as in an array.
+ * 0, -EINVAL (bad id), -EBUSY (inside a step or with a failed step
+ * pending), or the store's error destroying a shard (the parameter is
+ * then removed, its remaining shards' objects left in the store).
+ */
+TIER_API int tier_optim_remove_param(struct tier_optim *o, uint32_t id);
 
 TIER_API uint32_t tier_optim_nparams(const struct tier_optim *o);
 /* The parameter's name and element count; NULL / 0 for a bad id. */
 TIER_API const char *tier_optim_param_name(const struct tier_optim *o, uint32_t id);
 TIER_API size_t tier_optim_param_numel(const struct tier_optim *o, uint32_t id);
+
+/* What a parameter is now: for a binding's state_dict and checkpoints. */
+struct tier_param_info {
+	const char *name;      /* valid until the parameter is removed */
+	size_t numel;
+	uint32_t group;
+	uint32_t nshards;
+	uint64_t step;         /* updates applied to it: its bias-correction count */
+	bool frozen;
+};
+/* 0, or -EINVAL (bad id). */
+TIER_API int tier_optim_param_info(const struct tier_optim *o, uint32_t id,
+				   struct tier_param_info *out);
+/* Sets parameter @id's step count (a binding's load_state_dict).  0,
+ * -EINVAL, -EBUSY. */
+TIER_API int tier_optim_set_param_step(struct tier_optim *o, uint32_t id, uint64_t step);
 
 /* What one step did. */
 struct tier_step_result {
@@ -337,15 +423,20 @@ struct tier_step_result {
 	uint64_t h2d_bytes, d2h_bytes;
 	/* the same over step_s: bytes per second achieved on each link */
 	double nvme_read_Bps, nvme_write_Bps, h2d_Bps, d2h_Bps;
+	/* parameters updated by the step, and those it left as they were
+	 * (no gradient pushed, or frozen) */
+	uint32_t params_updated, params_skipped;
 };
 
 /*
  * One step with every gradient at hand: @grads[i] is parameter i's
- * gradient (numel elements of its dtype, host or device), @outs (NULL, or
- * one per parameter with ptr NULL for none) receive the updated parameters
- * in their dtype.  @lr (finite, >= 0; 0 too) is the learning rate from
- * this step on; TIER_LR_KEEP keeps the previous one; any other value is
- * refused with -EINVAL naming it.  The
+ * gradient (numel elements of its dtype, host or device; ptr NULL: no
+ * gradient this step, as torch's None, and the parameter is left as it
+ * is; a frozen parameter takes ptr NULL only), @outs (NULL, or one per
+ * parameter with ptr NULL for none) receive the updated parameters in
+ * their dtype.  @lr (finite, >= 0; 0 too) is group 0's learning rate
+ * from this step on, for an optimizer of one group; TIER_LR_KEEP keeps
+ * each group's; any other value is refused with -EINVAL naming it.  The
  * same as tier_optim_begin, a push per parameter, tier_optim_end, with
  * their errors.  A step that fails part way (an I/O error that outlasted
  * the NVMe tier's retries) is completed by calling it again with the same
@@ -363,10 +454,16 @@ TIER_API int tier_optim_step(struct tier_optim *o, double lr, const struct tier_
  * update of every shard as its state arrives, and returns when every
  * update is done and its write-back is under way.
  *
- * Errors leave the state untouched: push -EINVAL (bad id, dtype or
- * buffer; no step begun), -EALREADY (the parameter was pushed this step);
- * end -ENODATA when a parameter was not pushed (named in the detail): the
- * step is abandoned and nothing is updated.
+ * A parameter not pushed in a step is left as it is: its master weights,
+ * moments and step count stay, and its output buffer is not written (its
+ * state is still streamed; freeze a parameter that will get no gradient
+ * for a while).  A step with no gradient pushed at all changes nothing
+ * (res->applied false, params_updated 0).  The global norm sums the
+ * pushed gradients.
+ *
+ * Errors leave the state untouched: push -EINVAL (bad id, dtype, numel
+ * or buffer, or a frozen parameter; no step begun), -EALREADY (the
+ * parameter was pushed this step).
  *
  * A step that fails part way: an error of the tiers in the middle of end
  * (a fill that failed after the NVMe tier's retries) is returned, naming
@@ -377,9 +474,10 @@ TIER_API int tier_optim_step(struct tier_optim *o, double lr, const struct tier_
  * is fixed: it updates only the shards step N did not, with step N's lr,
  * scale and count, and leaves the state bit for bit as a clean run would.
  * Until then a step whose gradients differ (by a parameter's sum of
- * squares) is refused at end with -EINVAL, begin with another lr with
- * -EINVAL (the same lr or TIER_LR_KEEP is taken), and
- * tier_optim_add_param with -EBUSY, none changing the state.
+ * squares, or which parameters have one) is refused at end with -EINVAL,
+ * begin with another lr with -EINVAL (the same lr or TIER_LR_KEEP is
+ * taken), and changes to the parameters and groups with -EBUSY, none
+ * changing the state.
  * An error in the update itself (the kernel) refuses every later step
  * (restore a checkpoint).  docs/optimizer.md, "A step that fails".
  */
@@ -394,6 +492,22 @@ TIER_API int tier_optim_end(struct tier_optim *o, struct tier_step_result *res);
  */
 TIER_API int tier_optim_read(struct tier_optim *o, uint32_t id, float *master, void *exp_avg,
 			     void *exp_avg_sq);
+
+/*
+ * Writes parameter @id's state from host buffers (any may be NULL, its
+ * part then stays): master weights (fp32) and the moments in the
+ * optimizer's moment dtype, numel elements each (a binding's
+ * load_state_dict).  Between steps.  0, -EINVAL, -EBUSY, or the store's
+ * error.
+ */
+TIER_API int tier_optim_write(struct tier_optim *o, uint32_t id, const float *master,
+			      const void *exp_avg, const void *exp_avg_sq);
+
+/* The dynamic loss scaler's state (with a static scale: scale set, the
+ * trackers 0); set restores it (a binding's load_state_dict; its scale
+ * must be > 0 and finite).  0, -EINVAL, -EBUSY. */
+TIER_API int tier_optim_get_scaler(const struct tier_optim *o, struct tier_loss_scaler *out);
+TIER_API int tier_optim_set_scaler(struct tier_optim *o, const struct tier_loss_scaler *in);
 
 /* The moment dtype, and the current CPU share of the split (TIER_FP32 and
  * 1 for NULL). */
