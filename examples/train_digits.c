@@ -63,11 +63,10 @@
 #define EXIT_ACCURACY 3
 #define EXIT_SKIP 77
 
-/* Where Debian's python3-sklearn, a pip install and a venv put the CSV. */
+/* Where Debian's and Ubuntu's python3-sklearn put the CSV (a pip or venv
+ * install is found by asking python3: find_csv). */
 static const char *const csv_places[] = {
 	"/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz",
-	"/usr/local/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz",
-	"/usr/share/scikit-learn/digits.csv.gz",
 };
 
 struct opts {
@@ -662,13 +661,14 @@ static size_t mlp_numel(const struct mlp *m)
 	return n;
 }
 
-/* Rows @idx[0..nb) of @d into the first layer's input, feature-major. */
-static void load_batch(struct mlp *m, const struct dataset *d, const int *idx, int nb)
+/* Rows @idx[0..nb) of @d (@idx NULL: rows first..first + nb) into the
+ * first layer's input, feature-major. */
+static void load_batch(struct mlp *m, const struct dataset *d, const int *idx, int first, int nb)
 {
 	float *xt = m->l[0].xt;
 
 	for (int b = 0; b < nb; b++) {
-		const float *x = d->x + (size_t)idx[b] * NPIX;
+		const float *x = d->x + (size_t)(idx ? idx[b] : first + b) * NPIX;
 
 		for (int k = 0; k < NPIX; k++)
 			xt[(size_t)k * m->cap + b] = x[k];
@@ -788,19 +788,16 @@ static void mlp_backward(struct mlp *m, int nb)
 /* Mean loss and accuracy of the model over all of @d. */
 static void evaluate(struct mlp *m, const struct dataset *d, double *loss, double *acc)
 {
-	int *idx = malloc((size_t)m->cap * sizeof(*idx)), correct = 0;
 	double sum = 0;
+	int correct = 0;
 
 	for (int i = 0; i < d->n; i += m->cap) {
 		int nb = d->n - i < m->cap ? d->n - i : m->cap;
 
-		for (int b = 0; b < nb; b++)
-			idx[b] = i + b;
-		load_batch(m, d, idx, nb);
+		load_batch(m, d, NULL, i, nb);
 		mlp_forward(m, nb);
 		sum += softmax_xent(m, nb, d->y + i, false, &correct) * nb;
 	}
-	free(idx);
 	*loss = sum / d->n;
 	*acc = (double)correct / d->n;
 }
@@ -927,7 +924,7 @@ static int set_lr(struct tier_optim *o, double lr)
 /* ------------------------------------------------------------ training */
 
 struct run_stats {
-	double loss_sum, step_s, wall_s;
+	double step_s, wall_s;      /* tier_optim_step's, and the whole step's */
 	uint64_t nvme_bytes;
 	int nsteps;
 };
@@ -943,7 +940,7 @@ static int train_step(struct tier_optim *o, struct mlp *m, const struct dataset 
 
 	for (int b = 0; b < nb; b++)
 		y[b] = d->y[idx[b]];
-	load_batch(m, d, idx, nb);
+	load_batch(m, d, idx, 0, nb);
 	mlp_forward(m, nb);
 	*loss = softmax_xent(m, nb, y, true, &correct);
 	mlp_backward(m, nb);
@@ -978,7 +975,7 @@ static int train(const struct opts *op, struct tier_optim *o, struct mlp *m,
 	for (int i = 0; i < train_set->n; i++)
 		perm[i] = i;
 	printf("%6s %10s %10s %12s %12s %9s\n", "step", "loss", "lr", "nvme_read", "nvme_write",
-	       "step_ms");
+	       "optim_ms");
 	for (int t = 0; t < op->steps && rc == 0; t++) {
 		struct tier_step_result res;
 		double lr = lr_at(op, t), loss, t0;
@@ -1030,6 +1027,9 @@ static int run(const struct opts *op, struct tier_store *s, struct mlp *m, uint6
 	       (unsigned long long)info.state_bytes, info.bytes_per_elem,
 	       (unsigned long long)dram, (double)info.state_bytes / (double)dram,
 	       info.nshards, (unsigned long long)info.shard_bytes);
+	if (info.state_bytes <= dram)
+		printf("(the state fits in the DRAM tier: nothing streams through NVMe; "
+		       "a larger --hidden makes it)\n");
 	rc = train(op, o, m, train_set, rng, &st);
 	if (rc == 0) {
 		evaluate(m, train_set, &loss, &tr_acc);
