@@ -36,6 +36,9 @@
 #define MAXOPS 24
 
 static char *g_dir;
+/* TIER_TRAINER_HBM=cuda (tests/gpu/run.sh): every scenario with the CUDA
+ * lane on a real device, half the shards on it. */
+static bool g_cuda;
 
 static void setup(void)
 {
@@ -90,18 +93,18 @@ static void world_open_store(struct tworld *w)
 	int n, rc;
 
 	n = snprintf(text, sizeof(text),
-		     "name: %s\ngpu:\n  device: none\ndram:\n  capacity: 320KiB\n"
+		     "name: %s\ngpu:\n  device: %s\ndram:\n  capacity: 320KiB\n"
 		     "optimizer:\n  shard_size: 64KiB\n  moment_dtype: %s\n"
 		     "nvme:\n  stripe_unit: 64KiB\n  checksum: crc32c\n"
 		     "  paths:\n    - path: %s/%s/\n      capacity: 64MiB\n      create: true\n",
-		     w->sub, w->moment, g_dir, w->sub);
+		     w->sub, g_cuda ? "0" : "none", w->moment, g_dir, w->sub);
 	ck_assert_int_lt(n, (int)sizeof(text));
 	if (!w->man) {
 		rc = tier_manifest_parse(text, (size_t)n, "trainer.yaml", 0, &w->man);
 		ck_assert_msg(rc == 0, "manifest: %s\n%s", tier_last_error(), text);
 	}
 	tier_store_params_init(&sp);
-	sp.hbm_backend = w->hbm ? "host" : "none";
+	sp.hbm_backend = !w->hbm ? "none" : g_cuda ? "cuda" : "host";
 	sp.hbm_capacity = w->hbm;
 	rc = tier_store_open(w->man, &sp, &w->s);
 	ck_assert_msg(rc == 0, "store open: %d: %s", rc, tier_last_error());
@@ -128,6 +131,10 @@ static void world_init(struct tworld *w, const char *sub, const char *moment, ui
 	int rc;
 
 	memset(w, 0, sizeof(*w));
+	if (g_cuda) {
+		hbm = 512 * KiB;
+		offload = 0.5;
+	}
 	snprintf(w->sub, sizeof(w->sub), "%s", sub);
 	w->moment = moment;
 	w->hbm = hbm;
@@ -822,5 +829,12 @@ static Suite *suite(void)
 
 int main(void)
 {
+	const char *hbm = getenv("TIER_TRAINER_HBM");
+
+	g_cuda = hbm && !strcmp(hbm, "cuda");
+	if (g_cuda && !t_gpu_present(NULL)) {
+		fprintf(stderr, "test_trainer: TIER_TRAINER_HBM=cuda, but no CUDA device: skipped\n");
+		return 77;
+	}
 	return t_run_suite(suite());
 }
