@@ -399,8 +399,13 @@ static void sched_remove(struct tier_store *s, struct tier_obj *o)
 {
 	uint32_t j = 0;
 
-	if (!o->npos)
+	if (!o->npos) {
+		/* not in the schedule now, but it may have been: its room goes */
+		free(o->pos);
+		o->pos = NULL;
+		o->pos_cap = 0;
 		return;
+	}
 	for (uint32_t i = 0; i < s->nsched; i++)
 		if (s->sched[i] != o)
 			s->sched[j++] = s->sched[i];
