@@ -65,8 +65,8 @@ static int run(struct tier_optim *o, int steps)
 	for (int i = 0; i < OUT; i++)
 		t[i] = (float)cos(i * 0.05);
 	for (int k = 0; k < steps && rc == 0; k++) {
-		struct tier_tensor g[2] = { { gw, TIER_FP32, TIER_MEM_HOST }, { gb, TIER_FP32, TIER_MEM_HOST } };
-		struct tier_tensor out[2] = { { w, TIER_FP32, TIER_MEM_HOST }, { b, TIER_FP32, TIER_MEM_HOST } };
+		struct tier_tensor g[2] = { { gw, TIER_FP32, TIER_MEM_HOST, IN * OUT }, { gb, TIER_FP32, TIER_MEM_HOST, OUT } };
+		struct tier_tensor out[2] = { { w, TIER_FP32, TIER_MEM_HOST, IN * OUT }, { b, TIER_FP32, TIER_MEM_HOST, OUT } };
 		struct tier_step_result res;
 		double loss = loss_and_grads(w, b, x, t, gw, gb);
 

@@ -102,20 +102,43 @@ void optim_feed_update(struct tier_optim *o, const struct tier_step_result *res)
 /* ------------------------------------------------------------ params */
 
 
+int optim_check_group(const char *what, const struct tier_group_params *g)
+{
+	if (!(g->lr >= 0) || !isfinite(g->lr))
+		return ts_err(-EINVAL, "%s: lr %g (must be a finite number >= 0)", what, g->lr);
+	if (!(g->beta1 >= 0 && g->beta1 < 1) || !(g->beta2 >= 0 && g->beta2 < 1))
+		return ts_err(-EINVAL, "%s: betas (%g, %g) (each in [0, 1))", what, g->beta1,
+				g->beta2);
+	if (!(g->eps > 0) || !isfinite(g->eps))
+		return ts_err(-EINVAL, "%s: eps %g (must be > 0)", what, g->eps);
+	if (!(g->weight_decay >= 0) || !isfinite(g->weight_decay))
+		return ts_err(-EINVAL, "%s: weight_decay %g (must be >= 0)", what,
+				g->weight_decay);
+	return 0;
+}
+
+/* Group 0's hyperparameters in @p. */
+static void group_of(const struct tier_optim_params *p, struct tier_group_params *g)
+{
+	tier_group_params_init(g);
+	g->lr = p->lr;
+	g->beta1 = p->beta1;
+	g->beta2 = p->beta2;
+	g->eps = p->eps;
+	g->weight_decay = p->weight_decay;
+	g->decoupled = p->decoupled;
+}
+
 static int check_params(const struct tier_optim_params *p)
 {
+	struct tier_group_params g;
+	int rc;
+
 	if (ts_params_size("optimizer: struct tier_optim_params", p->size, sizeof(*p)))
 		return -EINVAL;
-	if (!(p->lr >= 0) || !isfinite(p->lr))
-		return ts_err(-EINVAL, "optimizer: lr %g (must be a finite number >= 0)", p->lr);
-	if (!(p->beta1 >= 0 && p->beta1 < 1) || !(p->beta2 >= 0 && p->beta2 < 1))
-		return ts_err(-EINVAL, "optimizer: betas (%g, %g) (each in [0, 1))", p->beta1,
-				p->beta2);
-	if (!(p->eps > 0) || !isfinite(p->eps))
-		return ts_err(-EINVAL, "optimizer: eps %g (must be > 0)", p->eps);
-	if (!(p->weight_decay >= 0) || !isfinite(p->weight_decay))
-		return ts_err(-EINVAL, "optimizer: weight_decay %g (must be >= 0)",
-				p->weight_decay);
+	group_of(p, &g);
+	if ((rc = optim_check_group("optimizer", &g)))
+		return rc;
 	if (p->moment_dtype != TIER_DTYPE_MANIFEST && p->moment_dtype != TIER_FP32 &&
 	    p->moment_dtype != TIER_BF16)
 		return ts_err(-EINVAL, "optimizer: moment_dtype %d (TIER_FP32, TIER_BF16 or TIER_DTYPE_MANIFEST)",
@@ -221,6 +244,8 @@ static void optim_free(struct tier_optim *o)
 	for (uint32_t i = 0; i < o->nparams; i++)
 		free(o->params[i].name);
 	free(o->params);
+	free(o->groups);
+	free(o->act);
 	free(o->items);
 	free(o->lanes);
 	free(o->order);
@@ -284,7 +309,13 @@ int optim_create(struct tier_store *s, const struct tier_optim_params *p, size_t
 	pthread_cond_init(&o->cond, NULL);
 	o->s = s;
 	o->p = *p;
-	o->lr = p->lr;
+	{
+		struct tier_group_params g0;
+
+		group_of(p, &g0);
+		if ((rc = optim_push_group(o, &g0)))
+			goto fail;
+	}
 	o->md = p->moment_dtype == TIER_DTYPE_MANIFEST ? cfg->moment_dtype : (enum tier_dtype)p->moment_dtype;
 	if (o->md != TIER_FP32 && o->md != TIER_BF16) {
 		rc = ts_err(-EINVAL, "optimizer: moment dtype %d from the manifest", (int)o->md);
@@ -497,11 +528,19 @@ int tier_optim_add_param(struct tier_optim *o, const char *name, size_t numel, c
 {
 	OPTIM_ARG(o);
 	TS_NONNULL(name);
-	return optim_add_param(o, name, numel, init, NULL, NULL, id);
+	return optim_add_param(o, 0, name, numel, init, NULL, NULL, id);
 }
 
-int optim_add_param(struct tier_optim *o, const char *name, size_t numel, const float *init,
-		    optim_fill_fn fill, void *arg, uint32_t *id)
+int tier_optim_add_param_to(struct tier_optim *o, uint32_t gid, const char *name, size_t numel,
+			    const float *init, uint32_t *id)
+{
+	OPTIM_ARG(o);
+	TS_NONNULL(name);
+	return optim_add_param(o, gid, name, numel, init, NULL, NULL, id);
+}
+
+int optim_add_param(struct tier_optim *o, uint32_t gid, const char *name, size_t numel,
+		    const float *init, optim_fill_fn fill, void *arg, uint32_t *id)
 {
 	uint32_t nsh = 0, first = o ? o->nshards : 0;
 	struct param *pp;
@@ -509,6 +548,9 @@ int optim_add_param(struct tier_optim *o, const char *name, size_t numel, const 
 
 	if ((rc = add_check(o, name, numel)) || (rc = add_size(o, name, numel, &nsh)))
 		return rc;
+	if (gid >= o->ngroups)
+		return ts_err(-EINVAL, "parameter '%s': no group %u (the optimizer has %u)", name,
+				gid, o->ngroups);
 	if ((rc = optim_add_room(o, name, nsh)))
 		return rc;
 	pp = &o->params[o->nparams];
@@ -517,6 +559,7 @@ int optim_add_param(struct tier_optim *o, const char *name, size_t numel, const 
 		return ts_err(-ENOMEM, "parameter '%s': out of memory", name);
 	pp->numel = numel;
 	pp->first = first;
+	pp->group = gid;
 	for (uint32_t k = 0; k < nsh; k++) {
 		struct shard *sh = ts_calloc(1, sizeof(*sh));
 		char oname[TIERS_NAME_MAX * 4 + 32];
@@ -617,6 +660,243 @@ int tier_optim_info(const struct tier_optim *o, struct tier_optim_info *out)
 	return 0;
 }
 
+/* ------------------------------------------------------------ groups */
+
+int optim_push_group(struct tier_optim *o, const struct tier_group_params *g)
+{
+	if (o->ngroups == o->groups_cap) {
+		uint32_t cap = grow_cap(o->groups_cap, 4, (uint64_t)o->ngroups + 1);
+		struct tier_group_params *ng = ts_realloc(o->groups, cap * sizeof(*ng));
+
+		if (!ng)
+			return ts_err(-ENOMEM, "optimizer: out of memory for group %u", o->ngroups);
+		o->groups = ng;
+		o->groups_cap = cap;
+	}
+	o->groups[o->ngroups] = *g;
+	o->groups[o->ngroups].size = (uint32_t)sizeof(*g);
+	o->ngroups++;
+	return 0;
+}
+
+/* Whether the optimizer's parameters and groups may change now. */
+static int between_steps(const struct tier_optim *o, const char *what)
+{
+	if (atomic_load(&o->in_step))
+		return ts_err(-EBUSY, "%s: inside a step (call it between steps)", what);
+	if (o->pending)
+		return ts_err(-EBUSY, "%s: step %" PRIu64 " failed part way and is pending (complete it first)",
+				what, o->applied + 1);
+	return 0;
+}
+
+int tier_optim_add_group(struct tier_optim *o, const struct tier_group_params *g, uint32_t *gid)
+{
+	OPTIM_ARG(o);
+	TS_NONNULL(g);
+	char what[64];
+	int rc;
+
+	snprintf(what, sizeof(what), "optimizer: group %u", o->ngroups);
+	if (ts_params_size("tier_optim_add_group: struct tier_group_params", g->size, sizeof(*g)))
+		return -EINVAL;
+	if ((rc = optim_check_group(what, g)) || (rc = between_steps(o, what)))
+		return rc;
+	if (o->ngroups == UINT32_MAX)
+		return ts_err(-EOVERFLOW, "%s: the optimizer holds the most groups a uint32_t counts", what);
+	if ((rc = optim_push_group(o, g)))
+		return rc;
+	if (gid)
+		*gid = o->ngroups - 1;
+	return 0;
+}
+
+int tier_optim_set_group(struct tier_optim *o, uint32_t gid, const struct tier_group_params *g)
+{
+	OPTIM_ARG(o);
+	TS_NONNULL(g);
+	char what[64];
+	int rc;
+
+	snprintf(what, sizeof(what), "optimizer: group %u", gid);
+	if (ts_params_size("tier_optim_set_group: struct tier_group_params", g->size, sizeof(*g)))
+		return -EINVAL;
+	if (gid >= o->ngroups)
+		return ts_err(-EINVAL, "tier_optim_set_group: no group %u (the optimizer has %u)", gid,
+				o->ngroups);
+	if ((rc = optim_check_group(what, g)) || (rc = between_steps(o, what)))
+		return rc;
+	o->groups[gid] = *g;
+	o->groups[gid].size = (uint32_t)sizeof(*g);
+	return 0;
+}
+
+int tier_optim_get_group(const struct tier_optim *o, uint32_t gid, struct tier_group_params *out)
+{
+	OPTIM_ARG(o);
+	TS_NONNULL(out);
+	if (gid >= o->ngroups)
+		return ts_err(-EINVAL, "tier_optim_get_group: no group %u (the optimizer has %u)", gid,
+				o->ngroups);
+	*out = o->groups[gid];
+	return 0;
+}
+
+uint32_t tier_optim_ngroups(const struct tier_optim *o)
+{
+	OPTIM_ARG_OR(o, 0);
+	return o ? o->ngroups : 0;
+}
+
+/* ------------------------------------------------- parameters' state */
+
+static int param_arg(const struct tier_optim *o, uint32_t id, const char *fn)
+{
+	if (id >= o->nparams)
+		return ts_err(-EINVAL, "%s: no parameter with id %u (there are %u)", fn, id, o->nparams);
+	return 0;
+}
+
+int tier_optim_param_info(const struct tier_optim *o, uint32_t id, struct tier_param_info *out)
+{
+	OPTIM_ARG(o);
+	TS_NONNULL(out);
+	const struct param *pp;
+	int rc;
+
+	if ((rc = param_arg(o, id, "tier_optim_param_info")))
+		return rc;
+	pp = &o->params[id];
+	memset(out, 0, sizeof(*out));
+	out->name = pp->name;
+	out->numel = pp->numel;
+	out->group = pp->group;
+	out->nshards = pp->nshards;
+	out->step = pp->step;
+	out->frozen = pp->frozen;
+	return 0;
+}
+
+int tier_optim_set_param_step(struct tier_optim *o, uint32_t id, uint64_t step)
+{
+	OPTIM_ARG(o);
+	int rc;
+
+	if ((rc = param_arg(o, id, "tier_optim_set_param_step")) ||
+	    (rc = between_steps(o, "tier_optim_set_param_step")))
+		return rc;
+	o->params[id].step = step;
+	return 0;
+}
+
+int tier_optim_freeze(struct tier_optim *o, uint32_t id, bool frozen)
+{
+	OPTIM_ARG(o);
+	int rc;
+
+	if ((rc = param_arg(o, id, "tier_optim_freeze")) ||
+	    (rc = between_steps(o, "tier_optim_freeze")))
+		return rc;
+	if (o->params[id].frozen != frozen) {
+		o->params[id].frozen = frozen;
+		o->synced = false;
+	}
+	return 0;
+}
+
+int tier_optim_remove_param(struct tier_optim *o, uint32_t id)
+{
+	OPTIM_ARG(o);
+	struct param *pp;
+	uint32_t first, nsh;
+	int rc, rc1 = 0;
+
+	if ((rc = param_arg(o, id, "tier_optim_remove_param")) ||
+	    (rc = between_steps(o, "tier_optim_remove_param")))
+		return rc;
+	pp = &o->params[id];
+	first = pp->first;
+	nsh = pp->nshards;
+	/* Its write-backs first: a queued one holds the object. */
+	wb_drain(o->wb);
+	for (uint32_t k = 0; k < nsh; k++) {
+		struct shard *sh = o->shards[first + k];
+
+		store_obj_set_user(sh->obj, NULL);
+		rc = tier_obj_destroy(o->s, sh->obj);
+		if (rc && !rc1) {
+			ts_err_prefix("tier_optim_remove_param: parameter '%s': ", pp->name);
+			rc1 = rc;
+		}
+		free(sh);
+	}
+	memmove(&o->shards[first], &o->shards[first + nsh],
+		(o->nshards - first - nsh) * sizeof(*o->shards));
+	o->nshards -= nsh;
+	free(pp->name);
+	memmove(pp, pp + 1, (o->nparams - id - 1) * sizeof(*pp));
+	o->nparams--;
+	for (uint32_t i = id; i < o->nparams; i++)
+		o->params[i].first -= nsh;
+	for (uint32_t i = first; i < o->nshards; i++) {
+		struct shard *sh = o->shards[i];
+
+		sh->index = i;
+		sh->param = sh->param - 1;
+		trace_name_shard(o->trace, i, tier_obj_name(sh->obj));
+	}
+	o->synced = false;
+	optim_feed_update(o, NULL);
+	return rc1;
+}
+
+int tier_optim_get_scaler(const struct tier_optim *o, struct tier_loss_scaler *out)
+{
+	OPTIM_ARG(o);
+	TS_NONNULL(out);
+	if (o->p.dynamic_loss_scale) {
+		*out = o->scaler;
+		return 0;
+	}
+	memset(out, 0, sizeof(*out));
+	out->scale = o->p.loss_scale;
+	out->min_scale = o->p.min_loss_scale;
+	out->growth_factor = o->p.growth_factor;
+	out->backoff_factor = o->p.backoff_factor;
+	out->growth_interval = o->p.growth_interval;
+	out->hysteresis = o->p.hysteresis;
+	return 0;
+}
+
+int tier_optim_set_scaler(struct tier_optim *o, const struct tier_loss_scaler *in)
+{
+	OPTIM_ARG(o);
+	TS_NONNULL(in);
+	struct tier_loss_scaler t;
+	int rc;
+
+	if ((rc = between_steps(o, "tier_optim_set_scaler")))
+		return rc;
+	if (!o->p.dynamic_loss_scale) {
+		if (!(in->scale > 0) || !isfinite(in->scale))
+			return ts_err(-EINVAL, "tier_optim_set_scaler: scale %g (must be > 0)", in->scale);
+		o->p.loss_scale = in->scale;
+		return 0;
+	}
+	if ((rc = tier_loss_scaler_init(&t, in->scale, in->min_scale, in->growth_factor,
+					in->backoff_factor, in->growth_interval, in->hysteresis))) {
+		ts_err_prefix("tier_optim_set_scaler: ");
+		return rc;
+	}
+	if (in->hysteresis_tracker < 0 || (uint32_t)in->hysteresis_tracker > in->hysteresis)
+		return ts_err(-EINVAL, "tier_optim_set_scaler: hysteresis_tracker %d (0 .. hysteresis %u)",
+				(int)in->hysteresis_tracker, in->hysteresis);
+	t.growth_tracker = in->growth_tracker;
+	t.hysteresis_tracker = in->hysteresis_tracker;
+	o->scaler = t;
+	return 0;
+}
+
 /* ------------------------------------------------------------ read back */
 
 int tier_optim_read(struct tier_optim *o, uint32_t id, float *master, void *exp_avg,
@@ -645,6 +925,42 @@ int tier_optim_read(struct tier_optim *o, uint32_t id, float *master, void *exp_
 			memcpy((char *)exp_avg_sq + sh->off * o->mb, ptr + (4 + o->mb) * sh->n,
 			       sh->n * o->mb);
 		if ((rc = tier_obj_release(o->s, sh->obj, TIER_DRAM, false)))
+			return rc;
+	}
+	return 0;
+}
+
+int tier_optim_write(struct tier_optim *o, uint32_t id, const float *master,
+		     const void *exp_avg, const void *exp_avg_sq)
+{
+	OPTIM_ARG(o);
+	const struct param *pp;
+	bool all = master && exp_avg && exp_avg_sq;
+	int rc;
+
+	if ((rc = param_arg(o, id, "tier_optim_write")) || (rc = between_steps(o, "tier_optim_write")))
+		return rc;
+	pp = &o->params[id];
+	for (uint32_t k = 0; k < pp->nshards; k++) {
+		const struct shard *sh = o->shards[pp->first + k];
+		char *ptr;
+
+		rc = tier_obj_acquire(o->s, sh->obj, TIER_DRAM,
+				      all ? TIER_ACQUIRE_WRITE | TIER_ACQUIRE_DISCARD
+					  : TIER_ACQUIRE_READ | TIER_ACQUIRE_WRITE,
+				      (void **)&ptr);
+		if (rc) {
+			ts_err_prefix("tier_optim_write: parameter '%s': ", pp->name);
+			return rc;
+		}
+		if (master)
+			memcpy(ptr, master + sh->off, sh->n * 4);
+		if (exp_avg)
+			memcpy(ptr + 4 * sh->n, (const char *)exp_avg + sh->off * o->mb, sh->n * o->mb);
+		if (exp_avg_sq)
+			memcpy(ptr + (4 + o->mb) * sh->n, (const char *)exp_avg_sq + sh->off * o->mb,
+			       sh->n * o->mb);
+		if ((rc = tier_obj_release(o->s, sh->obj, TIER_DRAM, true)))
 			return rc;
 	}
 	return 0;

@@ -8,7 +8,8 @@
  * record of the commit a store was opened at, over the shard objects that
  * commit holds, so the next step is the one an uninterrupted run takes.
  *
- * The record is little-endian and versioned ("TIEROPTM", version 1); it is
+ * The record is little-endian and versioned ("TIEROPTM", version 2; 1 is
+ * read too: one group, every parameter at the optimizer's step); it is
  * read back field by field, every length checked, so a damaged record is
  * refused (the commit's table crc already guards it on disk).
  */
@@ -31,7 +32,7 @@
 #include "tiers/store.h"
 
 #define REC_MAGIC "TIEROPTM"
-#define REC_VERSION 1u
+#define REC_VERSION 2u /* 2: groups, and each parameter's group, step count and freeze */
 
 /* ------------------------------------------------------------ encoding */
 
@@ -97,15 +98,17 @@ static int record_encode(const struct tier_optim *o, struct wbuf *w)
 {
 	const struct tier_optim_params *p = &o->p;
 
+	const struct tier_group_params *g0 = &o->groups[0];
+
 	put(w, REC_MAGIC, 8);
 	put_u32(w, REC_VERSION);
-	/* hyperparameters */
-	put_f64(w, o->lr);
-	put_f64(w, p->beta1);
-	put_f64(w, p->beta2);
-	put_f64(w, p->eps);
-	put_f64(w, p->weight_decay);
-	put_u32(w, p->decoupled);
+	/* hyperparameters (group 0's) */
+	put_f64(w, g0->lr);
+	put_f64(w, g0->beta1);
+	put_f64(w, g0->beta2);
+	put_f64(w, g0->eps);
+	put_f64(w, g0->weight_decay);
+	put_u32(w, g0->decoupled);
 	put_u32(w, (uint32_t)o->md);
 	put_f64(w, p->max_grad_norm);
 	put_f64(w, p->loss_scale);
@@ -137,6 +140,21 @@ static int record_encode(const struct tier_optim *o, struct wbuf *w)
 		put_u64(w, o->params[i].numel);
 		put_u32(w, o->params[i].nshards);
 	}
+	/* version 2: the groups, then each parameter's group, step, freeze */
+	put_u32(w, o->ngroups);
+	for (uint32_t g = 0; g < o->ngroups; g++) {
+		put_f64(w, o->groups[g].lr);
+		put_f64(w, o->groups[g].beta1);
+		put_f64(w, o->groups[g].beta2);
+		put_f64(w, o->groups[g].eps);
+		put_f64(w, o->groups[g].weight_decay);
+		put_u32(w, o->groups[g].decoupled);
+	}
+	for (uint32_t i = 0; i < o->nparams; i++) {
+		put_u32(w, o->params[i].group);
+		put_u64(w, o->params[i].step);
+		put_u32(w, o->params[i].frozen);
+	}
 	put_u32(w, 0); /* no random stream in this version */
 	return w->nomem ? ts_err(-ENOMEM, "optimizer: out of memory for its checkpoint record") : 0;
 }
@@ -157,8 +175,66 @@ struct record {
 		const char *name;
 		uint32_t name_len, nshards;
 		uint64_t numel;
+		uint32_t group;
+		uint64_t step;
+		bool frozen;
 	} *params;
+	uint32_t ngroups;
+	struct tier_group_params *groups;
 };
+
+static void record_free(struct record *d)
+{
+	free(d->params);
+	free(d->groups);
+	d->params = NULL;
+	d->groups = NULL;
+}
+
+/* Version 2's groups and parameters' counts; version 1's from its one set
+ * of hyperparameters and step count. */
+static int record_decode_groups(struct rbuf *r, uint32_t v, struct record *d)
+{
+	d->ngroups = v == 1 ? 1 : get_u32(r);
+	if (r->bad || d->ngroups == 0 || d->ngroups > (r->n - r->at) / 44 + 1)
+		return -EBADMSG;
+	if (!(d->groups = calloc(d->ngroups, sizeof(*d->groups))))
+		return -ENOMEM;
+	for (uint32_t g = 0; g < d->ngroups; g++) {
+		struct tier_group_params *q = &d->groups[g];
+
+		tier_group_params_init(q);
+		if (v == 1) {
+			q->lr = d->lr;
+			q->beta1 = d->beta1;
+			q->beta2 = d->beta2;
+			q->eps = d->eps;
+			q->weight_decay = d->wd;
+			q->decoupled = d->decoupled;
+			continue;
+		}
+		q->lr = get_f64(r);
+		q->beta1 = get_f64(r);
+		q->beta2 = get_f64(r);
+		q->eps = get_f64(r);
+		q->weight_decay = get_f64(r);
+		q->decoupled = get_u32(r) != 0;
+	}
+	for (uint32_t i = 0; i < d->nparams; i++) {
+		struct rparam *q = &d->params[i];
+
+		if (v == 1) {
+			q->step = d->applied;
+			continue;
+		}
+		q->group = get_u32(r);
+		q->step = get_u64(r);
+		q->frozen = get_u32(r) != 0;
+		if (q->group >= d->ngroups)
+			return -EBADMSG;
+	}
+	return r->bad ? -EBADMSG : 0;
+}
 
 static int record_decode(const void *rec, size_t len, struct record *d)
 {
@@ -171,8 +247,8 @@ static int record_decode(const void *rec, size_t len, struct record *d)
 	v = get_u32(&r);
 	if (r.bad || memcmp(magic, REC_MAGIC, 8) != 0)
 		return ts_err(-EBADMSG, "optimizer: the store's last commit holds no optimizer record");
-	if (v != REC_VERSION)
-		return ts_err(-EPROTO, "optimizer: a checkpoint record of version %u (this library reads version %u)",
+	if (v != REC_VERSION && v != 1)
+		return ts_err(-EPROTO, "optimizer: a checkpoint record of version %u (this library reads versions 1 and %u)",
 			      v, REC_VERSION);
 	d->lr = get_f64(&r);
 	d->beta1 = get_f64(&r);
@@ -220,9 +296,17 @@ static int record_decode(const void *rec, size_t len, struct record *d)
 		q->numel = get_u64(&r);
 		q->nshards = get_u32(&r);
 	}
+	if (!r.bad) {
+		int rc = record_decode_groups(&r, v, d);
+
+		if (rc == -ENOMEM) {
+			record_free(d);
+			return ts_err(-ENOMEM, "optimizer: out of memory reading its checkpoint");
+		}
+		r.bad |= rc != 0;
+	}
 	if (get_u32(&r) != 0 || r.bad || r.at != r.n) {
-		free(d->params);
-		d->params = NULL;
+		record_free(d);
 		return ts_err(-EBADMSG, "optimizer: the checkpoint record is damaged (at byte %zu of %zu)",
 			      r.at, len);
 	}
@@ -317,6 +401,9 @@ static int adopt_param(struct tier_optim *o, const struct rparam *d)
 	pp->name = name;
 	pp->numel = d->numel;
 	pp->first = first;
+	pp->group = d->group;
+	pp->step = d->step;
+	pp->frozen = d->frozen;
 	for (uint32_t k = 0; k < nsh; k++) {
 		struct shard *sh = ts_calloc(1, sizeof(*sh));
 		char oname[TIERS_NAME_MAX * 4 + 32];
@@ -418,6 +505,16 @@ int tier_optim_resume(struct tier_store *s, const struct tier_optim_params *rt,
 		ts_err_prefix("tier_optim_resume: ");
 		goto out;
 	}
+	o->groups[0] = d.groups[0];
+	for (uint32_t g = 1; g < d.ngroups; g++) {
+		char what[64];
+
+		snprintf(what, sizeof(what), "tier_optim_resume: the checkpoint's group %u", g);
+		if ((rc = optim_check_group(what, &d.groups[g])))
+			goto out;
+		if ((rc = optim_push_group(o, &d.groups[g])))
+			goto out;
+	}
 	for (uint32_t i = 0; i < d.nparams; i++) {
 		rc = adopt_param(o, &d.params[i]);
 		if (rc)
@@ -425,7 +522,6 @@ int tier_optim_resume(struct tier_store *s, const struct tier_optim_params *rt,
 	}
 	o->applied = d.applied;
 	o->ran = d.ran;
-	o->lr = d.lr;
 	if (d.dynamic) {
 		/* The state; the parameters came from the record through create. */
 		o->scaler.scale = d.scaler.scale;
@@ -446,7 +542,7 @@ int tier_optim_resume(struct tier_store *s, const struct tier_optim_params *rt,
 	*out = o;
 	o = NULL;
 out:
-	free(d.params);
+	record_free(&d);
 	if (o) {
 		/* The shard objects are the commit's: leave them to the store. */
 		for (uint32_t i = 0; i < o->nshards; i++) {

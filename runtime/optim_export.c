@@ -12,9 +12,13 @@
  *
  * The file: for parameter NAME, tensors "master.NAME" (F32, [numel]),
  * "exp_avg.NAME" and "exp_avg_sq.NAME" (F32 or BF16, [numel]); metadata
- * "format" = "tierstore.optimizer", "format_version" = "1", the
+ * "format" = "tierstore.optimizer", "format_version" = "2", the
  * parameters in order ("nparams", "param.0", ...), "step", the
- * hyperparameters and the loss scaler, doubles printed exactly (%.17g).
+ * hyperparameters (group 0's) and the loss scaler, doubles printed
+ * exactly (%.17g); then the groups ("ngroups", "group.G.lr", ...) and
+ * each parameter's "param.K.group", "param.K.step", "param.K.frozen".
+ * Version 1 files (no groups) are read as one group, every parameter at
+ * "step".
  */
 #include "config.h"
 
@@ -34,8 +38,7 @@
 #include "tiers/store.h"
 
 #define FORMAT "tierstore.optimizer"
-#define FORMAT_VERSION "1"
-#define NMETA_FIXED 22
+#define FORMAT_VERSION "2" /* 2: groups, each parameter's group, step, freeze; 1 read too */
 #define PART_NAMES { "master", "exp_avg", "exp_avg_sq" }
 
 /* ------------------------------------------------------------ export */
@@ -96,16 +99,17 @@ static const char *md_name(enum tier_dtype md)
 static void meta_fill(const struct tier_optim *o, struct kv *m)
 {
 	const struct tier_optim_params *p = &o->p;
+	const struct tier_group_params *g0 = &o->groups[0];
 
 	kv_add(m, "format", "%s", FORMAT);
 	kv_add(m, "format_version", "%s", FORMAT_VERSION);
 	kv_add(m, "step", "%" PRIu64, o->applied);
-	kv_add(m, "lr", "%.17g", o->lr);
-	kv_add(m, "beta1", "%.17g", p->beta1);
-	kv_add(m, "beta2", "%.17g", p->beta2);
-	kv_add(m, "eps", "%.17g", p->eps);
-	kv_add(m, "weight_decay", "%.17g", p->weight_decay);
-	kv_add(m, "decoupled", "%s", p->decoupled ? "true" : "false");
+	kv_add(m, "lr", "%.17g", g0->lr);
+	kv_add(m, "beta1", "%.17g", g0->beta1);
+	kv_add(m, "beta2", "%.17g", g0->beta2);
+	kv_add(m, "eps", "%.17g", g0->eps);
+	kv_add(m, "weight_decay", "%.17g", g0->weight_decay);
+	kv_add(m, "decoupled", "%s", g0->decoupled ? "true" : "false");
 	kv_add(m, "moment_dtype", "%s", md_name(o->md));
 	kv_add(m, "max_grad_norm", "%.17g", p->max_grad_norm);
 	kv_add(m, "dynamic_loss_scale", "%s", p->dynamic_loss_scale ? "true" : "false");
@@ -124,6 +128,30 @@ static void meta_fill(const struct tier_optim *o, struct kv *m)
 
 		snprintf(key, sizeof(key), "param.%u", i);
 		kv_add(m, key, "%s", o->params[i].name);
+	}
+	kv_add(m, "ngroups", "%u", o->ngroups);
+	for (uint32_t g = 0; g < o->ngroups; g++) {
+		const struct tier_group_params *q = &o->groups[g];
+		char key[64];
+
+#define GKEY(f) (snprintf(key, sizeof(key), "group.%u." f, g), key)
+		kv_add(m, GKEY("lr"), "%.17g", q->lr);
+		kv_add(m, GKEY("beta1"), "%.17g", q->beta1);
+		kv_add(m, GKEY("beta2"), "%.17g", q->beta2);
+		kv_add(m, GKEY("eps"), "%.17g", q->eps);
+		kv_add(m, GKEY("weight_decay"), "%.17g", q->weight_decay);
+		kv_add(m, GKEY("decoupled"), "%s", q->decoupled ? "true" : "false");
+#undef GKEY
+	}
+	for (uint32_t i = 0; i < o->nparams; i++) {
+		char key[64];
+
+		snprintf(key, sizeof(key), "param.%u.group", i);
+		kv_add(m, key, "%u", o->params[i].group);
+		snprintf(key, sizeof(key), "param.%u.step", i);
+		kv_add(m, key, "%" PRIu64, o->params[i].step);
+		snprintf(key, sizeof(key), "param.%u.frozen", i);
+		kv_add(m, key, "%s", o->params[i].frozen ? "true" : "false");
 	}
 }
 
@@ -280,8 +308,8 @@ static int import_meta(struct st_reader *r, const char *path, struct tier_optim_
 	if (!f || strcmp(f, FORMAT))
 		return ts_err(-EBADMSG, "%s: not a tierstore optimizer export (metadata 'format' is %s%s%s)",
 			      path, f ? "'" : "", f ? f : "missing", f ? "'" : "");
-	if (!fv || strcmp(fv, FORMAT_VERSION))
-		return ts_err(-EPROTO, "%s: an optimizer export of format_version %s (this library reads %s)",
+	if (!fv || (strcmp(fv, FORMAT_VERSION) && strcmp(fv, "1")))
+		return ts_err(-EPROTO, "%s: an optimizer export of format_version %s (this library reads 1 and %s)",
 			      path, fv ? fv : "(none)", FORMAT_VERSION);
 	for (size_t i = 0; i < sizeof(nums) / sizeof(nums[0]); i++)
 		if ((rc = meta_num(r, path, nums[i].key, nums[i].to)))
@@ -313,6 +341,86 @@ static int import_meta(struct st_reader *r, const char *path, struct tier_optim_
 	sc->scale = p->loss_scale;
 #undef UINT_META
 	return 0;
+}
+
+/* Version 2's groups into @o (group 0 is the one create made from the
+ * top-level hyperparameters: the same values). */
+static int import_groups(struct imp *im, struct tier_optim *o)
+{
+	struct st_reader *r = im->r;
+	const char *path = im->path;
+	double x;
+	uint32_t ng;
+	int rc;
+
+	if ((rc = meta_num(r, path, "ngroups", &x)))
+		return rc;
+	if (x < 1 || x > 1e6 || x != floor(x))
+		return ts_err(-EBADMSG, "%s: metadata 'ngroups' = %g is out of range", path, x);
+	ng = (uint32_t)x;
+	for (uint32_t g = 0; g < ng; g++) {
+		struct tier_group_params q;
+		struct {
+			const char *f;
+			double *to;
+		} nums[] = { { "lr", &q.lr }, { "beta1", &q.beta1 }, { "beta2", &q.beta2 },
+			     { "eps", &q.eps }, { "weight_decay", &q.weight_decay } };
+		char key[64];
+
+		tier_group_params_init(&q);
+		for (size_t i = 0; i < sizeof(nums) / sizeof(nums[0]); i++) {
+			snprintf(key, sizeof(key), "group.%u.%s", g, nums[i].f);
+			if ((rc = meta_num(r, path, key, nums[i].to)))
+				return rc;
+		}
+		snprintf(key, sizeof(key), "group.%u.decoupled", g);
+		if ((rc = meta_bool(r, path, key, &q.decoupled)))
+			return rc;
+		snprintf(key, sizeof(key), "%s: group %u", path, g);
+		if ((rc = optim_check_group(key, &q)))
+			return rc;
+		if (g == 0)
+			o->groups[0] = q;
+		else if ((rc = optim_push_group(o, &q)))
+			return rc;
+	}
+	return 0;
+}
+
+/* A parameter's group, step and freeze (version 2). */
+struct pmeta {
+	bool v1;
+	uint32_t group;
+	uint64_t step;
+	bool frozen;
+};
+
+static int import_param_meta(struct imp *im, uint32_t i, uint32_t ngroups, struct pmeta *pm)
+{
+	char key[64];
+	double x;
+	int rc;
+
+	memset(pm, 0, sizeof(*pm));
+	if (!strcmp(st_reader_meta(im->r, "format_version"), "1")) {
+		pm->v1 = true;
+		return 0;
+	}
+	snprintf(key, sizeof(key), "param.%u.group", i);
+	if ((rc = meta_num(im->r, im->path, key, &x)))
+		return rc;
+	if (x < 0 || x >= ngroups || x != floor(x))
+		return ts_err(-EBADMSG, "%s: metadata '%s' = %g is not a group (there are %u)", im->path,
+			      key, x, ngroups);
+	pm->group = (uint32_t)x;
+	snprintf(key, sizeof(key), "param.%u.step", i);
+	if ((rc = meta_num(im->r, im->path, key, &x)))
+		return rc;
+	if (x < 0 || x > 9007199254740992.0 || x != floor(x))
+		return ts_err(-EBADMSG, "%s: metadata '%s' = %g is out of range", im->path, key, x);
+	pm->step = (uint64_t)x;
+	snprintf(key, sizeof(key), "param.%u.frozen", i);
+	return meta_bool(im->r, im->path, key, &pm->frozen);
 }
 
 /* The three tensors of parameter @name, checked against @numel's shape. */
@@ -355,6 +463,7 @@ int tier_optim_import(struct tier_store *s, const char *path, const struct tier_
 	struct tier_optim *o = NULL;
 	uint64_t step = 0;
 	uint32_t nparams = 0;
+	struct pmeta pm;
 	int rc;
 
 	*out = NULL;
@@ -375,6 +484,8 @@ int tier_optim_import(struct tier_store *s, const char *path, const struct tier_
 	rc = tier_optim_create(s, &p, &o);
 	if (rc)
 		goto out;
+	if (strcmp(st_reader_meta(im.r, "format_version"), "1") && (rc = import_groups(&im, o)))
+		goto out;
 	im.mb = o->mb;
 	for (uint32_t i = 0; i < nparams; i++) {
 		char key[32];
@@ -390,11 +501,16 @@ int tier_optim_import(struct tier_store *s, const char *path, const struct tier_
 		rc = find_tensors(&im, name, o->md == TIER_BF16 ? ST_BF16 : ST_F32, &numel);
 		if (rc)
 			goto out;
-		rc = optim_add_param(o, name, numel, NULL, fill_from_file, &im, NULL);
+		rc = import_param_meta(&im, i, o->ngroups, &pm);
+		if (rc)
+			goto out;
+		rc = optim_add_param(o, pm.group, name, numel, NULL, fill_from_file, &im, NULL);
 		if (rc) {
 			ts_err_prefix("tier_optim_import: %s: ", path);
 			goto out;
 		}
+		o->params[i].step = pm.v1 ? step : pm.step;
+		o->params[i].frozen = pm.frozen;
 	}
 	if (st_reader_count(im.r) != (size_t)nparams * 3) {
 		rc = ts_err(-EBADMSG, "%s: %zu tensors, and %u parameters make %zu: the file holds tensors of no parameter",
@@ -403,7 +519,6 @@ int tier_optim_import(struct tier_store *s, const char *path, const struct tier_
 	}
 	o->applied = step;
 	o->ran = step;
-	o->lr = p.lr;
 	if (p.dynamic_loss_scale) {
 		o->scaler.scale = sc.scale;
 		o->scaler.growth_tracker = sc.growth_tracker;

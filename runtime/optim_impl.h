@@ -29,6 +29,7 @@ struct shard {
 	uint64_t bytes;
 	uint64_t after;          /* this step: bytes of items after it */
 	bool updated;            /* updated by this step, or by the pending one */
+	unsigned char lane;      /* this step's lane */
 	/* the store's event hook (store lock held) */
 	uint64_t fill_ns[TIER_LEVELS], flush_ns[TIER_LEVELS];
 };
@@ -37,12 +38,16 @@ struct param {
 	char *name;
 	size_t numel;
 	uint32_t first, nshards;
+	uint32_t group;
+	uint64_t step;           /* updates applied: its bias-correction count */
+	bool frozen;             /* not streamed, no gradient taken */
 	/* this step */
 	bool pushed;
 	struct tier_tensor grad, out;
 	double sumsq;
 	bool nonfinite;
-	double pend_sumsq;       /* the pending step's gradient: its sum of squares */
+	bool pend_pushed;        /* the pending step's gradient: pushed, */
+	double pend_sumsq;       /* and its sum of squares */
 };
 
 struct lane {
@@ -73,13 +78,16 @@ struct tier_optim {
 	uint32_t nparams, params_cap;
 	struct shard **shards;
 	uint32_t nshards, shards_cap;
+	struct tier_group_params *groups; /* group 0 from o->p */
+	uint32_t ngroups, groups_cap;
+	uint32_t *act;           /* the shards a step streams (not frozen), */
+	uint32_t nact;           /* rebuilt with the schedule */
 
 	double cpu_fraction;
 	bool auto_split;
 	unsigned auto_left;
 	struct tier_pool *pool;
 	struct tier_loss_scaler scaler;
-	double lr;
 	uint64_t applied;        /* steps applied: the bias-correction count */
 	uint64_t ran;            /* steps that ran to their end: the order's parity */
 	uint64_t ckpt_gen;       /* the last checkpoint (0: none) */
@@ -144,9 +152,15 @@ typedef int (*optim_fill_fn)(void *arg, struct tier_optim *o, const struct shard
  * already): 0, or -ENOMEM naming @name. */
 int optim_add_room(struct tier_optim *o, const char *name, uint32_t nsh);
 
-/* tier_optim_add_param, with @fill (may be NULL) writing each shard. */
-int optim_add_param(struct tier_optim *o, const char *name, size_t numel, const float *init,
-		    optim_fill_fn fill, void *arg, uint32_t *id);
+/* tier_optim_add_param_to, with @fill (may be NULL) writing each shard. */
+int optim_add_param(struct tier_optim *o, uint32_t gid, const char *name, size_t numel,
+		    const float *init, optim_fill_fn fill, void *arg, uint32_t *id);
+
+/* 0, or -EINVAL naming @what's bad value. */
+int optim_check_group(const char *what, const struct tier_group_params *g);
+
+/* Appends group @g (checked): 0 or -ENOMEM. */
+int optim_push_group(struct tier_optim *o, const struct tier_group_params *g);
 
 /* optim_ckpt.c */
 

@@ -63,8 +63,18 @@ static int update_item(struct tier_optim *o, unsigned lane, struct la_item *it)
 	};
 	void *final_out = t.param_out;
 	bool on_device = lane == 1 && !o->dev_host;
+	const struct tier_group_params *g = &o->groups[pp->group];
+	struct tier_adam_params ap = o->ap;
 	int rc;
 
+	/* the parameter's group and its own bias-correction count */
+	ap.lr = g->lr;
+	ap.beta1 = g->beta1;
+	ap.beta2 = g->beta2;
+	ap.eps = g->eps;
+	ap.weight_decay = g->weight_decay;
+	ap.decoupled = g->decoupled;
+	ap.step = pp->step + 1;
 	if (!on_device) {
 		/* host kernel: device buffers of a real device go through staging */
 		bool stage_grad = pp->grad.mem == TIER_MEM_DEVICE && !o->dev_host;
@@ -77,7 +87,7 @@ static int update_item(struct tier_optim *o, unsigned lane, struct la_item *it)
 		}
 		if (stage_out)
 			t.param_out = o->host_out;
-		rc = tier_adam_step(lane == 0 ? o->pool : NULL, &o->ap, &t);
+		rc = tier_adam_step(lane == 0 ? o->pool : NULL, &ap, &t);
 		if (!rc && stage_out)
 			rc = ts_cuda_copy(final_out, o->host_out, sh->n * osz, o->stream);
 		return rc;
@@ -94,7 +104,7 @@ static int update_item(struct tier_optim *o, unsigned lane, struct la_item *it)
 		}
 		if (c.param_out && pp->out.mem == TIER_MEM_HOST)
 			c.param_out = o->dev_out;
-		rc = adamw_cuda_step(&o->ap, o->md, pp->grad.dtype, t.out_dtype, &c, 1, o->stream);
+		rc = adamw_cuda_step(&ap, o->md, pp->grad.dtype, t.out_dtype, &c, 1, o->stream);
 		if (!rc)
 			rc = ts_cuda_stream_sync(o->stream);
 		if (!rc && c.param_out && c.param_out != final_out)
@@ -133,6 +143,17 @@ static void run_lane(struct tier_optim *o, unsigned lane)
 		if (stall)
 			trace_span(o->trace, TRACE_STALL, sh->index, atomic_load(&o->begun),
 				   u0 - stall, u0, 0);
+		if (!o->params[sh->param].pushed) {
+			/* no gradient this step: streamed, left as it is */
+			sh->updated = true;
+			if ((rc = la_done(&o->la, it, false))) {
+				snprintf(ln->err, sizeof(ln->err), "%s", tier_last_error());
+				ln->rc = rc;
+				la_abort(&o->la);
+				break;
+			}
+			continue;
+		}
 		rc = update_item(o, lane, it);
 		u1 = ts_now_ns();
 		trace_span(o->trace, lane ? TRACE_UPDATE_GPU : TRACE_UPDATE_CPU, sh->index,
@@ -188,19 +209,37 @@ void *optim_gpu_main(void *arg)
 
 /* ------------------------------------------------------------ the step */
 
+/* The shards a step streams: those of the parameters not frozen. */
+static int build_active(struct tier_optim *o)
+{
+	uint32_t *act = ts_realloc(o->act, (o->nshards ? o->nshards : 1) * sizeof(*act));
+
+	if (!act)
+		return ts_err(-ENOMEM, "optimizer: out of memory for the schedule");
+	o->act = act;
+	o->nact = 0;
+	for (uint32_t i = 0; i < o->nshards; i++)
+		if (!o->params[o->shards[i]->param].frozen)
+			act[o->nact++] = i;
+	return 0;
+}
+
 /* Registers the cycle of this step's order and the next one's. */
 static int sync_schedule(struct tier_optim *o)
 {
-	size_t n = o->nshards;
-	struct tier_obj **cyc = ts_malloc(2 * n * sizeof(*cyc));
+	size_t n;
+	struct tier_obj **cyc;
 	int rc;
 
-	if (!cyc)
+	if ((rc = build_active(o)))
+		return rc;
+	n = o->nact;
+	if (!(cyc = ts_malloc((2 * n + 1) * sizeof(*cyc))))
 		return ts_err(-ENOMEM, "optimizer: out of memory for the schedule");
 	for (int h = 0; h < 2; h++) {
 		sched_order(n, o->ran + (uint64_t)h, o->order);
 		for (size_t i = 0; i < n; i++)
-			cyc[(size_t)h * n + i] = o->shards[o->order[i]]->obj;
+			cyc[(size_t)h * n + i] = o->shards[o->act[o->order[i]]]->obj;
 	}
 	rc = tier_store_set_schedule(o->s, cyc, 2 * n);
 	free(cyc);
@@ -238,22 +277,23 @@ static int grow_items(struct tier_optim *o, size_t n)
  */
 static size_t build_items(struct tier_optim *o)
 {
-	size_t n = o->nshards, m = 0;
+	size_t n = o->nact, m = 0;
 	uint64_t after = 0;
 
 	sched_split(n, o->cpu_fraction, o->lanes);
 	sched_order(n, o->ran, o->order);
 	for (size_t i = 0; i < n; i++) {
-		struct shard *sh = o->shards[o->order[i]];
+		struct shard *sh = o->shards[o->act[o->order[i]]];
 		struct la_item *it = &o->items[m];
 
+		sh->lane = o->lanes[o->order[i]];
 		if (!o->pending)
 			sh->updated = false;
 		else if (sh->updated)
 			continue; /* the pending step updated it */
 		memset(it, 0, sizeof(*it));
 		it->obj = sh->obj;
-		it->lane = o->lanes[sh->index];
+		it->lane = sh->lane;
 		it->level = it->lane ? TIER_HBM : TIER_DRAM;
 		it->bytes = sh->bytes;
 		it->user = sh;
@@ -281,10 +321,13 @@ static int begin_check(struct tier_optim *o, double lr)
 		return ts_err(-EINVAL, "optimizer: no parameters");
 	if (lr != TIER_LR_KEEP && !(lr >= 0 && isfinite(lr)))
 		return ts_err(-EINVAL, "tier_optim_begin: lr %g (a finite value >= 0, 0 included, or TIER_LR_KEEP to keep %g)",
-				lr, o->lr);
-	if (o->pending && lr != TIER_LR_KEEP && lr != o->ap.lr)
+				lr, o->groups[0].lr);
+	if (lr != TIER_LR_KEEP && o->ngroups > 1)
+		return ts_err(-EINVAL, "tier_optim_begin: lr %g for an optimizer of %u groups: set each group's lr with tier_optim_set_group and pass TIER_LR_KEEP",
+				lr, o->ngroups);
+	if (o->pending && lr != TIER_LR_KEEP && lr != o->groups[0].lr)
 		return ts_err(-EINVAL, "optimizer: step %" PRIu64 " failed part way; this step completes it and takes its lr, %g, not %g (pass it or TIER_LR_KEEP)",
-				o->applied + 1, o->ap.lr, lr);
+				o->applied + 1, o->groups[0].lr, lr);
 	if ((rc = grow_items(o, o->nshards)))
 		return rc;
 	if (!o->synced && (rc = sync_schedule(o)))
@@ -308,7 +351,7 @@ int tier_optim_begin(struct tier_optim *o, double lr)
 		return rc;
 	}
 	if (lr != TIER_LR_KEEP)
-		o->lr = lr;
+		o->groups[0].lr = lr;
 	o->keep = sched_keep_bytes(o->dram_cap, o->lookahead, o->shard_bytes, optim_state_bytes(o));
 	m = build_items(o);
 	for (uint32_t i = 0; i < o->nparams; i++) {
@@ -342,6 +385,9 @@ static int check_tensor(const struct tier_optim *o, const struct param *pp, cons
 	if (t->mem == TIER_MEM_DEVICE && !o->hbm_caps)
 		return ts_err(-EINVAL, "parameter '%s': %s in device memory, but the optimizer has no HBM tier",
 				pp->name, what);
+	if (t->numel != pp->numel)
+		return ts_err(-EINVAL, "parameter '%s': %s of %zu elements, the parameter has %zu",
+				pp->name, what, t->numel, pp->numel);
 	return 0;
 }
 
@@ -362,6 +408,9 @@ int tier_optim_push(struct tier_optim *o, uint32_t id, const struct tier_tensor 
 	pp = &o->params[id];
 	if (pp->pushed)
 		return ts_err(-EALREADY, "parameter '%s': gradient already pushed this step",
+				pp->name);
+	if (pp->frozen)
+		return ts_err(-EINVAL, "parameter '%s' is frozen: it takes no gradient (thaw it with tier_optim_freeze)",
 				pp->name);
 	if ((rc = check_tensor(o, pp, "gradient", grad)))
 		return rc;
@@ -414,11 +463,17 @@ static void fill_result(struct tier_optim *o, struct tier_step_result *res, bool
 	res->next_loss_scale = o->p.dynamic_loss_scale ? o->scaler.scale : o->p.loss_scale;
 	res->clip_coef = clip;
 	res->cpu_fraction = o->cpu_fraction;
-	for (size_t i = 0; i < o->nshards; i++) {
-		if (o->lanes[o->shards[i]->index])
+	for (size_t i = 0; i < o->nact; i++) {
+		if (o->shards[o->act[i]]->lane)
 			res->gpu_shards++;
 		else
 			res->cpu_shards++;
+	}
+	for (uint32_t i = 0; i < o->nparams; i++) {
+		if (applied && o->params[i].pushed)
+			res->params_updated++;
+		else
+			res->params_skipped++;
 	}
 	res->step_s = (double)(ts_now_ns() - o->t0) * 1e-9;
 	res->cpu_stall_s = (double)o->lane[0].stall_ns * 1e-9;
@@ -471,16 +526,22 @@ static int pending_check(struct tier_optim *o)
 {
 	uint32_t left = 0;
 
-	for (size_t i = 0; i < o->nshards; i++)
-		left += !o->shards[i]->updated;
+	for (size_t i = 0; i < o->nact; i++)
+		left += !o->shards[o->act[i]]->updated;
 	for (uint32_t i = 0; i < o->nparams; i++) {
 		const struct param *pp = &o->params[i];
 
-		if (pp->sumsq == pp->pend_sumsq && !pp->nonfinite)
+		if (pp->pushed == pp->pend_pushed &&
+		    (!pp->pushed || (pp->sumsq == pp->pend_sumsq && !pp->nonfinite)))
 			continue;
 		optim_abandon(o); /* before the detail: it clears the last error */
+		if (pp->pushed != pp->pend_pushed)
+			return ts_err(-EINVAL, "optimizer: step %" PRIu64 " failed part way (%u of %zu shards not updated) and must be completed before another step: call it again with the same gradients; parameter '%s' %s a gradient in step %" PRIu64 " and %s now; the step is abandoned and no state changed",
+					o->applied + 1, left, (size_t)o->nact, pp->name,
+					pp->pend_pushed ? "had" : "had no", o->applied + 1,
+					pp->pushed ? "has one" : "has none");
 		return ts_err(-EINVAL, "optimizer: step %" PRIu64 " failed part way (%u of %zu shards not updated) and must be completed before another step: call it again with the same gradients; parameter '%s' has another gradient (sum of squares %.17g, step %" PRIu64 "'s %.17g); the step is abandoned and no state changed",
-				o->applied + 1, left, (size_t)o->nshards, pp->name, pp->sumsq,
+				o->applied + 1, left, (size_t)o->nact, pp->name, pp->sumsq,
 				o->applied + 1, pp->pend_sumsq);
 	}
 	return 0;
@@ -491,7 +552,7 @@ static void run_lanes(struct tier_optim *o)
 {
 	bool gpu_items = false;
 
-	for (size_t i = 0; i < o->nshards; i++)
+	for (size_t i = 0; i < o->nact; i++)
 		gpu_items |= o->lanes[i] != 0;
 	if (gpu_items) {
 		pthread_mutex_lock(&o->lock);
@@ -525,6 +586,8 @@ static int step_outcome(struct tier_optim *o, struct tier_step_result *res)
 	for (l = 0; l < LA_LANES && !o->lane[l].rc; l++)
 		;
 	if (l == LA_LANES) {
+		for (uint32_t i = 0; i < o->nparams; i++)
+			o->params[i].step += o->params[i].pushed;
 		o->applied++;
 		o->ran++;
 		o->pending = false;
@@ -539,19 +602,19 @@ static int step_outcome(struct tier_optim *o, struct tier_step_result *res)
 	fill_result(o, res, false, o->pend_norm, o->pend_scale, o->pend_clip);
 	trace_span(o->trace, TRACE_STEP, 0, atomic_load(&o->begun), o->t0, ts_now_ns(), 0);
 	o->synced = false;
-	for (size_t i = 0; i < o->nshards; i++)
-		done += o->shards[i]->updated;
+	for (size_t i = 0; i < o->nact; i++)
+		done += o->shards[o->act[i]]->updated;
 	if (o->lane[0].fatal || o->lane[1].fatal) {
 		l = o->lane[0].fatal ? 0 : 1;
 		o->failed = o->lane[l].rc;
 		snprintf(o->failed_msg, sizeof(o->failed_msg), "step %" PRIu64 ", %s lane: %s",
 			 o->applied + 1, l ? "GPU" : "CPU", o->lane[l].err);
 		return ts_err(o->failed, "optimizer: %s (%u of %zu shards are updated, the rest are not; later steps are refused: restore a checkpoint)",
-				o->failed_msg, done, (size_t)o->nshards);
+				o->failed_msg, done, (size_t)o->nact);
 	}
 	o->pending = true;
 	return ts_err(o->lane[l].rc, "optimizer: step %" PRIu64 ", %s lane: %s (%u of %zu shards are updated, the rest are not: call the step again with the same gradients to complete it)",
-			o->applied + 1, l ? "GPU" : "CPU", o->lane[l].err, done, (size_t)o->nshards);
+			o->applied + 1, l ? "GPU" : "CPU", o->lane[l].err, done, (size_t)o->nact);
 }
 
 /* The step's decisions from its gradients (norm, skip, clip, the update);
@@ -571,13 +634,15 @@ static bool step_decide(struct tier_optim *o, double total, bool nonfinite)
 	if (o->p.max_grad_norm > 0)
 		clip = tier_clip_coef(norm, o->p.max_grad_norm);
 	o->pend_clip = clip;
+	/* the step's scale; each parameter's group and count join it in
+	 * update_item */
 	o->ap = (struct tier_adam_params){ .size = sizeof(struct tier_adam_params),
-		.lr = o->lr, .beta1 = o->p.beta1, .beta2 = o->p.beta2, .eps = o->p.eps,
-		.weight_decay = o->p.weight_decay, .decoupled = o->p.decoupled,
-		.step = o->applied + 1, .grad_scale = clip / scale,
+		.grad_scale = clip / scale,
 	};
-	for (uint32_t i = 0; i < o->nparams; i++)
+	for (uint32_t i = 0; i < o->nparams; i++) {
+		o->params[i].pend_pushed = o->params[i].pushed;
 		o->params[i].pend_sumsq = o->params[i].sumsq;
+	}
 	return false;
 }
 
@@ -587,6 +652,7 @@ int tier_optim_end(struct tier_optim *o, struct tier_step_result *res)
 	struct tier_step_result dummy;
 	double total = 0;
 	bool nonfinite = false;
+	uint32_t pushed = 0;
 	int rc;
 
 	if (!res)
@@ -596,16 +662,20 @@ int tier_optim_end(struct tier_optim *o, struct tier_step_result *res)
 	if (!o->in_step)
 		return ts_err(-EINVAL, "optimizer: end without a step begun");
 	for (uint32_t i = 0; i < o->nparams; i++) {
-		if (!o->params[i].pushed) {
-			optim_abandon(o);
-			return ts_err(-ENODATA, "parameter '%s' (id %u): no gradient pushed this step; the step is abandoned and no state changed",
-					o->params[i].name, i);
-		}
+		if (!o->params[i].pushed)
+			continue;
+		pushed++;
 		total += o->params[i].sumsq;
 		nonfinite |= o->params[i].nonfinite;
 	}
 	if (o->pending && (rc = pending_check(o)))
 		return rc;
+	if (!pushed) {
+		/* torch's step with every grad None: nothing changes */
+		optim_abandon(o);
+		fill_result(o, res, false, 0.0, o->p.dynamic_loss_scale ? o->scaler.scale : o->p.loss_scale, 1.0);
+		return 0;
+	}
 	if (!o->pending && step_decide(o, total, nonfinite)) {
 		optim_abandon(o);
 		fill_result(o, res, false, o->pend_norm, o->pend_scale, 1.0);
@@ -637,6 +707,8 @@ int tier_optim_step(struct tier_optim *o, double lr, const struct tier_tensor *g
 	if ((rc = tier_optim_begin(o, lr)))
 		return rc;
 	for (uint32_t i = 0; i < o->nparams; i++) {
+		if (!grads[i].ptr)
+			continue; /* no gradient this step */
 		if ((rc = tier_optim_push(o, i, &grads[i], outs ? &outs[i] : NULL))) {
 			char msg[TIER_ERR_MAX];
 

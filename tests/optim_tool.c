@@ -65,7 +65,8 @@ static int train_to(struct tier_optim *o, unsigned to)
 	struct tier_tensor g[T_TRAIN_NPARAMS];
 
 	for (unsigned p = 0; p < T_TRAIN_NPARAMS; p++)
-		g[p] = (struct tier_tensor){ malloc(t_train_numel[p] * 4), TIER_FP32, TIER_MEM_HOST };
+		g[p] = (struct tier_tensor){ malloc(t_train_numel[p] * 4), TIER_FP32, TIER_MEM_HOST,
+					     t_train_numel[p] };
 	for (unsigned t = (unsigned)tier_optim_step_count(o) + 1; t <= to; t++) {
 		for (unsigned p = 0; p < T_TRAIN_NPARAMS; p++)
 			for (size_t i = 0; i < t_train_numel[p]; i++)

@@ -117,7 +117,7 @@ static int steps(struct tier_optim *o, const struct run *r, unsigned to, int fd,
 
 	for (unsigned p = 0; p < NPARAMS; p++) {
 		gb[p] = malloc(g_numel[p] * 4);
-		g[p] = (struct tier_tensor){ gb[p], TIER_FP32, TIER_MEM_HOST };
+		g[p] = (struct tier_tensor){ gb[p], TIER_FP32, TIER_MEM_HOST, g_numel[p] };
 	}
 	for (unsigned t = (unsigned)tier_optim_step_count(o) + 1; t <= to && !rc; t++) {
 		struct tier_step_result res;

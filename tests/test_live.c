@@ -386,7 +386,7 @@ START_TEST(tier_stat_matches_store)
 	}
 	ck_assert_int_eq(tier_optim_add_param(o, "w", numel, init, &id), 0);
 	for (int k = 0; k < 3; k++) {
-		struct tier_tensor g = { grad, TIER_FP32, TIER_MEM_HOST };
+		struct tier_tensor g = { grad, TIER_FP32, TIER_MEM_HOST, numel };
 
 		if (k == 1)
 			grad[5] = 1.0f / 0.0f; /* an overflow: skipped */

@@ -47,6 +47,7 @@ struct fx {
 	struct tier_live *l;
 	struct tier_pool *pool;
 	struct tier_tensor grad;
+	struct tier_group_params gp;
 	struct tier_adam_params ap;
 	struct tier_adam_tensors at;
 	struct tier_loss_scaler ls;
@@ -92,7 +93,8 @@ static void fx_open(struct fx *f)
 		tier_live_open(tier_store_stats_path(f->s), &f->l);
 	rc = tier_pool_create(1, &f->pool);
 	ck_assert_msg(rc == 0, "pool: %s", tier_last_error());
-	f->grad = (struct tier_tensor){ f->g, TIER_FP32, TIER_MEM_HOST };
+	f->grad = (struct tier_tensor){ f->g, TIER_FP32, TIER_MEM_HOST, 64 };
+	tier_group_params_init(&f->gp);
 	tier_adam_params_init(&f->ap);
 	f->at = (struct tier_adam_tensors){ .n = 64, .param = f->p, .exp_avg = f->m1,
 		.exp_avg_sq = f->m2, .moment_dtype = TIER_FP32, .grad = f->g,
@@ -311,6 +313,32 @@ static void io_cb(void *arg, int result, const char *detail)
 	X(INT, EINV, tier_optim_import, path,                                            \
 	  tier_optim_import(f->s, NULL, NULL, &(struct tier_optim *){ 0 }))              \
 	X(INT, EINV, tier_optim_import, out, tier_optim_import(f->s, "x", NULL, NULL))   \
+	X(INT, EINV, tier_optim_add_group, o,                                            \
+	  tier_optim_add_group(NULL, &f->gp, NULL))                                      \
+	X(INT, EINV, tier_optim_add_group, g, tier_optim_add_group(f->op, NULL, NULL))   \
+	X(INT, EINV, tier_optim_set_group, o, tier_optim_set_group(NULL, 0, &f->gp))      \
+	X(INT, EINV, tier_optim_set_group, g, tier_optim_set_group(f->op, 0, NULL))      \
+	X(INT, EINV, tier_optim_get_group, o,                                            \
+	  tier_optim_get_group(NULL, 0, &(struct tier_group_params){ 0 }))               \
+	X(INT, EINV, tier_optim_get_group, out, tier_optim_get_group(f->op, 0, NULL))    \
+	X(ZERO, 0, tier_optim_ngroups, o, tier_optim_ngroups(NULL))                      \
+	X(INT, EINV, tier_optim_add_param_to, o,                                         \
+	  tier_optim_add_param_to(NULL, 0, "x", 64, NULL, NULL))                         \
+	X(INT, EINV, tier_optim_add_param_to, name,                                      \
+	  tier_optim_add_param_to(f->op, 0, NULL, 64, NULL, NULL))                       \
+	X(INT, EINV, tier_optim_freeze, o, tier_optim_freeze(NULL, 0, true))             \
+	X(INT, EINV, tier_optim_remove_param, o, tier_optim_remove_param(NULL, 0))       \
+	X(INT, EINV, tier_optim_param_info, o,                                           \
+	  tier_optim_param_info(NULL, 0, &(struct tier_param_info){ 0 }))                \
+	X(INT, EINV, tier_optim_param_info, out, tier_optim_param_info(f->op, 0, NULL))  \
+	X(INT, EINV, tier_optim_set_param_step, o, tier_optim_set_param_step(NULL, 0, 1)) \
+	X(INT, EINV, tier_optim_write, o, tier_optim_write(NULL, 0, NULL, NULL, NULL))   \
+	X(INT, EINV, tier_optim_get_scaler, o,                                           \
+	  tier_optim_get_scaler(NULL, &(struct tier_loss_scaler){ 0 }))                  \
+	X(INT, EINV, tier_optim_get_scaler, out, tier_optim_get_scaler(f->op, NULL))     \
+	X(INT, EINV, tier_optim_set_scaler, o,                                           \
+	  tier_optim_set_scaler(NULL, &(struct tier_loss_scaler){ 0 }))                  \
+	X(INT, EINV, tier_optim_set_scaler, in, tier_optim_set_scaler(f->op, NULL))      \
 	X(INT, EINV, tier_store_commit, s, tier_store_commit(NULL, NULL, 0, NULL))       \
 	X(INT, EINV, tier_store_commit, record, tier_store_commit(f->s, NULL, 8, NULL))  \
 	X(INT, EINV, tier_store_committed, s,                                            \

@@ -214,7 +214,7 @@ static void nvme_counters(struct tier_store *s, uint64_t *rd, uint64_t *wr)
 static int step_one(const struct step_opts *o, struct step_model *sm, uint64_t k,
 		    struct step_record *rec)
 {
-	struct tier_tensor g = { .ptr = sm->grad, .dtype = TIER_FP32, .mem = TIER_MEM_HOST };
+	struct tier_tensor g = { .ptr = sm->grad, .dtype = TIER_FP32, .mem = TIER_MEM_HOST, .numel = 0 };
 	bool copy_out = dtype_size(o->copy_out) > 0;
 	uint64_t t0 = now_ns();
 	char what[160];
@@ -230,8 +230,10 @@ static int step_one(const struct step_opts *o, struct step_model *sm, uint64_t k
 			.ptr = sm->outs[i],
 			.dtype = o->copy_out < 0 ? TIER_BF16 : (enum tier_dtype)o->copy_out,
 			.mem = TIER_MEM_HOST,
+			.numel = tier_optim_param_numel(sm->opt, (uint32_t)i),
 		};
 
+		g.numel = out.numel;
 		rc = tier_optim_push(sm->opt, (uint32_t)i, &g, copy_out ? &out : NULL);
 		if (rc) {
 			snprintf(what, sizeof(what), "step %" PRIu64 ": push parameter %d", k + 1, i);

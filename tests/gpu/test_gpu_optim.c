@@ -455,10 +455,12 @@ static int opt_try(struct gworld *w, double lr, struct tier_step_result *res)
 
 		g[i] = (struct tier_tensor){ .ptr = q->dg ? q->dg : q->g,
 					     .dtype = (enum tier_dtype)w->c->gdt,
-					     .mem = q->dg ? TIER_MEM_DEVICE : TIER_MEM_HOST };
+					     .mem = q->dg ? TIER_MEM_DEVICE : TIER_MEM_HOST,
+					     .numel = q->n };
 		out[i] = (struct tier_tensor){ .ptr = q->dout ? q->dout : (void *)q->out,
 					       .dtype = TIER_BF16,
-					       .mem = q->dout ? TIER_MEM_DEVICE : TIER_MEM_HOST };
+					       .mem = q->dout ? TIER_MEM_DEVICE : TIER_MEM_HOST,
+					       .numel = q->n };
 	}
 	memset(res, 0xee, sizeof(*res));
 	if (!w->c->stream)
