@@ -178,6 +178,18 @@ class TierAdamW(torch.optim.Optimizer):
                 raise ValueError(f"TierAdamW: threads {threads!r} must be > 0")
             p.threads = int(threads)
 
+        try:
+            self._open(params, defaults, p, manifest, dram_capacity, scratch, _adopt)
+        except BaseException:
+            # A failed construction leaves no store open (its backing file
+            # would stay busy until the garbage collector ran).
+            try:
+                self.close()
+            except Exception:
+                pass
+            raise
+
+    def _open(self, params, defaults, p, manifest, dram_capacity, scratch, _adopt):
         own_manifest = not isinstance(manifest, Manifest)
         m = Manifest(manifest) if own_manifest else manifest
         self._manifest, self._own_manifest = m, own_manifest
