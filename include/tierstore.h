@@ -408,7 +408,10 @@ TIER_API int tier_optim_set_param_step(struct tier_optim *o, uint32_t id, uint64
 /* What one step did. */
 struct tier_step_result {
 	bool applied;          /* false: skipped (an inf or nan gradient) */
-	uint64_t step;         /* steps applied so far (the bias-correction count) */
+	uint64_t step;         /* steps this optimizer applied so far (since its
+				* creation, or the count it resumed or imported);
+				* each parameter's own bias-correction count is
+				* tier_param_info.step */
 	double grad_norm;      /* total L2 norm of the unscaled gradients */
 	double loss_scale;     /* the scale the step's gradients carried */
 	double next_loss_scale;/* the scale for the next step */
@@ -597,7 +600,8 @@ TIER_API int tier_optim_export(struct tier_optim *o, const char *path);
 TIER_API int tier_optim_import(struct tier_store *s, const char *path,
 			       const struct tier_optim_params *p, struct tier_optim **out);
 
-/* Steps applied so far: the bias-correction count (0 for NULL). */
+/* Steps applied so far (0 for NULL): with every parameter pushed at
+ * every step, each one's bias-correction count too. */
 TIER_API uint64_t tier_optim_step_count(const struct tier_optim *o);
 
 /* Waits for every write-back, writes the trace (TIER_TRACE) and frees the
