@@ -470,3 +470,31 @@ def test_python_m_tierstore(scratch):
                        capture_output=True, text=True, env=env)
     assert r.returncode == 2
     assert f"{bad}:3:3: unknown key 'capacty'" in r.stderr
+
+
+def test_dynamic_loss_scale(manifest, scratch):
+    """loss_scale='dynamic': a step with an inf gradient is skipped (the
+    parameters and step counts stay); the scaler's state goes through
+    state_dict into another TierAdamW."""
+    m = small_model()
+    opt = TierAdamW(m.parameters(), lr=1e-2, manifest=manifest, loss_scale="dynamic")
+    ps = list(m.parameters())
+    with opt:
+        for p in ps:
+            p.grad = torch.randn_like(p) * 2.0 ** 16
+        opt.step()
+        assert opt.last_step["applied"] and opt.last_step["loss_scale"] == 2.0 ** 16
+        before = [p.detach().clone() for p in ps]
+        ps[2].grad[0] = float("inf")
+        opt.step()
+        assert not opt.last_step["applied"]
+        assert all(torch.equal(a, b) for a, b in zip(before, ps))
+        assert [opt.param_step(p) for p in ps] == [1, 1, 1, 1]
+        sd = opt.state_dict()
+        sc = sd["tierstore"]["scaler"]
+        assert sc["hysteresis_tracker"] == 1 and sc["scale"] == 2.0 ** 16
+        m2 = copy.deepcopy(m)
+        man = tierstore.Manifest.from_text(manifest_text(os.path.join(scratch, "b")))
+        with TierAdamW(m2.parameters(), manifest=man, loss_scale="dynamic") as o2:
+            o2.load_state_dict(sd)
+            assert o2.state_dict()["tierstore"]["scaler"] == sc
