@@ -249,7 +249,8 @@ class TierAdamW(torch.optim.Optimizer):
             raise
         if self._overlap:
             for p in g["params"]:
-                self._hook(p)
+                if p.requires_grad:   # no gradient, no hook: step() skips it
+                    self._hook(p)
 
     def _create_group(self, gi, g):
         lib = _lib.lib()
