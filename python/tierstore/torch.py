@@ -127,6 +127,7 @@ class TierAdamW(torch.optim.Optimizer):
         self._ids = {}            # parameter -> library id
         self._params = []         # library id -> parameter
         self._names = {}          # library id -> library name
+        self._frozen = set()      # library ids frozen
         self._group_cache = []    # torch group index -> hyperparameters last set
         self._hooks = []
         self._overlap_off = 0
@@ -387,6 +388,9 @@ class TierAdamW(torch.optim.Optimizer):
     def _check_grad(self, p):
         g = p.grad
         where = self._where(p)
+        if self._ids[p] in self._frozen:
+            raise ValueError(f"TierAdamW: {where} is frozen but has a gradient; thaw it "
+                             "(freeze(p, False)) or set its .grad to None")
         if g.dtype not in _DTYPES:
             raise TypeError(f"TierAdamW: the gradient of {where} has dtype {g.dtype}; "
                             "tierstore takes float32, bfloat16 or float16 gradients")
@@ -592,6 +596,28 @@ class TierAdamW(torch.optim.Optimizer):
             sc = _lib.LossScaler(**ts["scaler"])
             _lib.call("tier_optim_set_scaler", self.handle, ctypes.byref(sc),
                       what="load_state_dict: the loss scaler")
+
+    def freeze(self, params, frozen=True):
+        """Freezes parameters (a tensor or an iterable of them) that will
+        get no gradient for a while, or thaws them (frozen=False): a frozen
+        parameter keeps its state and step count and is not streamed by the
+        steps, which a parameter merely without a gradient still is.  A
+        frozen parameter with a gradient at step() is refused.  Between
+        steps."""
+        if self._begun:
+            raise RuntimeError("TierAdamW.freeze: inside a step; call step() first")
+        if isinstance(params, torch.Tensor):
+            params = [params]
+        for p in params:
+            pid = self._ids.get(p)
+            if pid is None:
+                raise ValueError("TierAdamW.freeze: a tensor this optimizer does not hold")
+            _lib.call("tier_optim_freeze", self.handle, pid, bool(frozen),
+                      what=self._where(p))
+            if frozen:
+                self._frozen.add(pid)
+            else:
+                self._frozen.discard(pid)
 
     def param_step(self, p):
         """Parameter p's own step count (its bias-correction count)."""

@@ -498,3 +498,29 @@ def test_dynamic_loss_scale(manifest, scratch):
         with TierAdamW(m2.parameters(), manifest=man, loss_scale="dynamic") as o2:
             o2.load_state_dict(sd)
             assert o2.state_dict()["tierstore"]["scaler"] == sc
+
+
+def test_freeze(manifest):
+    """A frozen parameter keeps its state and step count and is not
+    streamed; a gradient for it is refused until it is thawed."""
+    m = small_model()
+    ps = list(m.parameters())
+    with TierAdamW(m.parameters(), lr=1e-2, manifest=manifest) as opt:
+        for p in ps:
+            p.grad = torch.randn_like(p)
+        opt.step()
+        opt.freeze(ps[0])
+        with pytest.raises(ValueError, match=r"parameter 0 \(param.0, shape \(32, 16\)\) is "
+                                             r"frozen"):
+            opt.step()
+        frozen = ps[0].detach().clone()
+        ps[0].grad = None
+        opt.step()
+        opt.step()
+        assert torch.equal(frozen, ps[0])
+        assert [opt.param_step(p) for p in ps] == [1, 3, 3, 3]
+        assert opt.last_step["params_skipped"] == 1
+        opt.freeze(ps[0], False)
+        ps[0].grad = torch.randn_like(ps[0])
+        opt.step()
+        assert opt.param_step(ps[0]) == 2
