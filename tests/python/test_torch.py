@@ -524,3 +524,37 @@ def test_freeze(manifest):
         ps[0].grad = torch.randn_like(ps[0])
         opt.step()
         assert opt.param_step(ps[0]) == 2
+
+
+# torch 1.13's SequentialLR passes an epoch to its schedulers and warns
+@pytest.mark.filterwarnings("ignore:The epoch parameter")
+def test_sequential_lr_scheduler(manifest):
+    """torch's schedulers drive the groups' lr unchanged: SequentialLR of
+    LinearLR then CosineAnnealingLR, betas changed mid-run too."""
+    ref = small_model()
+    model = copy.deepcopy(ref)
+    ropt = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    opt = TierAdamW(model.parameters(), lr=1e-2, manifest=manifest)
+
+    def sched(o):
+        return torch.optim.lr_scheduler.SequentialLR(o, [
+            torch.optim.lr_scheduler.LinearLR(o, start_factor=0.1, total_iters=5),
+            torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=15)], milestones=[5])
+
+    rs, ts = sched(ropt), sched(opt)
+    torch.manual_seed(12)
+    with opt:
+        for step in range(20):
+            if step == 10:
+                for o in (ropt, opt):
+                    o.param_groups[0]["betas"] = (0.8, 0.99)
+                    o.param_groups[0]["eps"] = 1e-6
+            for tp, rp in zip(model.parameters(), ref.parameters()):
+                g = torch.randn_like(rp)
+                rp.grad, tp.grad = g, g.clone()
+            ropt.step()
+            opt.step()
+            rs.step()
+            ts.step()
+        assert opt.param_groups[0]["lr"] == ropt.param_groups[0]["lr"]
+        compare_state(opt, ropt, "SequentialLR")
