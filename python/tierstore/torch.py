@@ -476,7 +476,8 @@ class TierAdamW(torch.optim.Optimizer):
             # torch < 2.1: the AccumulateGrad node's hook runs after the
             # gradient is accumulated into p.grad.  The tensor holds its
             # node weakly: keep a reference, or the hook goes with it.
-            node = p.expand_as(p).grad_fn.next_functions[0][0]
+            with torch.enable_grad():   # even when built under no_grad()
+                node = p.expand_as(p).grad_fn.next_functions[0][0]
             self._hooks.append((node, node.register_hook(fire)))
 
     def _hook_push(self, p):
