@@ -19,7 +19,6 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 
 
 def skip(why):
@@ -40,7 +39,26 @@ n, why = tierstore.gpu_count()
 if n == 0:
     skip(f"the library sees no GPU: {why}")
 
-from test_torch import cosine_warmup, digits, groups, rel_err  # noqa: E402
+try:
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    import train_digits  # noqa: E402  (needs scikit-learn)
+except ImportError as e:
+    skip(f"examples/train_digits.py cannot be imported: {e}")
+
+
+def rel_err(a, b):
+    """max |a - b| over max |b|."""
+    a, b = a.detach().float().reshape(-1), b.detach().float().reshape(-1)
+    scale = b.abs().max().item()
+    d = (a - b).abs().max().item()
+    return d / scale if scale > 0 else d
+
+
+def groups(model, wd_weight, wd_bias):
+    return [{"params": [p for n, p in model.named_parameters() if n.endswith("weight")],
+             "weight_decay": wd_weight},
+            {"params": [p for n, p in model.named_parameters() if n.endswith("bias")],
+             "weight_decay": wd_bias}]
 
 MANIFEST = """version: 1
 name: pygpu
@@ -68,7 +86,8 @@ def main():
     d = tempfile.mkdtemp(prefix="py-gpu-", dir=base)
     fails = 0
     try:
-        (xtr, ytr, _, _), ref = digits(256)
+        xtr, ytr, _, _ = train_digits.data()
+        ref = train_digits.mlp(256)
         model = copy.deepcopy(ref).cuda()
         man = tierstore.Manifest.from_text(MANIFEST.format(path=os.path.join(d, "a")))
         steps = 100
@@ -76,8 +95,8 @@ def main():
         opt = TierAdamW(groups(model, 0.1, 0.01), lr=2e-3, manifest=man,
                         dram_capacity=256 << 10)
         print("info:", opt.info())
-        rs = torch.optim.lr_scheduler.LambdaLR(ropt, cosine_warmup(steps, 10))
-        ts = torch.optim.lr_scheduler.LambdaLR(opt, cosine_warmup(steps, 10))
+        rs = torch.optim.lr_scheduler.LambdaLR(ropt, train_digits.schedule(steps, 10))
+        ts = torch.optim.lr_scheduler.LambdaLR(opt, train_digits.schedule(steps, 10))
         gen = torch.Generator().manual_seed(3)
         lossf = torch.nn.CrossEntropyLoss()
         rparams = [p for g in ropt.param_groups for p in g["params"]]
