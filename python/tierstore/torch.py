@@ -648,8 +648,10 @@ class TierAdamW(torch.optim.Optimizer):
         """The optimizer checkpointed in the store of `manifest` (its files
         reopen at the last checkpoint), over `params` given as at the
         original construction (same order, same groups, same sizes).  The
-        checkpoint's master weights are copied into the parameters; the
-        next step is the one the checkpointed run would have taken."""
+        groups' hyperparameters and the step counts are the checkpoint's
+        (those given are replaced), its master weights are copied into the
+        parameters, and the next step is the one the checkpointed run would
+        have taken.  threads and offload_fraction may differ."""
         return cls(params, manifest=manifest, dram_capacity=dram_capacity, threads=threads,
                    offload_fraction=offload_fraction, overlap_backward=overlap_backward,
                    _adopt=("resume", None))
