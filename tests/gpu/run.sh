@@ -25,4 +25,16 @@ step "$build/tests/gpu/test_gpu_optim"
 TIER_TRAINER_HBM=cuda step "$build/tests/test_trainer"
 TIER_DATA="$TIER_TEST_TMPDIR/data" step "$build/tools/tier-stat" --check
 step "$build/tests/test_manifest"
+# TierAdamW with CUDA tensors.  It exits 77 when this machine's python has
+# no torch with CUDA: reported, not counted as a failure (the library's own
+# GPU checks above are).
+root=$(cd "$(dirname "$0")/../.." && pwd)
+py=/usr/bin/python3
+command -v "$py" >/dev/null || py=python3
+echo "== TierAdamW on CUDA ($py)"
+TIERSTORE_LIBRARY="$build/libtierstore.so" PYTHONPATH="$root/python" \
+	"$py" "$root/tests/gpu/test_python_gpu.py"
+rc=$?
+echo "== exit $rc"
+[ "$rc" -eq 0 ] || [ "$rc" -eq 77 ] || fail=1
 exit $fail

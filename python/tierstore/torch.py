@@ -1,0 +1,753 @@
+"""TierAdamW: torch.optim.AdamW with its state in tierstore's tiers.
+
+The optimizer state (fp32 master weights, exp_avg, exp_avg_sq) lives in a
+tierstore store: HBM over pinned DRAM over NVMe files.  Each step streams
+the state shards up the tiers, updates them (AdamW, torch's semantics) and
+writes the updated parameters into the parameters' own storage.  See
+docs/python.md.
+"""
+import contextlib
+import ctypes
+import math
+import numbers
+import os
+import weakref
+
+import torch
+
+from . import _lib
+from . import Manifest, Store, TierError
+
+__all__ = ["TierAdamW", "TierError"]
+
+_DTYPES = {torch.float32: _lib.TIER_FP32, torch.bfloat16: _lib.TIER_BF16,
+           torch.float16: _lib.TIER_FP16}
+_MOMENT_NAMES = {"fp32": _lib.TIER_FP32, "bf16": _lib.TIER_BF16}
+_MOMENT_TORCH = {_lib.TIER_FP32: torch.float32, _lib.TIER_BF16: torch.bfloat16}
+_HAS_POST_ACC_HOOK = hasattr(torch.Tensor, "register_post_accumulate_grad_hook")
+# Group keys of torch.optim.AdamW that TierAdamW keeps at torch's defaults
+# (so its state_dict loads into torch.optim.AdamW and back).
+_TORCH_ONLY_KEYS = {"amsgrad": False, "maximize": False, "foreach": None,
+                    "capturable": False}
+
+
+def _ptr(t):
+    return ctypes.c_void_p(t.data_ptr())
+
+
+class TierAdamW(torch.optim.Optimizer):
+    r"""AdamW (torch.optim.AdamW's update, decoupled weight decay) whose state
+    lives in a tierstore store: HBM over pinned DRAM over NVMe files, so it
+    may be many times larger than memory.
+
+    Arguments as torch.optim.AdamW: ``params`` (tensors or dicts of param
+    groups), ``lr``, ``betas``, ``eps``, ``weight_decay`` (amsgrad,
+    maximize, foreach, capturable are not supported and stay at torch's
+    defaults).  Keyword-only:
+
+    - ``manifest``: a :class:`tierstore.Manifest`, a path to a YAML tier
+      manifest, or None ($TIER_MANIFEST, else the embedded default, whose
+      NVMe file lives under $TIER_DATA or ./tier-data/).
+    - ``moment_dtype``: 'fp32', 'bf16', or None (the manifest's).
+    - ``offload_fraction``: the CPU's share of the update (float in [0, 1]),
+      'auto', or None (the manifest's).
+    - ``max_grad_norm``: clip by the total norm of every group's gradients
+      (None: no clipping).
+    - ``loss_scale``: None (none), a number (a static scale: gradients
+      arrive multiplied by it), or 'dynamic' (Megatron's dynamic scaler from
+      2**16: a step with an inf or nan gradient is skipped and the scale
+      backs off).
+    - ``dram_capacity``: bytes of the DRAM tier, overriding the manifest's.
+    - ``shard_size``: bytes of state per shard (None: the manifest's).
+    - ``threads``: CPU update threads (None: $TIER_THREADS, else one per CPU).
+    - ``overlap_backward``: the streaming form (below).
+    - ``scratch``: remove on close the NVMe files this store created.
+
+    Semantics, as torch.optim.AdamW:
+
+    - Each torch param group is one library group; ``add_param_group`` works
+      at any time between steps, and a new parameter's first update is its
+      step 1.  ``step()`` reads every group's lr, betas, eps and weight_decay
+      (so LR schedulers work unchanged).
+    - A parameter whose ``.grad`` is None is not updated, and its own step
+      count does not advance (bias correction per parameter, as torch).
+    - The updated parameter is written in place into the parameter's storage
+      in its dtype (fp32, bf16 or fp16).  The fp32 master copy is the one
+      the optimizer holds, initialised from the parameters' values at
+      construction: change a parameter's values between steps only through
+      ``load_state_dict``.  ``self.state`` stays empty: the state is in the
+      store (``state_dict()`` reads it out).
+    - Parameters and gradients must be contiguous float32, bfloat16 or
+      float16; CPU tensors are host memory, CUDA tensors device memory of
+      the manifest's GPU.  Misuse raises TypeError or ValueError naming the
+      parameter; a library failure raises :class:`tierstore.TierError`
+      (an OSError) with the library's detail.
+    - ``self.last_step`` is the last step's ``struct tier_step_result`` as a
+      dict (applied, step, grad_norm, nvme_read_bytes, nvme_write_bytes,
+      step_s, ...).
+
+    **Streaming form** (``overlap_backward=True``): a hook on every
+    parameter fires when backward has accumulated its gradient.  The first
+    hook of a backward begins the step (with the groups' hyperparameters as
+    they are then) and every hook pushes its parameter's gradient at once,
+    so the state starts streaming up the tiers while backward still runs.
+    ``step()`` then pushes any parameter whose gradient is set but was not
+    pushed, and ends the step.  Between the backward and ``step()``, do not
+    change the gradients (clip with ``max_grad_norm``, not
+    clip_grad_norm_) nor the hyperparameters (a scheduler's step comes after
+    ``optimizer.step()``, as usual).  For gradient accumulation, run the
+    backward of every micro-batch but the last inside ``with
+    opt.no_overlap():``, where the hooks do nothing; a second backward
+    before ``step()`` outside it raises RuntimeError.  A gradient refused by
+    a hook (wrong dtype, size) raises from backward and leaves the step
+    begun: ``step()`` raises it again; fix the gradient, or ``close()``.
+
+    **State**: ``state_dict()`` / ``load_state_dict()`` use torch's format
+    (state per parameter index: 'step', 'exp_avg', 'exp_avg_sq', plus
+    'master', the fp32 master weights), so a torch.optim.AdamW state dict
+    loads (the master weights are then the parameters' current values) and
+    this one loads into torch.optim.AdamW.  They hold the whole state in
+    memory: for states larger than memory use ``checkpoint()`` (durable, in
+    the store's files) and ``TierAdamW.resume()``, or ``export(path)`` and
+    ``TierAdamW.import_(path, ...)`` (a safetensors file written and read
+    shard by shard).
+    """
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, *,
+                 manifest=None, moment_dtype=None, offload_fraction=None, max_grad_norm=None,
+                 loss_scale=None, dram_capacity=None, shard_size=None, threads=None,
+                 overlap_backward=False, scratch=False, _adopt=None):
+        # Set first, so close() and __del__ work whatever fails below.
+        self._opt = None
+        self._store = None
+        self._closed = False
+        self._begun = False
+        self._pushed = set()
+        self._keep = []
+        self._ids = {}            # parameter -> library id
+        self._params = []         # library id -> parameter
+        self._names = {}          # library id -> library name
+        self._frozen = set()      # library ids frozen
+        self._group_cache = []    # torch group index -> hyperparameters last set
+        self._hooks = []
+        self._overlap_off = 0
+        self._counter = 0
+        self._adopt = _adopt
+        self._adopt_next = 0
+        self._overlap = bool(overlap_backward)
+        self.last_step = None
+
+        _check_hyper("TierAdamW", lr, betas, eps, weight_decay)
+        defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
+                        **_TORCH_ONLY_KEYS)
+
+        p = _lib.OptimParams.init()
+        p.lr, (p.beta1, p.beta2), p.eps, p.weight_decay = lr, betas, eps, weight_decay
+        p.decoupled = True
+        if moment_dtype is not None:
+            if moment_dtype not in _MOMENT_NAMES:
+                raise ValueError(f"TierAdamW: moment_dtype {moment_dtype!r} must be 'fp32', "
+                                 "'bf16' or None (the manifest's)")
+            p.moment_dtype = _MOMENT_NAMES[moment_dtype]
+        if offload_fraction is None:
+            p.offload_fraction = _lib.TIER_OFFLOAD_MANIFEST
+        elif offload_fraction == "auto":
+            p.offload_fraction = _lib.TIER_OFFLOAD_AUTO
+        elif isinstance(offload_fraction, numbers.Real) and 0 <= offload_fraction <= 1:
+            p.offload_fraction = float(offload_fraction)
+        else:
+            raise ValueError(f"TierAdamW: offload_fraction {offload_fraction!r} must be a "
+                             "number in [0, 1], 'auto' or None (the manifest's)")
+        if max_grad_norm is not None:
+            if not (isinstance(max_grad_norm, numbers.Real) and max_grad_norm > 0):
+                raise ValueError(f"TierAdamW: max_grad_norm {max_grad_norm!r} must be a "
+                                 "number > 0 or None")
+            p.max_grad_norm = float(max_grad_norm)
+        if loss_scale == "dynamic":
+            p.dynamic_loss_scale = True
+            p.loss_scale = 2.0 ** 16
+        elif loss_scale is not None:
+            if not (isinstance(loss_scale, numbers.Real) and math.isfinite(loss_scale)
+                    and loss_scale > 0):
+                raise ValueError(f"TierAdamW: loss_scale {loss_scale!r} must be a finite "
+                                 "number > 0, 'dynamic' or None")
+            p.loss_scale = float(loss_scale)
+        if shard_size is not None:
+            p.shard_size = int(shard_size)
+        if threads is not None:
+            if int(threads) <= 0:
+                raise ValueError(f"TierAdamW: threads {threads!r} must be > 0")
+            p.threads = int(threads)
+
+        try:
+            self._open(params, defaults, p, manifest, dram_capacity, scratch, _adopt)
+        except BaseException:
+            # A failed construction leaves no store open (its backing file
+            # would stay busy until the garbage collector ran).
+            try:
+                self.close()
+            except Exception:
+                pass
+            raise
+
+    def _open(self, params, defaults, p, manifest, dram_capacity, scratch, _adopt):
+        own_manifest = not isinstance(manifest, Manifest)
+        m = Manifest(manifest) if own_manifest else manifest
+        self._manifest, self._own_manifest = m, own_manifest
+        self._gpu = m.info()["gpu"]
+        self._store = Store(m, dram_capacity=dram_capacity, scratch=scratch)
+        h = ctypes.c_void_p()
+        if _adopt is None:
+            _lib.call("tier_optim_create", self._store.handle, ctypes.byref(p), ctypes.byref(h))
+        elif _adopt[0] == "resume":
+            _lib.call("tier_optim_resume", self._store.handle, ctypes.byref(p), ctypes.byref(h))
+        else:
+            _lib.call("tier_optim_import", self._store.handle, os.fsencode(_adopt[1]),
+                      ctypes.byref(p), ctypes.byref(h), what=f"import {_adopt[1]}")
+        self._opt = h
+        self._moment = _lib.lib().tier_optim_moment_dtype(h)
+        super().__init__(params, defaults)
+        if _adopt is not None:
+            n = _lib.lib().tier_optim_nparams(h)
+            if self._adopt_next != n:
+                raise ValueError(f"TierAdamW.{_adopt[0]}: the store's optimizer has {n} "
+                                 f"parameters, the params given {self._adopt_next}")
+            self._adopt = None
+
+    # ------------------------------------------------------------ groups
+
+    @property
+    def handle(self):
+        if self._opt is None:
+            raise ValueError("TierAdamW: used after close()")
+        return self._opt
+
+    def add_param_group(self, param_group):
+        """torch's add_param_group; the group becomes a library group and
+        its parameters get state (master = their values, moments zero, step
+        count 0).  Between steps only."""
+        if self._begun:
+            raise RuntimeError("TierAdamW.add_param_group: inside a step (a backward with "
+                               "overlap_backward began one); call step() first")
+        super().add_param_group(param_group)
+        gi = len(self.param_groups) - 1
+        g = self.param_groups[gi]
+        try:
+            for k, v in _TORCH_ONLY_KEYS.items():
+                if g.get(k, v) != v:
+                    raise ValueError(f"TierAdamW: param group {gi}: {k}={g[k]!r} is not "
+                                     "supported")
+            _check_hyper(f"TierAdamW: param group {gi}", g["lr"], g["betas"], g["eps"],
+                         g["weight_decay"])
+            for j, p in enumerate(g["params"]):
+                self._check_param(p, f"param group {gi} parameter {j}")
+            if self._adopt is not None:
+                self._adopt_group(gi, g)
+            else:
+                self._create_group(gi, g)
+        except BaseException:
+            self.param_groups.pop()
+            raise
+        if self._overlap:
+            for p in g["params"]:
+                if p.requires_grad:   # no gradient, no hook: step() skips it
+                    self._hook(p)
+
+    def _create_group(self, gi, g):
+        lib = _lib.lib()
+        gp = _group_params(g)
+        if gi < lib.tier_optim_ngroups(self.handle):
+            _lib.call("tier_optim_set_group", self.handle, gi, ctypes.byref(gp),
+                      what=f"param group {gi}")
+        else:
+            gid = _lib.u32()
+            _lib.call("tier_optim_add_group", self.handle, ctypes.byref(gp), ctypes.byref(gid),
+                      what=f"param group {gi}")
+            if gid.value != gi:
+                raise RuntimeError(f"TierAdamW: param group {gi} became library group "
+                                   f"{gid.value}")
+        while len(self._group_cache) <= gi:
+            self._group_cache.append(None)
+        self._group_cache[gi] = _hyper(g)
+        added = []
+        try:
+            for p in g["params"]:
+                init = p.detach().to(device="cpu", dtype=torch.float32).contiguous()
+                name = f"param.{self._counter}"
+                pid = _lib.u32()
+                _lib.call("tier_optim_add_param_to", self.handle, gi, name.encode(),
+                          p.numel(), _ptr(init), ctypes.byref(pid),
+                          what=f"param group {gi}: {name}")
+                self._counter += 1
+                added.append(p)
+                self._ids[p] = pid.value
+                self._names[pid.value] = name
+                self._params.append(p)
+        except BaseException:
+            # Take back what this group added, so the library and torch agree.
+            for p in reversed(added):
+                pid = self._ids.pop(p)
+                self._params.pop()
+                lib.tier_optim_remove_param(self.handle, pid)
+            raise
+
+    def _adopt_group(self, gi, g):
+        """Resume / import: the library has the parameters; map the torch
+        group's parameters to them in order, take the group's
+        hyperparameters from the library, and copy the master weights into
+        the parameters."""
+        lib = _lib.lib()
+        what = f"TierAdamW.{self._adopt[0]}"
+        if gi >= lib.tier_optim_ngroups(self.handle):
+            raise ValueError(f"{what}: param group {gi}: the store's optimizer has "
+                             f"{lib.tier_optim_ngroups(self.handle)} groups")
+        gp = _lib.GroupParams.init()
+        _lib.call("tier_optim_get_group", self.handle, gi, ctypes.byref(gp))
+        g["lr"], g["betas"], g["eps"], g["weight_decay"] = (
+            gp.lr, (gp.beta1, gp.beta2), gp.eps, gp.weight_decay)
+        while len(self._group_cache) <= gi:
+            self._group_cache.append(None)
+        self._group_cache[gi] = _hyper(g)
+        n = lib.tier_optim_nparams(self.handle)
+        for j, p in enumerate(g["params"]):
+            pid = self._adopt_next
+            if pid >= n:
+                raise ValueError(f"{what}: param group {gi} parameter {j}: the store's "
+                                 f"optimizer has {n} parameters only")
+            info = self._info(pid)
+            if info.numel != p.numel() or info.group != gi:
+                raise ValueError(f"{what}: param group {gi} parameter {j} (numel "
+                                 f"{p.numel()}) does not match the store's parameter {pid} "
+                                 f"{info.name.decode()!r} (numel {info.numel}, group "
+                                 f"{info.group})")
+            master = torch.empty(p.numel(), dtype=torch.float32)
+            _lib.call("tier_optim_read", self.handle, pid, _ptr(master), None, None,
+                      what=f"{what}: {info.name.decode()}")
+            with torch.no_grad():
+                p.copy_(master.view_as(p))
+            self._ids[p] = pid
+            self._names[pid] = info.name.decode()
+            self._params.append(p)
+            self._adopt_next += 1
+        self._counter = max(self._counter, self._adopt_next)
+        # A new parameter's name must not collide with the store's.
+        names = {self._info(i).name.decode() for i in range(n)}
+        while f"param.{self._counter}" in names:
+            self._counter += 1
+
+    def _check_param(self, p, where):
+        if not isinstance(p, torch.Tensor):
+            raise TypeError(f"TierAdamW: {where} is a {type(p).__name__}, not a tensor")
+        if p.dtype not in _DTYPES:
+            raise TypeError(f"TierAdamW: {where} has dtype {p.dtype}; tierstore takes "
+                            "float32, bfloat16 or float16 parameters")
+        if p.is_sparse or not p.is_contiguous():
+            raise ValueError(f"TierAdamW: {where} (shape {tuple(p.shape)}) is not contiguous; "
+                             "tierstore writes the updated parameter into its storage")
+        self._check_device(p, where)
+
+    def _check_device(self, t, where):
+        if t.device.type == "cpu":
+            return _lib.TIER_MEM_HOST
+        if t.device.type != "cuda":
+            raise ValueError(f"TierAdamW: {where} is on {t.device}; tierstore takes CPU or "
+                             "CUDA tensors")
+        if self._gpu < 0:
+            raise ValueError(f"TierAdamW: {where} is on {t.device}, but the manifest "
+                             f"{self._manifest.info()['source']!r} has no GPU (gpu.device: "
+                             "none, or no GPU or CUDA in this build); keep the parameters "
+                             "on the CPU or name the GPU in the manifest")
+        idx = t.device.index if t.device.index is not None else torch.cuda.current_device()
+        if idx != self._gpu:
+            raise ValueError(f"TierAdamW: {where} is on {t.device}, but the manifest's GPU "
+                             f"is cuda:{self._gpu}")
+        return _lib.TIER_MEM_DEVICE
+
+    def _info(self, pid):
+        info = _lib.ParamInfo()
+        _lib.call("tier_optim_param_info", self.handle, pid, ctypes.byref(info))
+        return info
+
+    def _where(self, p):
+        pid = self._ids[p]
+        return f"parameter {pid} ({self._names[pid]}, shape {tuple(p.shape)})"
+
+    def _sync_groups(self):
+        for gi, g in enumerate(self.param_groups):
+            h = _hyper(g)
+            if h != self._group_cache[gi]:
+                _check_hyper(f"TierAdamW: param group {gi}", g["lr"], g["betas"], g["eps"],
+                             g["weight_decay"])
+                gp = _group_params(g)
+                _lib.call("tier_optim_set_group", self.handle, gi, ctypes.byref(gp),
+                          what=f"param group {gi}")
+                self._group_cache[gi] = h
+
+    # -------------------------------------------------------------- steps
+
+    def _check_grad(self, p):
+        g = p.grad
+        where = self._where(p)
+        if self._ids[p] in self._frozen:
+            raise ValueError(f"TierAdamW: {where} is frozen but has a gradient; thaw it "
+                             "(freeze(p, False)) or set its .grad to None")
+        if g.dtype not in _DTYPES:
+            raise TypeError(f"TierAdamW: the gradient of {where} has dtype {g.dtype}; "
+                            "tierstore takes float32, bfloat16 or float16 gradients")
+        if g.is_sparse:
+            raise ValueError(f"TierAdamW: the gradient of {where} is sparse")
+        if g.numel() != p.numel():
+            raise ValueError(f"TierAdamW: the gradient of {where} has {g.numel()} elements, "
+                             f"the parameter {p.numel()}")
+        if not g.is_contiguous():
+            raise ValueError(f"TierAdamW: the gradient of {where} is not contiguous")
+        if not p.data.is_contiguous():
+            raise ValueError(f"TierAdamW: {where} is not contiguous (was .data replaced?)")
+        if g.device != p.device:
+            raise ValueError(f"TierAdamW: the gradient of {where} is on {g.device}, the "
+                             f"parameter on {p.device}")
+        self._check_device(g, f"the gradient of {where}")
+
+    def _begin(self):
+        self._sync_groups()
+        _lib.call("tier_optim_begin", self.handle, _lib.TIER_LR_KEEP)
+        self._begun = True
+
+    def _push(self, p):
+        pid = self._ids[p]
+        g = p.grad
+        mem = _lib.TIER_MEM_DEVICE if g.is_cuda else _lib.TIER_MEM_HOST
+        if g.is_cuda:
+            torch.cuda.current_stream(g.device).synchronize()
+        gt = _lib.Tensor(g.data_ptr(), _DTYPES[g.dtype], mem, g.numel())
+        ot = _lib.Tensor(p.data.data_ptr(), _DTYPES[p.dtype], mem, p.numel())
+        self._keep.append(g)
+        _lib.call("tier_optim_push", self.handle, pid, ctypes.byref(gt), ctypes.byref(ot),
+                  what=self._where(p))
+        self._pushed.add(pid)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """One AdamW step over every parameter whose .grad is not None.
+        Returns the closure's loss (None without one)."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        todo = [p for p in self._params
+                if p.grad is not None and self._ids[p] not in self._pushed]
+        for p in todo:
+            self._check_grad(p)
+        if not self._begun:
+            self._begin()
+        # A push the library refuses raises here and leaves the step begun
+        # with what was pushed: the next step() pushes the rest and ends it.
+        for p in todo:
+            self._push(p)
+        res = _lib.StepResult()
+        try:
+            _lib.call("tier_optim_end", self.handle, ctypes.byref(res))
+        finally:
+            # After end, done or failed, no step is begun (a step that failed
+            # part way is completed by running it again).
+            self._end_bookkeeping()
+        self.last_step = res.as_dict()
+        return loss
+
+    def _end_bookkeeping(self):
+        self._begun = False
+        self._pushed.clear()
+        self._keep.clear()
+
+    # ---------------------------------------------------- streaming form
+
+    def _hook(self, p):
+        wself = weakref.ref(self)
+
+        def fire(*_):
+            opt = wself()
+            if opt is None or opt._closed or opt._overlap_off or p.grad is None:
+                return
+            opt._hook_push(p)
+
+        if _HAS_POST_ACC_HOOK:
+            self._hooks.append(p.register_post_accumulate_grad_hook(lambda t: fire()))
+        else:
+            # torch < 2.1: the AccumulateGrad node's hook runs after the
+            # gradient is accumulated into p.grad.  The tensor holds its
+            # node weakly: keep a reference, or the hook goes with it.
+            with torch.enable_grad():   # even when built under no_grad()
+                node = p.expand_as(p).grad_fn.next_functions[0][0]
+            self._hooks.append((node, node.register_hook(fire)))
+
+    def _hook_push(self, p):
+        pid = self._ids.get(p)
+        if pid is None:
+            return
+        if pid in self._pushed:
+            raise RuntimeError(f"TierAdamW: a second backward reached {self._where(p)} "
+                               "before step(); run the backward of gradient-accumulation "
+                               "micro-batches inside `with optimizer.no_overlap():`")
+        self._check_grad(p)
+        if not self._begun:
+            self._begin()
+        self._push(p)
+
+    @contextlib.contextmanager
+    def no_overlap(self):
+        """Within it the streaming form's hooks do nothing (gradient
+        accumulation micro-batches); the gradients are pushed by the next
+        backward outside it, or by step()."""
+        self._overlap_off += 1
+        try:
+            yield self
+        finally:
+            self._overlap_off -= 1
+
+    # ------------------------------------------------------------- state
+
+    def _param_index(self):
+        """Parameters in state_dict order: the groups' order, as torch."""
+        return [p for g in self.param_groups for p in g["params"]]
+
+    def state_dict(self):
+        """torch's format: {'state': {index: {'step', 'exp_avg', 'exp_avg_sq',
+        'master'}}, 'param_groups': [...]}, plus 'tierstore' (the loss
+        scaler, the moment dtype).  A parameter never updated has no state,
+        as in torch.  Holds the whole state in memory."""
+        if self._begun:
+            raise RuntimeError("TierAdamW.state_dict: inside a step; call step() first")
+        state = {}
+        groups = []
+        idx = 0
+        mdt = _MOMENT_TORCH[self._moment]
+        for g in self.param_groups:
+            packed = {k: v for k, v in g.items() if k != "params"}
+            packed["params"] = list(range(idx, idx + len(g["params"])))
+            groups.append(packed)
+            for p in g["params"]:
+                pid = self._ids[p]
+                info = self._info(pid)
+                if info.step > 0:
+                    master = torch.empty(p.shape, dtype=torch.float32)
+                    ea = torch.empty(p.shape, dtype=mdt)
+                    eas = torch.empty(p.shape, dtype=mdt)
+                    _lib.call("tier_optim_read", self.handle, pid, _ptr(master), _ptr(ea),
+                              _ptr(eas), what=self._where(p))
+                    state[idx] = {"step": torch.tensor(float(info.step)), "exp_avg": ea,
+                                  "exp_avg_sq": eas, "master": master}
+                idx += 1
+        sc = _lib.LossScaler()
+        _lib.call("tier_optim_get_scaler", self.handle, ctypes.byref(sc))
+        return {"state": state, "param_groups": groups,
+                "tierstore": {"scaler": sc.as_dict(),
+                              "moment_dtype": "bf16" if self._moment == _lib.TIER_BF16
+                              else "fp32"}}
+
+    @torch.no_grad()
+    def load_state_dict(self, state_dict):
+        """Loads a state dict of TierAdamW or torch.optim.AdamW (torch's
+        checks on the groups).  Without 'master' (torch's), the master
+        weights are the parameters' current values.  A parameter without
+        state starts over (moments zero, step 0)."""
+        if self._begun:
+            raise RuntimeError("TierAdamW.load_state_dict: inside a step; call step() first")
+        groups = self.param_groups
+        saved = state_dict["param_groups"]
+        if len(groups) != len(saved):
+            raise ValueError(f"TierAdamW.load_state_dict: the state dict has {len(saved)} "
+                             f"param groups, the optimizer {len(groups)}")
+        for gi, (g, sg) in enumerate(zip(groups, saved)):
+            if len(g["params"]) != len(sg["params"]):
+                raise ValueError(f"TierAdamW.load_state_dict: param group {gi} has "
+                                 f"{len(sg['params'])} parameters in the state dict, "
+                                 f"{len(g['params'])} in the optimizer")
+        mdt = _MOMENT_TORCH[self._moment]
+        for gi, (g, sg) in enumerate(zip(groups, saved)):
+            for j, (p, key) in enumerate(zip(g["params"], sg["params"])):
+                pid = self._ids[p]
+                st = state_dict["state"].get(key)
+                where = f"param group {gi} parameter {j}"
+                if st is None:
+                    master = p.detach().to(device="cpu", dtype=torch.float32).contiguous()
+                    ea = torch.zeros(p.numel(), dtype=mdt)
+                    eas = torch.zeros(p.numel(), dtype=mdt)
+                    step = 0
+                else:
+                    src = st.get("master", p.detach())
+                    master = _host(src, torch.float32, p, f"{where}: master")
+                    ea = _host(st["exp_avg"], mdt, p, f"{where}: exp_avg")
+                    eas = _host(st["exp_avg_sq"], mdt, p, f"{where}: exp_avg_sq")
+                    step = st["step"]
+                    step = int(step.item() if isinstance(step, torch.Tensor) else step)
+                    if step < 0:
+                        raise ValueError(f"TierAdamW.load_state_dict: {where}: step {step}")
+                _lib.call("tier_optim_write", self.handle, pid, _ptr(master), _ptr(ea),
+                          _ptr(eas), what=f"load_state_dict {where}")
+                _lib.call("tier_optim_set_param_step", self.handle, pid, step,
+                          what=f"load_state_dict {where}")
+        for gi, (g, sg) in enumerate(zip(groups, saved)):
+            for k, v in sg.items():
+                if k != "params":
+                    g[k] = v
+        self._group_cache = [None] * len(groups)
+        self._sync_groups()
+        ts = state_dict.get("tierstore")
+        if ts and "scaler" in ts:
+            sc = _lib.LossScaler(**ts["scaler"])
+            _lib.call("tier_optim_set_scaler", self.handle, ctypes.byref(sc),
+                      what="load_state_dict: the loss scaler")
+
+    def freeze(self, params, frozen=True):
+        """Freezes parameters (a tensor or an iterable of them) that will
+        get no gradient for a while, or thaws them (frozen=False): a frozen
+        parameter keeps its state and step count and is not streamed by the
+        steps, which a parameter merely without a gradient still is.  A
+        frozen parameter with a gradient at step() is refused.  Between
+        steps."""
+        if self._begun:
+            raise RuntimeError("TierAdamW.freeze: inside a step; call step() first")
+        if isinstance(params, torch.Tensor):
+            params = [params]
+        for p in params:
+            pid = self._ids.get(p)
+            if pid is None:
+                raise ValueError("TierAdamW.freeze: a tensor this optimizer does not hold")
+            _lib.call("tier_optim_freeze", self.handle, pid, bool(frozen),
+                      what=self._where(p))
+            if frozen:
+                self._frozen.add(pid)
+            else:
+                self._frozen.discard(pid)
+
+    def param_step(self, p):
+        """Parameter p's own step count (its bias-correction count)."""
+        return self._info(self._ids[p]).step
+
+    def info(self):
+        """struct tier_optim_info as a dict (shard size, window, state bytes...)."""
+        out = _lib.OptimInfo()
+        _lib.call("tier_optim_info", self.handle, ctypes.byref(out))
+        return out.as_dict()
+
+    # ------------------------------------------- checkpoints, export, import
+
+    def checkpoint(self):
+        """Makes the state durable in the store's files, atomically
+        (tier_optim_checkpoint); returns the commit's generation.  Costs the
+        dirty shards, not a copy of the state.  Between steps."""
+        if self._begun:
+            raise RuntimeError("TierAdamW.checkpoint: inside a step; call step() first")
+        gen = _lib.u64()
+        _lib.call("tier_optim_checkpoint", self.handle, ctypes.byref(gen))
+        return gen.value
+
+    @classmethod
+    def resume(cls, params, *, manifest=None, dram_capacity=None, threads=None,
+               offload_fraction=None, overlap_backward=False):
+        """The optimizer checkpointed in the store of `manifest` (its files
+        reopen at the last checkpoint), over `params` given as at the
+        original construction (same order, same groups, same sizes).  The
+        groups' hyperparameters and the step counts are the checkpoint's
+        (those given are replaced), its master weights are copied into the
+        parameters, and the next step is the one the checkpointed run would
+        have taken.  threads and offload_fraction may differ."""
+        return cls(params, manifest=manifest, dram_capacity=dram_capacity, threads=threads,
+                   offload_fraction=offload_fraction, overlap_backward=overlap_backward,
+                   _adopt=("resume", None))
+
+    def export(self, path):
+        """Writes the full state to a safetensors file (tier_optim_export),
+        shard by shard: a state larger than DRAM exports too."""
+        if self._begun:
+            raise RuntimeError("TierAdamW.export: inside a step; call step() first")
+        _lib.call("tier_optim_export", self.handle, os.fsencode(path), what=f"export {path}")
+
+    @classmethod
+    def import_(cls, path, params, *, manifest=None, dram_capacity=None, threads=None,
+                offload_fraction=None, shard_size=None, overlap_backward=False, scratch=False):
+        """A new optimizer on a fresh store (of any geometry) holding the
+        state export() wrote to `path`, over `params` given as at the
+        original construction.  The file's master weights are copied into
+        the parameters."""
+        return cls(params, manifest=manifest, dram_capacity=dram_capacity, threads=threads,
+                   offload_fraction=offload_fraction, shard_size=shard_size,
+                   overlap_backward=overlap_backward, scratch=scratch,
+                   _adopt=("import_", path))
+
+    # -------------------------------------------------------------- close
+
+    def close(self):
+        """Destroys the optimizer, closes the store (its dirty state goes
+        home) and frees the manifest this optimizer loaded.  Raises the
+        first error; a second call does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        for h in self._hooks:
+            (h[1] if isinstance(h, tuple) else h).remove()
+        self._hooks = []
+        first = None
+        if self._opt is not None:
+            h, self._opt = self._opt, None
+            try:
+                _lib.call("tier_optim_destroy", h)
+            except TierError as e:
+                first = e
+        if self._store is not None:
+            s, self._store = self._store, None
+            try:
+                s.close()
+            except TierError as e:
+                first = first or e
+        if getattr(self, "_own_manifest", False):
+            self._manifest.free()
+        self._keep = []
+        if first is not None:
+            raise first
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _hyper(g):
+    b1, b2 = g["betas"]
+    return (float(g["lr"]), float(b1), float(b2), float(g["eps"]), float(g["weight_decay"]))
+
+
+def _group_params(g):
+    gp = _lib.GroupParams.init()
+    gp.lr, gp.beta1, gp.beta2, gp.eps, gp.weight_decay = _hyper(g)
+    gp.decoupled = True
+    return gp
+
+
+def _check_hyper(where, lr, betas, eps, weight_decay):
+    lr = float(lr)
+    if not (math.isfinite(lr) and lr >= 0):
+        raise ValueError(f"{where}: invalid learning rate {lr}")
+    if not float(eps) > 0:
+        raise ValueError(f"{where}: invalid epsilon {eps}")
+    if len(betas) != 2 or not all(0.0 <= float(b) < 1.0 for b in betas):
+        raise ValueError(f"{where}: invalid betas {betas}")
+    if not float(weight_decay) >= 0:
+        raise ValueError(f"{where}: invalid weight_decay {weight_decay}")
+
+
+def _host(t, dtype, p, where):
+    """t as a contiguous host tensor of dtype with p's numel."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"TierAdamW.load_state_dict: {where} is a {type(t).__name__}")
+    if t.numel() != p.numel():
+        raise ValueError(f"TierAdamW.load_state_dict: {where} has {t.numel()} elements, "
+                         f"the parameter {p.numel()}")
+    return t.detach().to(device="cpu", dtype=dtype).contiguous().view(-1)
