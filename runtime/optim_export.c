@@ -349,7 +349,7 @@ static int import_groups(struct imp *im, struct tier_optim *o)
 {
 	struct st_reader *r = im->r;
 	const char *path = im->path;
-	double x;
+	double x = 0;
 	uint32_t ng;
 	int rc;
 
@@ -398,7 +398,7 @@ struct pmeta {
 static int import_param_meta(struct imp *im, uint32_t i, uint32_t ngroups, struct pmeta *pm)
 {
 	char key[64];
-	double x;
+	double x = 0;
 	int rc;
 
 	memset(pm, 0, sizeof(*pm));
