@@ -37,7 +37,7 @@ static double loss_and_grads(const float *w, const float *b, const float *x, con
 	double loss = 0;
 
 	for (int i = 0; i < OUT; i++) {
-		double y = b[i];
+		double y = (double)b[i];
 
 		for (int j = 0; j < IN; j++)
 			y += (double)w[i * IN + j] * (double)x[j];

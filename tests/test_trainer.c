@@ -737,7 +737,7 @@ START_TEST(misuse)
 		rc = tier_optim_set_group(w.o, 1, &g);
 		break;
 	case M_SET_BAD_WD:
-		g.weight_decay = NAN;
+		g.weight_decay = (double)NAN;
 		rc = tier_optim_set_group(w.o, 1, &g);
 		break;
 	case M_SET_BAD_SIZE:
