@@ -120,10 +120,12 @@ const char *comm_backend_names(void);
 extern const struct comm_ops comm_single_ops;
 #if TIER_HAVE_MPI
 extern const struct comm_ops comm_mpi_ops;
-/* The MPI backend's broadcast of @len bytes from rank 0 over MPI_COMM_WORLD
- * (or *@mpi_comm), for the NCCL backend's unique id.  Initialises MPI if
- * the program has not.  Sets *rank and *size. */
-int comm_mpi_bcast_bytes(void *mpi_comm, void *buf, size_t len, int *rank, int *size);
+/* The MPI backend's broadcast of @len bytes from rank 0 of MPI_COMM_WORLD
+ * (or of *@mpi_comm), for the NCCL backend's unique id: rank 0 calls
+ * @fill(buf) (0 or -errno) first, and its failure fails every rank.
+ * Initialises MPI if the program has not.  Sets *rank and *size. */
+int comm_mpi_bcast_bytes(void *mpi_comm, void *buf, size_t len, int (*fill)(void *buf),
+			 int *rank, int *size);
 #endif
 #if TIER_HAVE_NCCL && TIER_HAVE_CUDA
 extern const struct comm_ops comm_nccl_ops;

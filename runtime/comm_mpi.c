@@ -139,25 +139,48 @@ static int mpi_ready(void)
 	return 0;
 }
 
-int comm_mpi_bcast_bytes(void *mpi_comm, void *buf, size_t len, int *rank, int *size)
+int comm_mpi_bcast_bytes(void *mpi_comm, void *buf, size_t len, int (*fill)(void *buf),
+			 int *rank, int *size)
 {
+	unsigned char *msg;
 	MPI_Comm comm;
-	int rc;
+	int rc, err;
 
-	if (len > INT_MAX)
+	if (len >= INT_MAX)
 		return ts_err(-EOVERFLOW, "MPI broadcast of %zu bytes", len);
 	rc = mpi_ready();
 	if (rc)
 		return rc;
+	msg = ts_calloc(1, len + 1);
+	if (!msg)
+		return ts_err(-ENOMEM, "out of memory");
 	rc = MPI_Comm_dup(mpi_comm ? *(MPI_Comm *)mpi_comm : MPI_COMM_WORLD, &comm);
-	if (rc != MPI_SUCCESS)
+	if (rc != MPI_SUCCESS) {
+		free(msg);
 		return mpi_err(rc, "MPI_Comm_dup");
+	}
 	MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
 	MPI_Comm_rank(comm, rank);
 	MPI_Comm_size(comm, size);
-	rc = MPI_Bcast(buf, (int)len, MPI_BYTE, 0, comm);
+	/* Rank 0 fills; its failure travels in the last byte, so the others
+	 * fail too rather than wait for an id that will not come. */
+	err = 0;
+	if (*rank == 0) {
+		err = fill(msg);
+		msg[len] = err != 0;
+	}
+	rc = MPI_Bcast(msg, (int)len + 1, MPI_BYTE, 0, comm);
 	MPI_Comm_free(&comm);
-	return rc == MPI_SUCCESS ? 0 : mpi_err(rc, "MPI_Bcast");
+	if (rc != MPI_SUCCESS) {
+		free(msg);
+		return mpi_err(rc, "MPI_Bcast");
+	}
+	if (msg[len] && !err)
+		err = ts_err(-EIO, "rank 0 could not make what it broadcasts");
+	if (!err)
+		memcpy(buf, msg, len);
+	free(msg);
+	return err;
 }
 
 static int mpi_open(const struct tier_comm_params *p, struct comm_be **out, int *rank, int *size)

@@ -528,6 +528,39 @@ START_TEST(program_comm)
 	MPI_Comm_free(&half);
 }
 END_TEST
+
+/* The NCCL backend's id exchange: rank 0 fills, everyone gets it; rank 0's
+ * failure fails every rank. */
+static int fill_ok(void *buf)
+{
+	for (int i = 0; i < 128; i++)
+		((unsigned char *)buf)[i] = (unsigned char)(i * 7 + 1);
+	return 0;
+}
+
+static int fill_bad(void *buf)
+{
+	(void)buf;
+	return -EIO;
+}
+
+START_TEST(bcast_bytes)
+{
+	unsigned char got[128] = { 0 };
+	int r = -1, n = -1;
+
+	ck_assert_msg(comm_mpi_bcast_bytes(NULL, got, sizeof(got), fill_ok, &r, &n) == 0, "%s",
+		      tier_last_error());
+	ck_assert_int_eq(r, R);
+	ck_assert_int_eq(n, N);
+	for (int i = 0; i < 128; i++)
+		ck_assert_uint_eq(got[i], (unsigned char)(i * 7 + 1));
+	ck_assert_int_eq(comm_mpi_bcast_bytes(NULL, got, sizeof(got), fill_bad, &r, &n),
+			 -EIO);
+	if (R != 0)
+		ck_assert(strstr(tier_last_error(), "rank 0 could not make"));
+}
+END_TEST
 #endif
 
 /* ------------------------------------------------------- dead peers */
@@ -592,8 +625,10 @@ static Suite *comm_suite(void)
 	tcase_add_test(tc, errors);
 	tcase_add_test(tc, open_errors);
 #if TIER_HAVE_MPI
-	if (!strcmp(backend, "mpi"))
+	if (!strcmp(backend, "mpi")) {
 		tcase_add_test(tc, program_comm);
+		tcase_add_test(tc, bcast_bytes);
+	}
 #endif
 	suite_add_tcase(s, tc);
 	return s;
