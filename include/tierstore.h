@@ -633,7 +633,7 @@ struct tier_comm_params {
 	int device;            /* nccl: the CUDA device; -1 = the current one */
 	/* Seconds a collective may take before it fails with -ETIMEDOUT and
 	 * the comm breaks (a dead peer gives an error, not a hang); 0 = 300,
-	 * < 0 = wait forever. */
+	 * < 0 or >= 1e9 (infinity) = wait forever. */
 	double timeout_s;
 };
 

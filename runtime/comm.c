@@ -224,7 +224,8 @@ int tier_comm_open(const struct tier_comm_params *p, struct tier_comm **out)
 	if (!c)
 		return ts_err(-ENOMEM, "tier_comm_open: out of memory");
 	c->ops = ops;
-	if (p->timeout_s > 0)
+	/* Past a billion seconds (31 years, infinity included) is forever. */
+	if (p->timeout_s > 0 && p->timeout_s < 1e9)
 		c->timeout_ns = (uint64_t)(p->timeout_s * 1e9);
 	else if (p->timeout_s == 0)
 		c->timeout_ns = (uint64_t)(COMM_DEFAULT_TIMEOUT_S * 1e9);

@@ -106,7 +106,7 @@ static int nccl_open(const struct tier_comm_params *p, struct comm_be **out, int
 	b = ts_calloc(1, sizeof(*b));
 	if (!b)
 		return ts_err(-ENOMEM, "out of memory");
-	b->timeout_ns = p->timeout_s > 0 ? (uint64_t)(p->timeout_s * 1e9) :
+	b->timeout_ns = p->timeout_s >= 1e9 ? 0 : p->timeout_s > 0 ? (uint64_t)(p->timeout_s * 1e9) :
 			p->timeout_s == 0 ? 300000000000ull : 0;
 	if (p->device >= 0) {
 		ce = cudaSetDevice(p->device);

@@ -471,6 +471,9 @@ START_TEST(open_errors)
 	p.nranks = 0;
 	p.timeout_s = NAN;
 	EXPECT(tier_comm_open(&p, &c), -EINVAL, "timeout_s is NaN");
+	p.timeout_s = INFINITY;   /* forever */
+	ck_assert_msg(tier_comm_open(&p, &c) == 0, "%s", tier_last_error());
+	ck_assert_int_eq(tier_comm_close(c), 0);
 #if !TIER_HAVE_MPI
 	p.timeout_s = 0;
 	p.backend = "mpi";
