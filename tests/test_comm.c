@@ -498,6 +498,133 @@ START_TEST(open_errors)
 }
 END_TEST
 
+/* A backend whose collectives never complete (a peer that never
+ * arrives), registered by the test: the generic layer's timeout. */
+struct comm_be {
+	int aborts, closes_broken;
+};
+
+static struct comm_be stuck_state;
+
+static int stuck_open(const struct tier_comm_params *p, struct comm_be **out, int *rank,
+		      int *size)
+{
+	(void)p;
+	memset(&stuck_state, 0, sizeof(stuck_state));
+	*out = &stuck_state;
+	*rank = 0;
+	*size = 1;
+	return 0;
+}
+
+static void stuck_close(struct comm_be *b, bool broken)
+{
+	b->closes_broken += broken;
+}
+
+static int stuck_post(struct comm_be *b, struct comm_req *r)
+{
+	(void)b, (void)r;
+	return 0;
+}
+
+static int stuck_allreduce(struct comm_be *b, void *buf, size_t n, enum comm_dtype dt,
+			   struct comm_req *r)
+{
+	(void)buf, (void)n, (void)dt;
+	return stuck_post(b, r);
+}
+
+static int stuck_rs(struct comm_be *b, const void *s, void *d, const size_t *counts,
+		    enum comm_dtype dt, enum comm_red red, struct comm_req *r)
+{
+	(void)s, (void)d, (void)counts, (void)dt, (void)red;
+	return stuck_post(b, r);
+}
+
+static int stuck_ag(struct comm_be *b, const void *s, void *d, const size_t *counts,
+		    enum comm_dtype dt, struct comm_req *r)
+{
+	(void)s, (void)d, (void)counts, (void)dt;
+	return stuck_post(b, r);
+}
+
+static int stuck_test(struct comm_be *b, struct comm_req *r, bool *done)
+{
+	(void)b, (void)r;
+	*done = false;
+	return 0;
+}
+
+static void stuck_abort(struct comm_be *b, struct comm_req *r)
+{
+	(void)r;
+	b->aborts++;
+}
+
+static const struct comm_ops stuck_ops = {
+	.name = "stuck-test", .version = COMM_OPS_VERSION, .caps = COMM_CAP_HOST_MEMORY,
+	.open = stuck_open, .close = stuck_close, .allreduce = stuck_allreduce,
+	.reduce_scatter = stuck_rs, .allgatherv = stuck_ag, .barrier = stuck_post,
+	.test = stuck_test, .abort = stuck_abort,
+};
+
+START_TEST(backend_table)
+{
+	struct comm_ops bad = stuck_ops;
+
+	ck_assert_ptr_nonnull(comm_backend_find("single"));
+	ck_assert_ptr_null(comm_backend_find("stuck-test-none"));
+	ck_assert(strstr(comm_backend_names(), "single"));
+	bad.name = "bad-test";
+	bad.test = NULL;
+	EXPECT(comm_backend_register(&bad), -EINVAL, "no test operation");
+	bad.test = stuck_test;
+	bad.version = 99;
+	EXPECT(comm_backend_register(&bad), -EINVAL, "ops version 99");
+	bad = comm_single_ops;
+	EXPECT(comm_backend_register(&bad), -EEXIST, "already registered");
+}
+END_TEST
+
+/* A collective that never completes: -ETIMEDOUT at the deadline, naming
+ * it; the backend aborted once; the comm broken (-EPIPE) after. */
+START_TEST(timeout)
+{
+	struct tier_comm_params p;
+	struct tier_comm *c;
+	struct comm_req *r;
+	double x = 1, took;
+	uint64_t t0;
+	bool done = true;
+
+	if (!comm_backend_find("stuck-test"))
+		ck_assert_int_eq(comm_backend_register(&stuck_ops), 0);
+	tier_comm_params_init(&p);
+	p.backend = "stuck-test";
+	p.timeout_s = 0.3;
+	ck_assert_msg(tier_comm_open(&p, &c) == 0, "%s", tier_last_error());
+	EXPECT(comm_barrier(c), -ETIMEDOUT, "comm barrier #1 on rank 0 of 1 (stuck-test)");
+	ck_assert_int_eq(stuck_state.aborts, 1);
+	EXPECT(comm_barrier(c), -EPIPE, "barrier #1 timed out after 0.3 s");
+	ck_assert_int_eq(tier_comm_close(c), -EPIPE);
+	ck_assert_int_eq(stuck_state.closes_broken, 1);
+
+	ck_assert_int_eq(tier_comm_open(&p, &c), 0);
+	t0 = ts_now_ns();
+	ck_assert_int_eq(comm_iallreduce(c, &x, 1, COMM_F64, &r), 0);
+	/* Not done before the deadline, then timed out by comm_test too. */
+	ck_assert_int_eq(comm_test(r, &done), 0);
+	ck_assert(!done);
+	EXPECT(tier_comm_close(c), -EBUSY, "in flight");
+	EXPECT(comm_wait(r), -ETIMEDOUT, "comm allreduce #1 on rank 0 of 1 (stuck-test): not "
+	       "complete after 0.3 s");
+	took = ts_ns_to_s(ts_now_ns() - t0);
+	ck_assert_msg(took >= 0.3 && took < 2, "timed out after %.3f s", took);
+	ck_assert_int_eq(tier_comm_close(c), -EPIPE);
+}
+END_TEST
+
 #if TIER_HAVE_MPI
 /* The program's own communicator: even and odd ranks apart. */
 START_TEST(program_comm)
@@ -627,6 +754,10 @@ static Suite *comm_suite(void)
 	tcase_add_test(tc, overlap);
 	tcase_add_test(tc, errors);
 	tcase_add_test(tc, open_errors);
+	if (!strcmp(backend, "single")) {
+		tcase_add_test(tc, backend_table);
+		tcase_add_test(tc, timeout);
+	}
 #if TIER_HAVE_MPI
 	if (!strcmp(backend, "mpi")) {
 		tcase_add_test(tc, program_comm);
