@@ -328,6 +328,14 @@ static int posted(struct tier_comm *c, struct comm_req *r, int rc, struct comm_r
 	if (rc) {
 		ts_err_prefix("comm %s #%llu on rank %d of %d (%s)", r->what,
 			      (unsigned long long)r->seq, c->rank, c->size, c->ops->name);
+		if (rc == -ETIMEDOUT) {
+			/* The backend's own deadline while posting (nccl: a call
+			 * still in progress); it aborted. */
+			c->broken = true;
+			snprintf(c->broken_why, sizeof(c->broken_why),
+				 "%s #%llu timed out while posting on rank %d of %d", r->what,
+				 (unsigned long long)r->seq, c->rank, c->size);
+		}
 		free(r);
 	} else {
 		c->inflight++;
