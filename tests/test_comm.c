@@ -483,6 +483,31 @@ START_TEST(open_errors)
 	tier_comm_params_init(&p);
 	p.backend = "nccl";
 	EXPECT(tier_comm_open(&p, &c), -ENOTSUP, "this build has no NCCL");
+#else
+	{
+		static const unsigned char id[128];
+		int ngpu = 0;
+		char why[256];
+
+		tier_comm_params_init(&p);
+		p.backend = "nccl";
+		p.nccl_id = id;
+		p.rank = 1;
+		p.nranks = 1;
+		EXPECT(tier_comm_open(&p, &c), -EINVAL, "nccl_id with rank 1 of nranks 1");
+		/* Without a GPU, a clean error from CUDA or NCCL, not a crash. */
+		if (tier_gpu_count(&ngpu, why, sizeof(why)) != 0 || ngpu == 0) {
+			int rc;
+
+			p.rank = 0;
+			p.timeout_s = 10;
+			rc = tier_comm_open(&p, &c);
+			ck_assert_msg(rc < 0 && c == NULL, "nccl without a GPU: %d", rc);
+			ck_assert_msg(strstr(tier_last_error(), "tier_comm_open: nccl: "),
+				      "detail '%s'", tier_last_error());
+			fprintf(stderr, "open_errors: nccl without a GPU: %s\n", tier_last_error());
+		}
+	}
 #endif
 	/* The defaults: one rank outside a launcher. */
 	if (!getenv("OMPI_COMM_WORLD_SIZE")) {
