@@ -295,7 +295,7 @@ const char *tier_comm_backend(const struct tier_comm *c)
 static int begin(struct tier_comm *c, const char *what, enum comm_dtype dt, struct comm_req **req,
 		 struct comm_req **out)
 {
-	struct comm_req *r;
+	struct comm_req *r = NULL;
 
 	TS_NONNULL(out);
 	*out = NULL;
@@ -368,7 +368,7 @@ static int check_counts(struct tier_comm *c, const char *what, const void *send,
 int comm_iallreduce(struct tier_comm *c, void *buf, size_t count, enum comm_dtype dt,
 		    struct comm_req **req)
 {
-	struct comm_req *r;
+	struct comm_req *r = NULL;
 	int rc;
 
 	COMM_ARG(c);
@@ -386,8 +386,8 @@ int comm_iallreduce(struct tier_comm *c, void *buf, size_t count, enum comm_dtyp
 int comm_ireduce_scatter(struct tier_comm *c, const void *send, void *recv, const size_t *counts,
 			 enum comm_dtype dt, enum comm_red red, struct comm_req **req)
 {
-	struct comm_req *r;
-	size_t total;
+	struct comm_req *r = NULL;
+	size_t total = 0;
 	int rc;
 
 	COMM_ARG(c);
@@ -407,8 +407,8 @@ int comm_ireduce_scatter(struct tier_comm *c, const void *send, void *recv, cons
 int comm_iallgatherv(struct tier_comm *c, const void *send, void *recv, const size_t *counts,
 		     enum comm_dtype dt, struct comm_req **req)
 {
-	struct comm_req *r;
-	size_t total;
+	struct comm_req *r = NULL;
+	size_t total = 0;
 	int rc;
 
 	COMM_ARG(c);
@@ -423,7 +423,7 @@ int comm_iallgatherv(struct tier_comm *c, const void *send, void *recv, const si
 
 int comm_ibarrier(struct tier_comm *c, struct comm_req **req)
 {
-	struct comm_req *r;
+	struct comm_req *r = NULL;
 	int rc;
 
 	COMM_ARG(c);
@@ -499,7 +499,7 @@ int comm_wait(struct comm_req *r)
 
 int comm_allreduce(struct tier_comm *c, void *buf, size_t count, enum comm_dtype dt)
 {
-	struct comm_req *r;
+	struct comm_req *r = NULL;
 	int rc = comm_iallreduce(c, buf, count, dt, &r);
 
 	return rc ? rc : comm_wait(r);
@@ -508,7 +508,7 @@ int comm_allreduce(struct tier_comm *c, void *buf, size_t count, enum comm_dtype
 int comm_reduce_scatter(struct tier_comm *c, const void *send, void *recv, const size_t *counts,
 			enum comm_dtype dt, enum comm_red red)
 {
-	struct comm_req *r;
+	struct comm_req *r = NULL;
 	int rc = comm_ireduce_scatter(c, send, recv, counts, dt, red, &r);
 
 	return rc ? rc : comm_wait(r);
@@ -517,7 +517,7 @@ int comm_reduce_scatter(struct tier_comm *c, const void *send, void *recv, const
 int comm_allgatherv(struct tier_comm *c, const void *send, void *recv, const size_t *counts,
 		    enum comm_dtype dt)
 {
-	struct comm_req *r;
+	struct comm_req *r = NULL;
 	int rc = comm_iallgatherv(c, send, recv, counts, dt, &r);
 
 	return rc ? rc : comm_wait(r);
@@ -525,7 +525,7 @@ int comm_allgatherv(struct tier_comm *c, const void *send, void *recv, const siz
 
 int comm_barrier(struct tier_comm *c)
 {
-	struct comm_req *r;
+	struct comm_req *r = NULL;
 	int rc = comm_ibarrier(c, &r);
 
 	return rc ? rc : comm_wait(r);

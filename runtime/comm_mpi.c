@@ -297,7 +297,7 @@ static int mpi_reduce_scatter(struct comm_be *b, const void *send, void *recv, c
 			      enum comm_dtype dt, enum comm_red red, struct comm_req *r)
 {
 	struct mpi_req *q;
-	size_t total;
+	size_t total = 0;
 	int rc;
 
 	q = req_new(b, r, true);
@@ -340,7 +340,7 @@ static int mpi_reduce_scatter(struct comm_be *b, const void *send, void *recv, c
 static int mpi_allgatherv(struct comm_be *b, const void *send, void *recv, const size_t *counts,
 			  enum comm_dtype dt, struct comm_req *r)
 {
-	size_t es = comm_dtype_size(dt), total;
+	size_t es = comm_dtype_size(dt), total = 0;
 	struct mpi_req *q;
 	MPI_Datatype t;
 	int rc;
