@@ -358,9 +358,17 @@ static int check_counts(struct tier_comm *c, const char *what, const void *send,
 			return ts_err(-EOVERFLOW, "comm %s: the counts overflow at rank %d", what, i);
 		sum += counts[i];
 	}
-	if (sum && (!send || !recv))
-		return ts_err(-EINVAL, "comm %s: %s is NULL for %zu elements", what,
-			      !send ? "send" : "recv", sum);
+	/* reduce_scatter: send holds every slice, recv this rank's;
+	 * allgatherv: the other way round. */
+	{
+		bool rs = !strcmp(what, "reduce_scatter");
+		size_t nsend = rs ? sum : counts[c->rank], nrecv = rs ? counts[c->rank] : sum;
+
+		if (nsend && !send)
+			return ts_err(-EINVAL, "comm %s: send is NULL for %zu elements", what, nsend);
+		if (nrecv && !recv)
+			return ts_err(-EINVAL, "comm %s: recv is NULL for %zu elements", what, nrecv);
+	}
 	*total = sum;
 	return 0;
 }
