@@ -24,6 +24,11 @@ _Static_assert(TIER_VERSION_MAJOR * 10000 + TIER_VERSION_MINOR * 100 + TIER_VERS
 #else
 #define FEAT_NCCL " nccl=no"
 #endif
+#if TIER_HAVE_MPI
+#define FEAT_MPI " mpi=yes"
+#else
+#define FEAT_MPI " mpi=no"
+#endif
 #if TIER_FAULT_SITES
 #define FEAT_FAULT " fault_sites=yes"
 #else
@@ -42,7 +47,7 @@ const char *tier_version(void)
 
 const char *tier_build_features(void)
 {
-	return FEAT_CUDA FEAT_NCCL FEAT_FAULT FEAT_STATS;
+	return FEAT_CUDA FEAT_NCCL FEAT_MPI FEAT_FAULT FEAT_STATS;
 }
 
 unsigned tier_version_number(void)

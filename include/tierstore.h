@@ -608,6 +608,64 @@ TIER_API uint64_t tier_optim_step_count(const struct tier_optim *o);
  * optimizer and its state objects.  Returns 0 or the first error. */
 TIER_API int tier_optim_destroy(struct tier_optim *o);
 
+/* ---------------------------------------------------------- communicator */
+
+/*
+ * A communicator between the ranks of a training job, for the partitioned
+ * optimizer (docs/distributed.md).  No transport of our own: "single" (one
+ * rank), "mpi" (host buffers, the system's MPI; a build with -Dmpi) and
+ * "nccl" (device buffers; a CUDA build with -Dnccl).  No MPI or NCCL type
+ * appears here: the program's communicator and NCCL id are passed by
+ * pointer.
+ */
+struct tier_comm;
+
+struct tier_comm_params {
+	uint32_t size;         /* sizeof, set by tier_comm_params_init */
+	/* "single", "mpi" or "nccl"; NULL = "nccl" when nccl_comm or nccl_id
+	 * is set, else "mpi" when mpi_comm is set or the process was started
+	 * by an MPI launcher (and the build has MPI), else "single". */
+	const char *backend;
+	void *mpi_comm;        /* mpi: an MPI_Comm * of the program (duplicated); NULL = MPI_COMM_WORLD */
+	void *nccl_comm;       /* nccl: the program's ncclComm_t (used, not destroyed) */
+	const void *nccl_id;   /* nccl: an ncclUniqueId every rank got from rank 0; NULL = sent over MPI */
+	int rank, nranks;      /* nccl with nccl_id: this rank and the number of ranks */
+	int device;            /* nccl: the CUDA device; -1 = the current one */
+	/* Seconds a collective may take before it fails with -ETIMEDOUT and
+	 * the comm breaks (a dead peer gives an error, not a hang); 0 = 300,
+	 * < 0 or >= 1e9 (infinity) = wait forever. */
+	double timeout_s;
+};
+
+static inline void tier_comm_params_init(struct tier_comm_params *p)
+{
+	memset(p, 0, sizeof(*p));
+	p->size = (uint32_t)sizeof(*p);
+	p->device = -1;
+}
+
+/*
+ * Opens a communicator (@p may be NULL: the defaults).  With mpi,
+ * initialises MPI (MPI_Init_thread, MPI_THREAD_SERIALIZED) unless the
+ * program has, and duplicates its communicator (a collective call: every
+ * rank opens).  0, -EINVAL (bad params, naming the field), -ENOTSUP (a
+ * backend this build lacks, named), -ENOENT (no such backend), or the
+ * backend's error (MPI's or NCCL's message in the detail).
+ */
+TIER_API int tier_comm_open(const struct tier_comm_params *p, struct tier_comm **out);
+
+/* Frees the communicator (0 for NULL).  MPI, when the library initialised
+ * it, is finalised at exit.  Returns 0, or -EPIPE for a comm a timeout had
+ * broken (freed all the same). */
+TIER_API int tier_comm_close(struct tier_comm *c);
+
+/* This process's rank, and the number of ranks (-1 for NULL). */
+TIER_API int tier_comm_rank(const struct tier_comm *c);
+TIER_API int tier_comm_size(const struct tier_comm *c);
+
+/* The backend's name: "single", "mpi" or "nccl" (NULL for NULL). */
+TIER_API const char *tier_comm_backend(const struct tier_comm *c);
+
 
 #ifdef __cplusplus
 }

@@ -349,6 +349,11 @@ static void io_cb(void *arg, int result, const char *detail)
 	X(INT, EINV, tier_store_record, record, tier_store_record(f->s, NULL, &(size_t){ 0 })) \
 	X(INT, EINV, tier_store_record, len, tier_store_record(f->s, &(const void *){ 0 }, NULL)) \
 	X(INT, EINV, tier_live_remove, l, tier_live_remove(NULL))                        \
+	X(INT, EINV, tier_comm_open, out, tier_comm_open(NULL, NULL))                    \
+	X(NOOP, 0, tier_comm_close, c, tier_comm_close(NULL))                            \
+	X(VAL, -1, tier_comm_rank, c, tier_comm_rank(NULL))                              \
+	X(VAL, -1, tier_comm_size, c, tier_comm_size(NULL))                              \
+	X(PTR, 0, tier_comm_backend, c, tier_comm_backend(NULL))                         \
 	X(NOOP, 0, tier_live_close, l, (tier_live_close(NULL), 0))
 
 /* A row that cannot run in this build (no live segment). */

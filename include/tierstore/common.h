@@ -38,7 +38,7 @@ TIER_API const char *tier_version(void);
 
 /*
  * The features this build of the library has, as a short text
- * ("cuda=yes nccl=no fault_sites=yes").
+ * ("cuda=yes nccl=no mpi=yes fault_sites=yes").
  */
 TIER_API const char *tier_build_features(void);
 
