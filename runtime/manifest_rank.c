@@ -57,7 +57,7 @@ int mf_rank_value(const struct tier_rank *r, int var)
  * The four values @v (rank, local rank, world, local world), each named
  * for messages by @src ("RANK=3", "rank 3"), against each other.
  */
-static int rank_check(const int v[4], char src[4][96], const char *what)
+static int rank_check(const int v[4], char src[4][160], const char *what)
 {
 	if (v[2] < 1)
 		return ts_err(-EINVAL, "%s: %s: the world size must be at least 1", what, src[2]);
@@ -81,7 +81,7 @@ int mf_rank_check(const struct tier_rank *r)
 	const int v[4] = { r->rank, r->local_rank, r->world_size, r->local_world_size };
 	static const char *const field[4] = { "rank", "local_rank", "world_size",
 					      "local_world_size" };
-	char src[4][96];
+	char src[4][160];
 
 	for (int i = 0; i < 4; i++)
 		snprintf(src[i], sizeof(src[i]), "%s %d", field[i], v[i]);
@@ -92,7 +92,7 @@ int tier_rank_from_env(struct tier_rank *out)
 {
 	TS_NONNULL(out);
 	int v[4] = { 0, 0, 1, 1 };
-	char src[4][96];
+	char src[4][160];
 
 	for (int i = 0; i < 4; i++) {
 		const char *const *name = rank_vars[i];
