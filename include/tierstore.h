@@ -99,6 +99,40 @@ TIER_API int tier_manifest_parse(const char *text, size_t len,
 				 struct tier_manifest **out);
 
 /*
+ * Where this process stands among the ranks of a distributed job: what
+ * ${RANK}, ${LOCAL_RANK}, ${WORLD_SIZE} and ${LOCAL_WORLD_SIZE} expand to
+ * in a manifest and what "/local_world" in a size divides by
+ * (docs/manifest.md).  A single process is rank 0 of a world of 1.
+ */
+struct tier_rank {
+	int rank;                  /* 0 .. world_size - 1 */
+	int local_rank;            /* 0 .. local_world_size - 1: the rank on this node */
+	int world_size;            /* ranks in the job, >= 1 */
+	int local_world_size;      /* ranks on this node, 1 .. world_size */
+};
+
+/*
+ * The rank the launcher's environment gives this process, each field from
+ * the first variable set of (in this order) torchrun's, Open MPI's,
+ * MPICH's and Slurm's; rank 0 of 1 when none is set.  Returns 0, or
+ * -EINVAL when a variable is not a whole number or the values disagree
+ * (rank >= world size, ...), naming the variable and its value.
+ */
+TIER_API int tier_rank_from_env(struct tier_rank *out);
+
+/*
+ * tier_manifest_load_flags() and tier_manifest_parse() for the rank @rank
+ * (NULL: tier_rank_from_env()).  -EINVAL when @rank is inconsistent.
+ */
+TIER_API int tier_manifest_load_rank(const char *path, unsigned flags,
+				     const struct tier_rank *rank,
+				     struct tier_manifest **out);
+TIER_API int tier_manifest_parse_rank(const char *text, size_t len,
+				      const char *name, unsigned flags,
+				      const struct tier_rank *rank,
+				      struct tier_manifest **out);
+
+/*
  * The manifest a tool uses: @path when given (not NULL or ""), else
  * $TIER_MANIFEST (the options table), else the embedded default.  Same
  * returns as tier_manifest_load().
@@ -150,6 +184,7 @@ struct tier_manifest_info {
 	double offload_fraction;   /* optimizer.offload_fraction; TIER_OFFLOAD_AUTO: auto */
 	enum tier_dtype moment_dtype;
 	uint64_t shard_size;       /* optimizer.shard_size, bytes */
+	struct tier_rank rank;     /* the rank the manifest was resolved for */
 };
 TIER_API int tier_manifest_info(const struct tier_manifest *m, struct tier_manifest_info *out);
 

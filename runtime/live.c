@@ -332,6 +332,7 @@ struct live *live_start(struct tier_store *s, const struct tier_manifest *m)
 {
 #if TIER_STATS_BUILD
 	const struct tiers_cfg *cfg = &m->tiers;
+	struct statseg_rank rank;
 	struct live *l;
 	char *yaml;
 	int rc;
@@ -343,13 +344,16 @@ struct live *live_start(struct tier_store *s, const struct tier_manifest *m)
 		rc = ts_err(-ENOMEM, "stats segment for store '%s': out of memory", cfg->name);
 		goto warn;
 	}
+	/* a manifest not made by the parser (world 0) has no rank to say */
+	rank = (struct statseg_rank){ m->rank.rank, m->rank.local_rank, m->rank.world_size,
+				      m->rank.local_world_size };
 	yaml = manifest_yaml(m);
 	/* the payload up to the last path the manifest has */
 	l->npaths = cfg->npaths < TIER_LIVE_MAX_PATHS ? cfg->npaths : TIER_LIVE_MAX_PATHS;
-	rc = statseg_create(cfg->name, yaml ? yaml : "",
-			    offsetof(struct tier_live_stats, path) +
-				    l->npaths * sizeof(struct tier_live_path),
-			    &l->seg);
+	rc = statseg_create_rank(cfg->name, yaml ? yaml : "",
+				 offsetof(struct tier_live_stats, path) +
+					 l->npaths * sizeof(struct tier_live_path),
+				 m->rank.world_size >= 1 ? &rank : NULL, &l->seg);
 	free(yaml);
 	if (rc) {
 		free(l);
@@ -525,6 +529,19 @@ void tier_live_info(const struct tier_live *l, struct tier_live_info *out)
 	out->name[sizeof(out->name) - 1] = '\0';
 	out->path = statseg_view_path(l->v);
 	out->manifest = statseg_view_manifest(l->v);
+	{
+		struct statseg_rank r;
+
+		if (statseg_view_rank(l->v, &r)) {
+			out->rank = r.rank;
+			out->local_rank = r.local_rank;
+			out->world_size = r.world_size;
+			out->local_world_size = r.local_world_size;
+		} else {
+			out->rank = out->local_rank = out->local_world_size = -1;
+			out->world_size = 0;
+		}
+	}
 }
 
 bool tier_live_stale(const struct tier_live *l)

@@ -505,8 +505,34 @@ static int resolve_all(struct walker *w, struct tier_manifest *c)
 	return 0;
 }
 
+/*
+ * The rank into w->rank: @rank, else the environment's.  A disagreement
+ * is a problem of the manifest's load, reported without a place (it is
+ * not in the file).
+ */
+static int take_rank(struct walker *w, const struct tier_rank *rank)
+{
+	int rc = rank ? mf_rank_check(rank) : tier_rank_from_env(&w->rank);
+
+	if (rc == 0) {
+		if (rank)
+			w->rank = *rank;
+		return 0;
+	}
+	mf_diag(w, (struct pos){ 0, 0 }, "%s", tier_last_error());
+	return rc;
+}
+
 int tier_manifest_parse(const char *text, size_t len, const char *name, unsigned flags,
 			struct tier_manifest **out)
+{
+	TS_NONNULL(text);
+	TS_NONNULL(out);
+	return tier_manifest_parse_rank(text, len, name, flags, NULL, out);
+}
+
+int tier_manifest_parse_rank(const char *text, size_t len, const char *name, unsigned flags,
+			     const struct tier_rank *rank, struct tier_manifest **out)
 {
 	TS_NONNULL(text);
 	TS_NONNULL(out);
@@ -548,6 +574,10 @@ int tier_manifest_parse(const char *text, size_t len, const char *name, unsigned
 	rc = graph_check(&w);
 	if (rc)
 		goto out;
+	rc = take_rank(&w, rank);
+	if (rc)
+		goto out;
+	m->rank = w.rank;
 
 	raw_defaults(raw);
 	mf_walk_schema(&w, root);
@@ -659,6 +689,14 @@ int tier_manifest_load_flags(const char *path, unsigned flags, struct tier_manif
 {
 	TS_NONNULL(path);
 	TS_NONNULL(out);
+	return tier_manifest_load_rank(path, flags, NULL, out);
+}
+
+int tier_manifest_load_rank(const char *path, unsigned flags, const struct tier_rank *rank,
+			    struct tier_manifest **out)
+{
+	TS_NONNULL(path);
+	TS_NONNULL(out);
 	char *buf = NULL;
 	size_t len = 0;
 	int fd, rc;
@@ -673,7 +711,7 @@ int tier_manifest_load_flags(const char *path, unsigned flags, struct tier_manif
 		return fd;
 	rc = read_manifest(fd, path, &buf, &len);
 	if (rc == 0)
-		rc = tier_manifest_parse(buf, len, path, flags, out);
+		rc = tier_manifest_parse_rank(buf, len, path, flags, rank, out);
 	free(buf);
 	close(fd);
 	return rc;
@@ -725,6 +763,7 @@ int tier_manifest_info(const struct tier_manifest *m, struct tier_manifest_info 
 	out->offload_fraction = m->offload_auto ? TIER_OFFLOAD_AUTO : m->offload_fraction;
 	out->moment_dtype = m->moment_dtype;
 	out->shard_size = m->shard_size;
+	out->rank = m->rank;
 	return 0;
 }
 

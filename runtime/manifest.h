@@ -35,6 +35,12 @@ struct tier_manifest {
 	uint64_t shard_size;
 	bool shard_derived;     /* not written: sized from the DRAM tier, again by an
 				 * optimizer on a store whose DRAM tier is another size */
+
+	/* the rank it was resolved for, and which sizes were divided by
+	 * the local world size ("SIZE/local_world") */
+	struct tier_rank rank;
+	bool hbm_div, dram_div, lookahead_div;
+	uint64_t path_div;      /* bit i: nvme.paths[i].capacity */
 };
 
 /* Frees the paths @m holds (npaths becomes 0). */

@@ -62,6 +62,15 @@ static void emit_str(FILE *f, const char *s)
 	emit_text(f, s, true);
 }
 
+/* The comment of a size written "/local_world": what it was divided by. */
+static const char *per_local(const struct tier_manifest *c, bool div, char *buf, size_t len)
+{
+	if (!div)
+		return "";
+	snprintf(buf, len, ", /local_world: 1 of %d ranks on this node", c->rank.local_world_size);
+	return buf;
+}
+
 int tier_manifest_emit(const struct tier_manifest *m, FILE *f)
 {
 	TS_NONNULL(m);
@@ -69,11 +78,13 @@ int tier_manifest_emit(const struct tier_manifest *m, FILE *f)
 		return ts_err_null(__func__, "out");
 	const struct tier_manifest *c = m;
 	static const char *const huge[] = { "auto", "on", "off" };
-	char a[32];
+	char a[32], d[64];
 
 	fputs("# effective configuration of ", f);
 	emit_text(f, c->tiers.source, false);
 	fprintf(f, " (tierstore %s)\n", tier_version());
+	fprintf(f, "# resolved for rank %d of %d (local rank %d of %d on this node)\n",
+		c->rank.rank, c->rank.world_size, c->rank.local_rank, c->rank.local_world_size);
 	fprintf(f, "version: %d\n", c->version);
 	fprintf(f, "name: ");
 	emit_str(f, c->tiers.name);
@@ -84,15 +95,15 @@ int tier_manifest_emit(const struct tier_manifest *m, FILE *f)
 		fprintf(f, "  device: %d   # %s%s, %s, PCI %s\n", c->tiers.gpu,
 			c->gpu_auto ? "auto: " : "", c->gpu_name,
 			ts_size_fmt(c->gpu_mem, a, sizeof(a)), c->gpu_pci[0] ? c->gpu_pci : "?");
-		fprintf(f, "  capacity: %llu   # %s\n", (unsigned long long)c->tiers.hbm_capacity,
-			ts_size_fmt(c->tiers.hbm_capacity, a, sizeof(a)));
+		fprintf(f, "  capacity: %llu   # %s%s\n", (unsigned long long)c->tiers.hbm_capacity,
+			ts_size_fmt(c->tiers.hbm_capacity, a, sizeof(a)), per_local(c, c->hbm_div, d, sizeof(d)));
 	} else {
 		fprintf(f, "  device: none   # %s\n", c->gpu_note[0] ? c->gpu_note : "no HBM tier");
 	}
 
 	fprintf(f, "dram:\n");
-	fprintf(f, "  capacity: %llu   # %s\n", (unsigned long long)c->tiers.dram_capacity,
-		ts_size_fmt(c->tiers.dram_capacity, a, sizeof(a)));
+	fprintf(f, "  capacity: %llu   # %s%s\n", (unsigned long long)c->tiers.dram_capacity,
+		ts_size_fmt(c->tiers.dram_capacity, a, sizeof(a)), per_local(c, c->dram_div, d, sizeof(d)));
 	if (c->tiers.numa_node >= 0)
 		fprintf(f, "  numa_node: %d%s\n", c->tiers.numa_node, c->numa_auto ? "   # auto: the GPU's node" : "");
 	else
@@ -114,8 +125,9 @@ int tier_manifest_emit(const struct tier_manifest *m, FILE *f)
 			emit_str(f, p->path);
 			fprintf(f, "\n      # backing file: ");
 			emit_str(f, p->file);
-			fprintf(f, "\n      capacity: %llu   # %s\n", (unsigned long long)p->capacity,
-				ts_size_fmt(p->capacity, a, sizeof(a)));
+			fprintf(f, "\n      capacity: %llu   # %s%s\n", (unsigned long long)p->capacity,
+				ts_size_fmt(p->capacity, a, sizeof(a)),
+				per_local(c, (c->path_div >> i) & 1, d, sizeof(d)));
 			fprintf(f, "      block_size: %u\n", p->block_size);
 			fprintf(f, "      queue_depth: %u\n", p->queue_depth);
 			fprintf(f, "      direct: %s\n", p->direct ? "true" : "false");
@@ -126,8 +138,8 @@ int tier_manifest_emit(const struct tier_manifest *m, FILE *f)
 	}
 
 	fprintf(f, "prefetch:\n");
-	fprintf(f, "  lookahead: %llu   # %s\n", (unsigned long long)c->lookahead,
-		ts_size_fmt(c->lookahead, a, sizeof(a)));
+	fprintf(f, "  lookahead: %llu   # %s%s\n", (unsigned long long)c->lookahead,
+		ts_size_fmt(c->lookahead, a, sizeof(a)), per_local(c, c->lookahead_div, d, sizeof(d)));
 	fprintf(f, "  write_behind: %u\n", c->write_behind);
 
 	fprintf(f, "optimizer:\n");

@@ -29,6 +29,7 @@ struct pos {
 struct raw_size {
 	struct pos at;
 	struct ts_size v;
+	unsigned div;         /* "SIZE/local_world": the local world size; else 0 */
 };
 
 struct raw_path {
@@ -88,6 +89,7 @@ struct walker {
 	char *diags;          /* the report, one problem a line (TIER_ERR_MAX) */
 	size_t diags_len;
 	size_t path_index;    /* the raw_path being filled */
+	struct tier_rank rank; /* what ${RANK} ... and /local_world resolve to */
 };
 
 /* What resolution knows of this machine (nominal under TIER_MANIFEST_NO_PROBE). */
@@ -119,6 +121,13 @@ size_t mf_utf8_next(const unsigned char *p, uint32_t *cp);
 void mf_sanitize(const char *msg, char *dst, size_t len);
 const char *mf_keypath(struct walker *w, const char *key, char *buf, size_t len);
 const char *mf_node_kind(const yaml_node_t *n);
+
+/* the rank (manifest_rank.c) */
+/* 0..3 for RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE; -1 for another name */
+int mf_rank_var(const char *name);
+int mf_rank_value(const struct tier_rank *r, int var);
+/* 0, or -EINVAL with the detail naming the field that disagrees */
+int mf_rank_check(const struct tier_rank *r);
 
 /* pass 2 (manifest_schema.c): the document's keys into w->raw */
 void mf_walk_schema(struct walker *w, yaml_node_t *root);

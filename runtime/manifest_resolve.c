@@ -42,11 +42,16 @@ int mf_gather_facts(struct walker *w, struct facts *f)
 	return gpu_count(&f->ngpu, f->gpu_why, sizeof(f->gpu_why));
 }
 
+/*
+ * A size or a percentage of @whole, and "/local_world" divided by the
+ * local world size (rounded down here; the key then rounds to its unit).
+ */
 static uint64_t resolve_size(const struct raw_size *s, uint64_t whole)
 {
-	if (s->v.is_percent)
-		return (uint64_t)((double)whole * s->v.percent / 100.0);
-	return s->v.bytes;
+	uint64_t v = s->v.is_percent ? (uint64_t)((double)whole * s->v.percent / 100.0)
+				     : s->v.bytes;
+
+	return s->div > 1 ? v / s->div : v;
 }
 
 void mf_resolve_gpu(struct walker *w, const struct facts *f, struct tier_manifest *c)
@@ -550,6 +555,13 @@ void mf_resolve_rest(struct walker *w, struct tier_manifest *c)
 	struct raw *r = w->raw;
 	char a[32], b[32];
 
+	/* For the effective configuration's comments: what was divided. */
+	c->hbm_div = r->hbm.at.line && r->hbm.div;
+	c->dram_div = r->dram.at.line && r->dram.div;
+	c->lookahead_div = r->lookahead.at.line && r->lookahead.div;
+	for (size_t i = 0; i < r->npaths; i++)
+		if (r->paths[i].capacity.at.line && r->paths[i].capacity.div)
+			c->path_div |= 1ull << i;
 	c->write_behind = r->wb_at.line ? (uint32_t)r->write_behind : 4;
 	c->offload_auto = !r->offload_at.line || r->offload < 0;
 	c->offload_fraction = c->offload_auto ? 0.0 : r->offload;

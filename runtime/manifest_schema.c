@@ -75,6 +75,9 @@ static int get_bool(struct walker *w, const char *key, yaml_node_t *v, bool *out
 	return -EINVAL;
 }
 
+static int parse_size(struct walker *w, const char *key, yaml_node_t *v, const char *s,
+		      bool allow_percent, struct raw_size *out);
+
 static int get_int(struct walker *w, const char *key, yaml_node_t *v, long long min,
 		   long long max, long long *out, struct pos *at)
 {
@@ -99,14 +102,66 @@ static int get_int(struct walker *w, const char *key, yaml_node_t *v, long long 
 	return 0;
 }
 
+/*
+ * A size, or with @allow_percent a percentage too (the keys that are a
+ * share of a node's budget), which may then be divided among the node's
+ * ranks: "64GiB/local_world", "25%/local_world" (out->div is the local
+ * world size; the key divides the resolved bytes, then rounds).
+ */
 static int get_size(struct walker *w, const char *key, yaml_node_t *v, bool allow_percent,
 		    struct raw_size *out)
 {
 	const char *s = want_scalar(w, key, v, "a size such as 64GiB");
-	char k[300];
+	const char *slash;
+	char k[300], *head = NULL;
+	int rc;
 
 	if (!s)
 		return -EINVAL;
+	out->div = 0;
+	slash = strrchr(s, '/');
+	if (slash) {
+		const char *d = slash + 1;
+		size_t dlen;
+
+		d += strspn(d, " ");
+		dlen = strcspn(d, " ");
+		if (d[dlen + strspn(d + dlen, " ")] != '\0' ||
+		    !((dlen == 11 && strncmp(d, "local_world", 11) == 0) ||
+		      (dlen == 5 && strncmp(d, "world", 5) == 0))) {
+			mf_diag(w, mf_pos_of(v), "%s: '%s' is not a size: after '/' only local_world may follow (a share of this node's budget for each of its ranks)",
+				mf_keypath(w, key, k, sizeof(k)), s);
+			return -EINVAL;
+		}
+		if (dlen == 5) {
+			mf_diag(w, mf_pos_of(v), "%s: '%s': a manifest's sizes are this node's (its memory, GPU and drives), shared by the ranks on it; divide by local_world, not world",
+				mf_keypath(w, key, k, sizeof(k)), s);
+			return -EINVAL;
+		}
+		if (!allow_percent) {
+			mf_diag(w, mf_pos_of(v), "%s: '%s': only gpu.capacity, dram.capacity, nvme.paths[].capacity and prefetch.lookahead may be divided by local_world (this key is not a share of the node's budget)",
+				mf_keypath(w, key, k, sizeof(k)), s);
+			return -EINVAL;
+		}
+		head = ts_strndup(s, (size_t)(slash - s));
+		if (!head) {
+			mf_diag(w, mf_pos_of(v), "%s: out of memory", mf_keypath(w, key, k, sizeof(k)));
+			return -ENOMEM;
+		}
+		s = head;
+	}
+	rc = parse_size(w, key, v, s, allow_percent, out);
+	free(head);
+	if (rc == 0 && slash)
+		out->div = (unsigned)w->rank.local_world_size;
+	return rc;
+}
+
+static int parse_size(struct walker *w, const char *key, yaml_node_t *v, const char *s,
+		      bool allow_percent, struct raw_size *out)
+{
+	char k[300];
+
 	if (ts_size_parse(s, allow_percent, &out->v, NULL, 0)) {
 		/* Room for the whole value: the message is cut to an excerpt. */
 		size_t len = strlen(s) + 256;
@@ -165,8 +220,9 @@ static bool utf8_valid(const char *s)
 }
 
 /*
- * Expands ${VAR} and ${VAR:-default} in @s ($$ is a literal $).  A
- * variable's value must be UTF-8.  Returns a malloc'd string, or NULL
+ * Expands ${VAR} and ${VAR:-default} in @s ($$ is a literal $).  RANK,
+ * LOCAL_RANK, WORLD_SIZE and LOCAL_WORLD_SIZE are w->rank's (never unset,
+ * whichever launcher set them).  A variable's value must be UTF-8.  Returns a malloc'd string, or NULL
  * after reporting.
  */
 static char *expand_env(struct walker *w, const char *key, yaml_node_t *v, const char *s)
@@ -182,7 +238,8 @@ static char *expand_env(struct walker *w, const char *key, yaml_node_t *v, const
 	for (const char *p = s; *p;) {
 		const char *add = p;
 		size_t addlen = 1;
-		char name[256];
+		char name[256], num[16];
+		int var;
 
 		if (p[0] == '$' && p[1] == '$') {
 			p += 2;
@@ -211,7 +268,14 @@ static char *expand_env(struct walker *w, const char *key, yaml_node_t *v, const
 			}
 			memcpy(name, p + 2, nlen);
 			name[nlen] = '\0';
-			add = getenv(name);
+			var = mf_rank_var(name);
+			if (var >= 0) {
+				/* The rank, whichever launcher (or the API) gave it. */
+				snprintf(num, sizeof(num), "%d", mf_rank_value(&w->rank, var));
+				add = num;
+			} else {
+				add = getenv(name);
+			}
 			if (add && *add && !utf8_valid(add)) {
 				mf_diag(w, mf_pos_of(v),
 					"%s: environment variable '%s' is not UTF-8 text (a manifest's values are)",

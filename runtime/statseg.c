@@ -145,9 +145,19 @@ static void read_boot_id(char out[STATSEG_BOOT_ID_MAX])
 
 /* ------------------------------------------------------------ the writer */
 
+/* The rank block right after the header, before the sequence word. */
+#define RANK_OFFSET sizeof(struct statseg_header)
+_Static_assert(RANK_OFFSET % 8 == 0 && RANK_OFFSET + sizeof(struct statseg_rank) <= SEQ_OFFSET,
+	       "the rank block fits between the header and the sequence word");
+
 static void fill_header(struct statseg_header *h, const char *name, const char *manifest,
-			size_t mlen, size_t payload_size, size_t total)
+			size_t mlen, size_t payload_size, size_t total,
+			const struct statseg_rank *rank)
 {
+	if (rank) {
+		memcpy((char *)h + RANK_OFFSET, rank, sizeof(*rank));
+		h->flags |= STATSEG_F_RANK;
+	}
 	memcpy(h->magic, STATSEG_MAGIC, sizeof(h->magic));
 	h->version = STATSEG_VERSION;
 	h->header_size = (uint32_t)sizeof(*h);
@@ -263,6 +273,12 @@ static int seg_alloc(int fd, const char *tmp, size_t total)
 int statseg_create(const char *name, const char *manifest_text, size_t payload_size,
 		   struct statseg **out)
 {
+	return statseg_create_rank(name, manifest_text, payload_size, NULL, out);
+}
+
+int statseg_create_rank(const char *name, const char *manifest_text, size_t payload_size,
+			const struct statseg_rank *rank, struct statseg **out)
+{
 	const char *dir = statseg_dir();
 	struct statseg *s = NULL;
 	char *tmp = NULL;
@@ -309,7 +325,7 @@ int statseg_create(const char *name, const char *manifest_text, size_t payload_s
 	}
 	close(fd);
 	fd = -1;
-	fill_header(s->map, name, manifest_text, mlen, payload_size, total);
+	fill_header(s->map, name, manifest_text, mlen, payload_size, total, rank);
 	s->seq = (_Atomic uint64_t *)(void *)((char *)s->map + SEQ_OFFSET);
 	s->payload = (_Atomic uint64_t *)(void *)((char *)s->map + PAYLOAD_OFFSET);
 	atomic_init(s->seq, 0);
@@ -399,6 +415,19 @@ static int check_layout(const struct statseg_header *h, size_t size, const char 
 	    h->manifest_offset > size || h->manifest_len >= size - h->manifest_offset ||
 	    map[h->manifest_offset + h->manifest_len] != '\0')
 		return ts_err(-EBADMSG, "stats segment %s: offsets out of bounds (corrupt)", path);
+	if (h->flags & STATSEG_F_RANK) {
+		struct statseg_rank r;
+
+		if (h->seq_offset < RANK_OFFSET + sizeof(r))
+			return ts_err(-EBADMSG, "stats segment %s: offsets out of bounds (corrupt)", path);
+		memcpy(&r, map + RANK_OFFSET, sizeof(r));
+		if (r.world_size < 1 || r.local_world_size < 1 || r.local_world_size > r.world_size ||
+		    r.rank < 0 || r.rank >= r.world_size || r.local_rank < 0 ||
+		    r.local_rank >= r.local_world_size)
+			return ts_err(-EBADMSG, "stats segment %s: rank %" PRId32 " of %" PRId32
+					" (local %" PRId32 " of %" PRId32 ") is not a rank (corrupt)",
+					path, r.rank, r.world_size, r.local_rank, r.local_world_size);
+	}
 	if (!memchr(h->name, '\0', sizeof(h->name)) ||
 	    !memchr(h->boot_id, '\0', sizeof(h->boot_id)))
 		return ts_err(-EBADMSG, "stats segment %s: unterminated name (corrupt)", path);
@@ -539,6 +568,16 @@ int statseg_read(const struct statseg_view *v, void *payload, size_t len)
 	return ts_err(-EAGAIN, "stats segment %s: no consistent snapshot after %d tries "
 			"(the writer is publishing nonstop, or died while publishing)",
 			v->path, READ_TRIES);
+}
+
+bool statseg_view_rank(const struct statseg_view *v, struct statseg_rank *out)
+{
+	const struct statseg_header *h = statseg_view_header(v);
+
+	if (!(h->flags & STATSEG_F_RANK))
+		return false;
+	memcpy(out, (const char *)h + RANK_OFFSET, sizeof(*out));
+	return true;
 }
 
 const struct statseg_header *statseg_view_header(const struct statseg_view *v)

@@ -51,11 +51,24 @@ struct statseg_header {
 				    * NUL-terminated; "" if unknown */
 	char name[STATSEG_NAME_MAX];       /* the creator's name, NUL-terminated */
 	uint32_t manifest_len;     /* manifest bytes, without its NUL */
-	uint32_t reserved;         /* 0 */
+	uint32_t flags;            /* STATSEG_F_*; 0 from a writer before them
+				    * (the field was "reserved, 0") */
 	uint64_t seq_offset;       /* the sequence word (8-byte aligned) */
 	uint64_t payload_offset;   /* the payload (8-byte aligned) */
 	uint64_t payload_size;     /* a multiple of 8 */
 	uint64_t manifest_offset;  /* manifest text, then a NUL */
+};
+
+/*
+ * flags: a struct statseg_rank follows the header, at header_size (in the
+ * room before the sequence word, which readers without the flag skip: the
+ * layout version and header_size stay as they were).
+ */
+#define STATSEG_F_RANK 1u
+
+/* The writer's place in a distributed job (struct tier_rank). */
+struct statseg_rank {
+	int32_t rank, local_rank, world_size, local_world_size;
 };
 
 /*
@@ -86,6 +99,9 @@ struct statseg;
  */
 int statseg_create(const char *name, const char *manifest_text, size_t payload_size,
 		   struct statseg **out);
+/* statseg_create() with the writer's @rank in the header (NULL: none). */
+int statseg_create_rank(const char *name, const char *manifest_text, size_t payload_size,
+			const struct statseg_rank *rank, struct statseg **out);
 
 /*
  * Publishes @payload (payload_size bytes, any alignment).  One writer at a
@@ -131,6 +147,9 @@ int statseg_read(const struct statseg_view *v, void *payload, size_t len);
 /* The validated header, and the manifest text (NUL-terminated). */
 const struct statseg_header *statseg_view_header(const struct statseg_view *v);
 const char *statseg_view_manifest(const struct statseg_view *v);
+/* The writer's rank into *@out: false when the segment has none (an
+ * older writer). */
+bool statseg_view_rank(const struct statseg_view *v, struct statseg_rank *out);
 const char *statseg_view_path(const struct statseg_view *v);
 
 /*

@@ -291,6 +291,64 @@ def cmd_commit(a):
             fail(f"prometheus: {name} = {got_v}, the store says {v}")
 
 
+def cmd_rank(a):
+    """The store's rank and world size in every view; --rank -1: a segment
+    whose writer did not say (null in the JSON, '-' in the list, no label)."""
+    known = a.rank >= 0
+    want = {"rank": a.rank, "local_rank": a.local_rank, "world_size": a.world_size,
+            "local_world_size": a.local_world_size} if known else \
+        {"rank": None, "local_rank": None, "world_size": None, "local_world_size": None}
+    rc, out, err = run(["--json", str(a.pid)], a.tier_stat, a.dir)
+    if rc != 0:
+        fail(f"--json {a.pid}: exit {rc}: {err.strip()}")
+        return
+    got = json.loads(out)
+    for k, v in want.items():
+        if k not in got or got[k] != v:
+            fail(f"json: {k} = {got.get(k, '(missing)')!r}, want {v!r}")
+
+    rc, out, err = run([str(a.pid)], a.tier_stat, a.dir)
+    line = f"  rank {a.rank} of {a.world_size} (local {a.local_rank} of {a.local_world_size})"
+    first = out.splitlines()[0] if out else ""
+    if rc != 0 or (line in first) != known or (not known and " rank " in first):
+        fail(f"report {a.pid}: exit {rc}, first line {first!r} {'lacks' if known else 'has'} "
+             f"the rank")
+
+    rc, out, err = run([], a.tier_stat, a.dir)
+    lines = out.splitlines()
+    head = lines[0].split() if lines else []
+    row = [ln.split() for ln in lines[1:] if ln.split()[:1] == [str(a.pid)]]
+    cell = f"{a.rank}/{a.world_size}" if known else "-"
+    if rc != 0 or "RANK" not in head or len(row) != 1 or row[0][head.index("RANK")] != cell:
+        fail(f"list: exit {rc}, RANK column not {cell}: {out!r}")
+
+    rc, out, err = run(["--prometheus", str(a.pid)], a.tier_stat, a.dir)
+    if rc != 0:
+        fail(f"--prometheus: exit {rc}: {err.strip()}")
+        return
+    samples, _ = parse_prometheus(out)
+    with_client(out)
+    n = 0
+    for (name, labels), _v in samples.items():
+        d = dict(labels)
+        if d.get("pid") != str(a.pid):
+            continue
+        n += 1
+        has = ("rank" in d, "world_size" in d)
+        if known and (d.get("rank"), d.get("world_size")) != (str(a.rank), str(a.world_size)):
+            fail(f"prometheus: {name} has rank {d.get('rank')!r}, world_size "
+                 f"{d.get('world_size')!r}")
+        if not known and any(has):
+            fail(f"prometheus: {name} has a rank label from a segment without one")
+        if name == "tierstore_info" and known and \
+                (d.get("local_rank"), d.get("local_world_size")) != \
+                (str(a.local_rank), str(a.local_world_size)):
+            fail(f"prometheus: tierstore_info local_rank {d.get('local_rank')!r}, "
+                 f"local_world_size {d.get('local_world_size')!r}")
+    if n == 0:
+        fail(f"prometheus: no sample for pid {a.pid}")
+
+
 def cmd_stale(a):
     rc, out, err = run([], a.tier_stat, a.dir)
     if rc != 0 or not re.search(rf"^{a.pid}\s.*\bstale\b", out, re.M) or "--remove-stale" not in out:
@@ -372,13 +430,17 @@ def main():
     c.add_argument("--kept", type=int, default=0)
     c.add_argument("--oldest", type=int, default=0)
     c.add_argument("--time-ns", type=int, default=0)
+    k = sub.add_parser("rank")
+    k.add_argument("--pid", type=int, required=True)
+    for name in ("rank", "local-rank", "world-size", "local-world-size"):
+        k.add_argument("--" + name, type=int, default=-1)
     for name in ("stale", "refuse"):
         s = sub.add_parser(name)
         s.add_argument("--pid", type=int, required=True)
         s.add_argument("--path", required=True)
     a = ap.parse_args()
     {"report": cmd_report, "commit": cmd_commit, "stale": cmd_stale,
-     "refuse": cmd_refuse}[a.cmd](a)
+     "refuse": cmd_refuse, "rank": cmd_rank}[a.cmd](a)
     if FAILS:
         print(f"{len(FAILS)} check(s) failed")
         return 1

@@ -499,6 +499,66 @@ START_TEST(segment_file)
 }
 END_TEST
 
+/*
+ * Each store's rank and world size (issue 19): a store of rank 5 of 8
+ * (local 1 of 4) says so in tier_live_info, the report, the list, --json
+ * and the Prometheus labels; a segment of a writer that does not say
+ * (statseg_create without a rank, as a library before 0.4) reads as
+ * unknown everywhere; a rank block that is not a rank is corrupt.
+ */
+START_TEST(segment_rank)
+{
+	static const char *const vars[] = { "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE" };
+	static const char *const vals[] = { "5", "1", "8", "4" };
+	size_t fixed = offsetof(struct tier_live_stats, path);
+	struct tier_live_stats *st = calloc(1, sizeof(*st));
+	struct tier_live_info info;
+	struct tier_live *l;
+	struct statseg *seg;
+	struct world w;
+
+	ck_assert_ptr_nonnull(st);
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(setenv(vars[i], vals[i], 1), 0);
+	world_open(&w, "ranked", 1 * MiB, false);
+	ck_assert_int_eq(tier_store_publish_stats(w.s), 0);
+	ck_assert_int_eq(tier_live_open(tier_store_stats_path(w.s), &l), 0);
+	tier_live_info(l, &info);
+	ck_assert_int_eq(info.rank, 5);
+	ck_assert_int_eq(info.local_rank, 1);
+	ck_assert_int_eq(info.world_size, 8);
+	ck_assert_int_eq(info.local_world_size, 4);
+	ck_assert_ptr_nonnull(strstr(info.manifest, "# resolved for rank 5 of 8 (local rank 1 of 4"));
+	tier_live_close(l);
+	ck_assert_int_eq(run_check("rank --pid %ld --rank 5 --local-rank 1 --world-size 8 "
+				   "--local-world-size 4", (long)getpid()), 0);
+	world_close(&w);
+	for (int i = 0; i < 4; i++)
+		unsetenv(vars[i]);
+
+	/* an older writer: no rank */
+	ck_assert_int_eq(statseg_create("unranked", "", fixed + sizeof(struct tier_live_path), &seg), 0);
+	ck_assert_int_eq(tier_live_open(statseg_path(seg), &l), 0);
+	tier_live_info(l, &info);
+	ck_assert_int_eq(info.world_size, 0);
+	ck_assert_int_eq(info.rank, -1);
+	ck_assert_int_eq(info.local_rank, -1);
+	ck_assert_int_eq(info.local_world_size, -1);
+	tier_live_close(l);
+	statseg_close(seg);
+
+	/* a rank past its world is refused as corrupt */
+	ck_assert_int_eq(statseg_create_rank("badrank", "", fixed + sizeof(struct tier_live_path),
+					     &(const struct statseg_rank){ 8, 0, 8, 1 }, &seg),
+			 0);
+	ck_assert_int_eq(tier_live_open(statseg_path(seg), &l), -EBADMSG);
+	ck_assert_msg(strstr(tier_last_error(), "rank 8 of 8 (local 0 of 1) is not a rank"), "%s",
+		      tier_last_error());
+	statseg_close(seg);
+	free(st);
+}
+END_TEST
+
 /* TIER_STATS=off: no segment; the publish call says why. */
 START_TEST(stats_off)
 {
@@ -1064,6 +1124,7 @@ static Suite *live_suite(void)
 	tcase_add_unchecked_fixture(tc, t_case_setup, t_case_teardown);
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, segment_file);
+	tcase_add_test(tc, segment_rank);
 	tcase_add_test(tc, stats_off);
 	tcase_add_test(tc, segment_create_fails);
 	tcase_add_loop_test(tc, stats_dir_full, 0, (int)ARRAY_SIZE(full_cases));

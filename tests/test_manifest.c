@@ -1193,6 +1193,215 @@ START_TEST(test_sized_defaults)
 }
 END_TEST
 
+/* ------------------------------------------------ ranks (issue 19) */
+
+/* Every variable tier_rank_from_env() reads. */
+static const char *const launcher_vars[] = {
+	"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+	"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE",
+	"OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID",
+	"MPI_LOCALNRANKS", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS",
+	"SLURM_NTASKS_PER_NODE",
+};
+
+/* Clears the launchers' variables, then sets "A=1 B=2" from @env. */
+static void set_launcher_env(const char *env)
+{
+	char buf[512], *save = NULL;
+
+	for (size_t i = 0; i < sizeof(launcher_vars) / sizeof(launcher_vars[0]); i++)
+		unsetenv(launcher_vars[i]);
+	snprintf(buf, sizeof(buf), "%s", env ? env : "");
+	for (char *tok = strtok_r(buf, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
+		char *eq = strchr(tok, '=');
+
+		ck_assert_ptr_nonnull(eq);
+		*eq = '\0';
+		ck_assert_int_eq(setenv(tok, eq + 1, 1), 0);
+	}
+}
+
+#define RANK_NAME "name: r${RANK}-w${WORLD_SIZE}-l${LOCAL_RANK}-lw${LOCAL_WORLD_SIZE}\n"
+#define RANK_SIZES RANK_NAME "dram:\n  capacity: 1GiB/local_world\n" \
+	"prefetch:\n  lookahead: 128MiB / local_world\n" \
+	"nvme:\n  paths:\n    - path: /nonexistent/r${LOCAL_RANK}/\n" \
+	"      capacity: 1GiB/local_world\n      create: true\n"
+
+struct rank_case {
+	const char *name;
+	const char *env;             /* "VAR=value ..." after clearing them all */
+	const struct tier_rank *api; /* NULL: the environment's */
+	const char *text;
+	/* valid: */
+	const char *want_name;
+	uint64_t dram, lookahead, nvme; /* 0: not checked */
+	/* invalid (want_name NULL): the first error's place (line 0: the file's)
+	 * and a substring of it */
+	int line, col;
+	const char *needle;
+};
+
+static const struct tier_rank rank_2_of_4 = { .rank = 2, .local_rank = 1, .world_size = 4, .local_world_size = 2 };
+static const struct tier_rank rank_past_world = { .rank = 2, .local_rank = 0, .world_size = 2, .local_world_size = 1 };
+static const struct tier_rank world_zero = { .rank = 0, .local_rank = 0, .world_size = 0, .local_world_size = 1 };
+
+#define OK(n, env, api, text, want, d, la, nv) { n, env, api, text, want, d, la, nv, 0, 0, NULL }
+#define BAD(n, env, api, text, l, c, needle) { n, env, api, text, NULL, 0, 0, 0, l, c, needle }
+static const struct rank_case rank_cases[] = {
+	OK("single process", NULL, NULL, RANK_SIZES, "r0-w1-l0-lw1",
+	  1ull << 30, 128ull << 20, 1ull << 30),
+	OK("torchrun", "RANK=5 LOCAL_RANK=1 WORLD_SIZE=8 LOCAL_WORLD_SIZE=4", NULL, RANK_SIZES,
+	  "r5-w8-l1-lw4", 256ull << 20, 32ull << 20, 256ull << 20),
+	OK("open mpi", "OMPI_COMM_WORLD_RANK=3 OMPI_COMM_WORLD_LOCAL_RANK=1 OMPI_COMM_WORLD_SIZE=4 OMPI_COMM_WORLD_LOCAL_SIZE=2",
+	  NULL, RANK_SIZES, "r3-w4-l1-lw2", 512ull << 20, 64ull << 20, 512ull << 20),
+	/* 1 GiB / 3 = 357913941, rounded down to 4 KiB (dram) and to the block size */
+	OK("mpich", "PMI_RANK=2 PMI_SIZE=3 MPI_LOCALRANKID=2 MPI_LOCALNRANKS=3", NULL, RANK_SIZES,
+	  "r2-w3-l2-lw3", 357912576, (128ull << 20) / 3, 357912576),
+	OK("slurm", "SLURM_PROCID=1 SLURM_LOCALID=1 SLURM_NTASKS=2 SLURM_NTASKS_PER_NODE=2", NULL,
+	  RANK_SIZES, "r1-w2-l1-lw2", 512ull << 20, 64ull << 20, 512ull << 20),
+	OK("torchrun's names first", "RANK=1 OMPI_COMM_WORLD_RANK=0 WORLD_SIZE=2 OMPI_COMM_WORLD_SIZE=4",
+	  NULL, RANK_NAME, "r1-w2-l0-lw1", 0, 0, 0),
+	OK("open mpi before mpich before slurm",
+	  "OMPI_COMM_WORLD_RANK=1 PMI_RANK=2 SLURM_PROCID=3 PMI_SIZE=5 SLURM_NTASKS=6", NULL,
+	  RANK_NAME, "r1-w5-l0-lw1", 0, 0, 0),
+	OK("an empty variable is unset", "RANK= OMPI_COMM_WORLD_RANK=2 WORLD_SIZE=3", NULL,
+	  RANK_NAME, "r2-w3-l0-lw1", 0, 0, 0),
+	OK("the API's rank over the environment's", "RANK=5 WORLD_SIZE=8 LOCAL_WORLD_SIZE=1",
+	  &rank_2_of_4, RANK_NAME "dram:\n  capacity: 50%/local_world\n",
+	  "r2-w4-l1-lw2", 16ull << 30 /* 50% of the nominal 64 GiB, halved */, 0, 0),
+	OK("a default never replaces a rank", NULL, NULL, "name: x${RANK:-9}\n", "x0", 0, 0, 0),
+	/* errors in the environment or the struct: the file's, no place */
+	BAD("not a number", "RANK=abc", NULL, RANK_NAME, 0, 0,
+	  "environment: RANK='abc' is not a rank"),
+	BAD("negative", "LOCAL_RANK=-1", NULL, "{}", 0, 0,
+	  "LOCAL_RANK='-1' is not a rank"),
+	BAD("world of 0", "OMPI_COMM_WORLD_SIZE=0", NULL, "{}", 0, 0,
+	  "OMPI_COMM_WORLD_SIZE='0' is not a number of ranks"),
+	BAD("rank past the world", "RANK=4 WORLD_SIZE=4", NULL, "{}", 0, 0,
+	  "RANK=4 is not below the world size (WORLD_SIZE=4)"),
+	BAD("rank without a world", "PMI_RANK=1", NULL, "{}", 0, 0,
+	  "PMI_RANK=1 is not below the world size (1 (no WORLD_SIZE"),
+	BAD("local rank past the local world", "SLURM_LOCALID=2 SLURM_NTASKS=4 SLURM_NTASKS_PER_NODE=2",
+	  NULL, "{}", 0, 0,
+	  "SLURM_LOCALID=2 is not below the local world size (SLURM_NTASKS_PER_NODE=2)"),
+	BAD("local world past the world", "LOCAL_WORLD_SIZE=4 WORLD_SIZE=2", NULL, "{}", 0, 0, "LOCAL_WORLD_SIZE=4 is more than the world size (WORLD_SIZE=2)"),
+	BAD("mixed launchers disagree", "OMPI_COMM_WORLD_RANK=3 WORLD_SIZE=2", NULL, "{}", 0, 0, "OMPI_COMM_WORLD_RANK=3 is not below the world size (WORLD_SIZE=2)"),
+	BAD("API rank past its world", NULL, &rank_past_world, "{}", 0, 0, "struct tier_rank: rank 2 is not below the world size (world_size 2)"),
+	BAD("API world of 0", NULL, &world_zero, "{}", 0, 0, "world_size 0: the world size must be at least 1"),
+	/* errors in the document: its place */
+	BAD("another variable still unset", NULL, NULL, "name: ${TIER_TEST_UNSET_VAR}-${RANK}\n",
+	  1, 7, "'TIER_TEST_UNSET_VAR' is not set or empty"),
+	BAD("divided by world", NULL, NULL, "dram:\n  capacity: 1GiB/world\n", 2, 13,
+	  "divide by local_world, not world"),
+	BAD("divided by a number", NULL, NULL, "gpu:\n  capacity: 40GiB/2\n", 2, 13,
+	  "after '/' only local_world may follow"),
+	BAD("divided twice", NULL, NULL, "dram:\n  capacity: 1GiB/local_world/local_world\n", 2, 13,
+	    "bad unit in '1GiB/local_world'"),
+	BAD("not a size before it", NULL, NULL, "prefetch:\n  lookahead: lots/local_world\n", 2, 14, "prefetch.lookahead: 'lots' is not a size"),
+	BAD("on a size that is not a share", NULL, NULL, "optimizer:\n  shard_size: 64MiB/local_world\n",
+	  2, 15, "optimizer.shard_size: '64MiB/local_world': only gpu.capacity"),
+	BAD("on the block size", NULL, NULL,
+	  "nvme:\n  block_size: 8KiB/local_world\n  paths:\n    - {path: /x/, capacity: 1GiB, create: true}\n",
+	  2, 15, "nvme.block_size: '8KiB/local_world': only"),
+	BAD("on a key that takes no size", NULL, NULL, "prefetch:\n  write_behind: 8/local_world\n",
+	  2, 17, "expected an integer"),
+	BAD("divided to zero", "LOCAL_WORLD_SIZE=8 WORLD_SIZE=8", NULL,
+	  "dram:\n  capacity: 20KiB/local_world\n", 2, 13, "dram.capacity: rounds down to zero"),
+};
+
+START_TEST(test_rank)
+{
+	const struct rank_case *c = &rank_cases[_i];
+	struct tier_manifest *m = NULL;
+	struct tier_manifest_info info;
+	struct tier_manifest_path path;
+	char want[128];
+	const char *err;
+	int rc;
+
+	set_launcher_env(c->env);
+	rc = tier_manifest_parse_rank(c->text, strlen(c->text), "m.yaml", TIER_MANIFEST_NO_PROBE,
+				      c->api, &m);
+	err = tier_last_error();
+	if (!c->want_name) {
+		ck_assert_msg(rc == -EINVAL, "%s: rc %d, error: %s", c->name, rc, err);
+		ck_assert_ptr_null(m);
+		if (c->line)
+			snprintf(want, sizeof(want), "m.yaml:%d:%d: ", c->line, c->col);
+		else
+			snprintf(want, sizeof(want), "m.yaml: ");
+		ck_assert_msg(strncmp(err, want, strlen(want)) == 0 && strstr(err, c->needle),
+			      "%s: want '%s...%s', got:\n%s", c->name, want, c->needle, err);
+		return;
+	}
+	ck_assert_msg(rc == 0, "%s: rc %d: %s", c->name, rc, err);
+	ck_assert_int_eq(tier_manifest_info(m, &info), 0);
+	ck_assert_str_eq(info.name, c->want_name);
+	if (c->dram)
+		ck_assert_uint_eq(info.dram_capacity, c->dram);
+	if (c->lookahead)
+		ck_assert_uint_eq(info.lookahead, c->lookahead);
+	if (c->nvme) {
+		ck_assert_int_eq(tier_manifest_path(m, 0, &path), 0);
+		ck_assert_uint_eq(path.capacity, c->nvme);
+	}
+	if (c->api) {
+		ck_assert_int_eq(info.rank.rank, c->api->rank);
+		ck_assert_int_eq(info.rank.world_size, c->api->world_size);
+		ck_assert_int_eq(info.rank.local_rank, c->api->local_rank);
+		ck_assert_int_eq(info.rank.local_world_size, c->api->local_world_size);
+	}
+	tier_manifest_free(m);
+}
+END_TEST
+
+/* tier_rank_from_env() as such, and the rank in the effective configuration. */
+START_TEST(test_rank_env_and_emit)
+{
+	struct tier_rank r = { -1, -1, -1, -1 };
+	struct tier_manifest *m = NULL;
+	const char *text = "dram:\n  capacity: 1GiB/local_world\n"
+			   "nvme:\n  paths:\n    - path: ${T}/r${LOCAL_RANK}.dat\n"
+			   "      capacity: 1GiB/local_world\n";
+	char *out = NULL, *back = NULL;
+	size_t len = 0;
+	FILE *f;
+
+	set_launcher_env(NULL);
+	ck_assert_int_eq(tier_rank_from_env(&r), 0);
+	ck_assert(r.rank == 0 && r.local_rank == 0 && r.world_size == 1 && r.local_world_size == 1);
+	set_launcher_env("RANK=6 LOCAL_RANK=2 WORLD_SIZE=8 LOCAL_WORLD_SIZE=4");
+	ck_assert_int_eq(tier_rank_from_env(&r), 0);
+	ck_assert(r.rank == 6 && r.local_rank == 2 && r.world_size == 8 && r.local_world_size == 4);
+	r = (struct tier_rank){ -1, -1, -1, -1 };
+	set_launcher_env("RANK=x");
+	ck_assert_int_eq(tier_rank_from_env(&r), -EINVAL);
+	ck_assert_int_eq(r.rank, -1); /* untouched */
+	ck_assert_ptr_nonnull(strstr(tier_last_error(), "RANK='x'"));
+
+	set_launcher_env("RANK=6 LOCAL_RANK=2 WORLD_SIZE=8 LOCAL_WORLD_SIZE=4");
+	ck_assert_int_eq(load_text(text, &m), 0);
+	f = open_memstream(&out, &len);
+	ck_assert_int_eq(tier_manifest_emit(m, f), 0);
+	fclose(f);
+	ck_assert_msg(strstr(out, "# resolved for rank 6 of 8 (local rank 2 of 4 on this node)\n"), "%s", out);
+	ck_assert_msg(strstr(out, "/r2.dat\""), "%s", out);
+	ck_assert_msg(strstr(out, "  capacity: 268435456   # 256.00 MiB, /local_world: 1 of 4 ranks on this node\n"), "%s", out);
+	ck_assert_msg(strstr(out, "      capacity: 268435456   # 256.00 MiB, /local_world: 1 of 4 ranks on this node\n"), "%s", out);
+	tier_manifest_free(m);
+	m = NULL;
+	/* The effective configuration reads back to the same sizes for this rank. */
+	ck_assert_int_eq(tier_manifest_parse(out, len, "effective", 0, &m), 0);
+	f = open_memstream(&back, &len);
+	ck_assert_int_eq(tier_manifest_emit(m, f), 0);
+	fclose(f);
+	ck_assert_ptr_nonnull(strstr(back, "  capacity: 268435456   # 256.00 MiB\n"));
+	tier_manifest_free(m);
+	free(out);
+	free(back);
+}
+END_TEST
+
 static Suite *manifest_suite(void)
 {
 	Suite *s = suite_create("manifest");
@@ -1237,6 +1446,12 @@ static Suite *manifest_suite(void)
 	tcase_add_test(tc, test_no_probe);
 	tcase_add_test(tc, test_not_nul_terminated);
 	tcase_add_loop_test(tc, test_sized_defaults, 0, (int)(sizeof(sized_cases) / sizeof(sized_cases[0])));
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("rank");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_loop_test(tc, test_rank, 0, (int)(sizeof(rank_cases) / sizeof(rank_cases[0])));
+	tcase_add_test(tc, test_rank_env_and_emit);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("faults");

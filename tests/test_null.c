@@ -151,6 +151,11 @@ static void io_cb(void *arg, int result, const char *detail)
 	X(INT, EINV, tier_manifest_load_flags, out, tier_manifest_load_flags("x.yaml", 0, NULL)) \
 	X(INT, EINV, tier_manifest_parse, text, tier_manifest_parse(NULL, 4, "n", 0, &(struct tier_manifest *){ 0 })) \
 	X(INT, EINV, tier_manifest_parse, out, tier_manifest_parse("{}", 2, "n", 0, NULL)) \
+	X(INT, EINV, tier_manifest_load_rank, path, tier_manifest_load_rank(NULL, 0, NULL, &(struct tier_manifest *){ 0 })) \
+	X(INT, EINV, tier_manifest_load_rank, out, tier_manifest_load_rank("x.yaml", 0, NULL, NULL)) \
+	X(INT, EINV, tier_manifest_parse_rank, text, tier_manifest_parse_rank(NULL, 4, "n", 0, NULL, &(struct tier_manifest *){ 0 })) \
+	X(INT, EINV, tier_manifest_parse_rank, out, tier_manifest_parse_rank("{}", 2, "n", 0, NULL, NULL)) \
+	X(INT, EINV, tier_rank_from_env, out, tier_rank_from_env(NULL))                  \
 	X(INT, EINV, tier_manifest_resolve, out, tier_manifest_resolve("x.yaml", NULL))  \
 	X(INT, EINV, tier_manifest_default, out, tier_manifest_default(NULL))            \
 	X(INT, EINV, tier_manifest_default_text, out, tier_manifest_default_text(NULL))  \

@@ -288,12 +288,12 @@ static int print_list(const struct segs *ss, const char *dir)
 		printf("no running stores in %s\n", dir);
 		return 0;
 	}
-	printf("%-8s %-20s %-10s %-8s %-8s %-14s %s\n", "PID", "NAME", "UPTIME", "STEP", "COMMIT",
-	       "STATE", "SEGMENT");
+	printf("%-8s %-20s %-9s %-10s %-8s %-8s %-14s %s\n", "PID", "NAME", "RANK", "UPTIME", "STEP",
+	       "COMMIT", "STATE", "SEGMENT");
 	for (size_t i = 0; i < ss->n; i++) {
 		const struct seg *s = &ss->v[i];
 		const char *name = s->l ? s->info.name : "?";
-		char step[24] = "-", up[24] = "-", gen[24] = "-";
+		char step[24] = "-", up[24] = "-", gen[24] = "-", rank[32] = "-";
 
 		if (s->l && !s->stale && !s->rc) {
 			stat_fmt_uptime(s->st->uptime_ns, up, sizeof(up));
@@ -302,9 +302,11 @@ static int print_list(const struct segs *ss, const char *dir)
 			if (s->st->commit_generation)
 				snprintf(gen, sizeof(gen), "%" PRIu64, s->st->commit_generation);
 		}
+		if (s->l && s->info.world_size > 0)
+			snprintf(rank, sizeof(rank), "%d/%d", (int)s->info.rank, (int)s->info.world_size);
 		stale += s->stale;
-		printf("%-8ld %-20s %-10s %-8s %-8s %-14s %s\n", s->pid, *name ? name : "\"\"", up,
-		       step, gen, seg_state(s, b1, sizeof(b1)), s->path);
+		printf("%-8ld %-20s %-9s %-10s %-8s %-8s %-14s %s\n", s->pid, *name ? name : "\"\"",
+		       rank, up, step, gen, seg_state(s, b1, sizeof(b1)), s->path);
 	}
 	if (stale)
 		printf("%u stale segment%s (process gone): tier-stat --remove-stale removes %s\n", stale,
@@ -343,6 +345,9 @@ static void print_report(const struct seg *s, const struct view *v)
 	double age = (double)(realtime_ns() - st->time_ns) * 1e-9;
 
 	printf("store '%s'  pid %ld", s->info.name, s->pid);
+	if (s->info.world_size > 0)
+		printf("  rank %d of %d (local %d of %d)", (int)s->info.rank, (int)s->info.world_size,
+		       (int)s->info.local_rank, (int)s->info.local_world_size);
 	stat_text_line(stdout, STAT_STORE, st);
 	if (v->interval_s > 0)
 		printf("  (rates over %.2f s)\n", v->interval_s);
@@ -441,6 +446,12 @@ static void json_store(FILE *f, const struct seg *s, const struct view *v)
 	st = &v->st;
 	fprintf(f, ",\"uid\":%" PRIu64 ",\"version\":%u,\"stale\":false,\"start_time_ns\":%" PRIu64,
 		s->info.uid, s->info.version, s->info.start_ns);
+	if (s->info.world_size > 0)
+		fprintf(f, ",\"rank\":%d,\"local_rank\":%d,\"world_size\":%d,\"local_world_size\":%d",
+			(int)s->info.rank, (int)s->info.local_rank, (int)s->info.world_size,
+			(int)s->info.local_world_size);
+	else
+		fputs(",\"rank\":null,\"local_rank\":null,\"world_size\":null,\"local_world_size\":null", f);
 	stat_json_fields(f, STAT_STORE, st, false);
 	fprintf(f, ",\"stripe_unit\":%u", st->stripe_unit);
 	if (v->interval_s > 0) {
@@ -482,10 +493,15 @@ static void prom_label(FILE *f, const char *k, const char *v)
 	fputc('"', f);
 }
 
+/* The labels of every sample of store @s: pid, store and, when the store
+ * says (a library from 0.4 on), its rank and world size. */
 static void prom_base(FILE *f, const char *metric, const struct seg *s)
 {
 	fprintf(f, "%s{pid=\"%ld\"", metric, s->pid);
 	prom_label(f, "store", s->info.name);
+	if (s->info.world_size > 0)
+		fprintf(f, ",rank=\"%d\",world_size=\"%d\"", (int)s->info.rank,
+			(int)s->info.world_size);
 }
 
 static void prom_val(FILE *f, double v)
@@ -563,7 +579,11 @@ static void print_prometheus(const struct segs *ss, FILE *f)
 		if (!readable(&ss->v[i]))
 			continue;
 		prom_base(f, "tierstore_info", &ss->v[i]);
-		fprintf(f, ",version=\"%u\"}", ss->v[i].info.version);
+		fprintf(f, ",version=\"%u\"", ss->v[i].info.version);
+		if (ss->v[i].info.world_size > 0)
+			fprintf(f, ",local_rank=\"%d\",local_world_size=\"%d\"",
+				(int)ss->v[i].info.local_rank, (int)ss->v[i].info.local_world_size);
+		fputc('}', f);
 		prom_val(f, 1);
 		any = true;
 	}

@@ -297,6 +297,10 @@ struct tier_live_info {
 	char name[64];             /* the store's name */
 	const char *path;          /* the file (valid while open) */
 	const char *manifest;      /* the effective manifest, YAML (valid while open) */
+	/* the store's rank in its job (its manifest's, struct tier_rank);
+	 * world_size 0 (and the rest -1): the writer did not say (a library
+	 * before 0.4) */
+	int32_t rank, local_rank, world_size, local_world_size;
 };
 TIER_API void tier_live_info(const struct tier_live *l, struct tier_live_info *out);
 

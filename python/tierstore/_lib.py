@@ -188,6 +188,17 @@ class OptimInfo(ctypes.Structure):
         return {name: getattr(self, name) for name, _ in self._fields_}
 
 
+class Rank(ctypes.Structure):
+    """struct tier_rank"""
+    _fields_ = [
+        ("rank", c_int), ("local_rank", c_int),
+        ("world_size", c_int), ("local_world_size", c_int),
+    ]
+
+    def as_dict(self):
+        return {name: getattr(self, name) for name, _ in self._fields_}
+
+
 class ManifestInfo(ctypes.Structure):
     """struct tier_manifest_info"""
     _fields_ = [
@@ -204,10 +215,12 @@ class ManifestInfo(ctypes.Structure):
         ("offload_fraction", dbl),
         ("moment_dtype", c_int),
         ("shard_size", u64),
+        ("rank", Rank),
     ]
 
     def as_dict(self):
         d = {name: getattr(self, name) for name, _ in self._fields_}
+        d["rank"] = self.rank.as_dict()
         for k in ("source", "name"):
             d[k] = d[k].decode() if d[k] is not None else None
         return d
@@ -224,6 +237,7 @@ STRUCTS = {
     "tier_store_params": StoreParams,
     "tier_optim_info": OptimInfo,
     "tier_manifest_info": ManifestInfo,
+    "tier_rank": Rank,
 }
 
 P = ctypes.POINTER

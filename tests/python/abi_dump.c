@@ -97,7 +97,11 @@ int main(void)
 	F(tier_manifest_info, checksum); F(tier_manifest_info, keep_commits);
 	F(tier_manifest_info, lookahead); F(tier_manifest_info, write_behind);
 	F(tier_manifest_info, offload_fraction); F(tier_manifest_info, moment_dtype);
-	F(tier_manifest_info, shard_size);
+	F(tier_manifest_info, shard_size); F(tier_manifest_info, rank);
+	E();
+	S(tier_rank);
+	F(tier_rank, rank); F(tier_rank, local_rank); F(tier_rank, world_size);
+	F(tier_rank, local_world_size);
 	E();
 	printf("\n}\n");
 	return 0;
