@@ -4,6 +4,7 @@ $TIER_MANIFEST, else the embedded default) as YAML.  Exits 2 with the
 library's message (FILE:LINE:COL: ...) on a manifest that is not valid, 1
 when the library cannot be loaded."""
 import argparse
+import os
 import sys
 
 
@@ -35,4 +36,11 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        rc = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # the reader went away (python -m tierstore | head): not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        rc = 0
+    sys.exit(rc)
