@@ -308,6 +308,15 @@ struct tier_optim_params {
 	uint64_t shard_size;   /* bytes of state per shard; 0 = the manifest's */
 	unsigned threads;      /* CPU update threads; 0 = TIER_THREADS / one per CPU;
 				* at most TIER_POOL_MAX_THREADS (1024) */
+	/* Partitioning (docs/distributed.md, "The partitioned optimizer"):
+	 * with a communicator of N > 1 ranks, each parameter's elements are
+	 * split among the ranks and this optimizer keeps only this rank's
+	 * piece of each; a step reduce-scatters (averages) the gradients,
+	 * takes one global norm and overflow decision, updates the piece and
+	 * all-gathers the outputs into every rank's full buffer.  Every rank
+	 * makes the same calls in the same order.  NULL or one rank: not
+	 * partitioned.  The comm must outlive the optimizer. */
+	struct tier_comm *comm;
 };
 
 /* torch's AdamW defaults (lr 1e-3, betas 0.9/0.999, eps 1e-8, weight decay
@@ -432,6 +441,10 @@ struct tier_param_info {
 	uint32_t nshards;
 	uint64_t step;         /* updates applied to it: its bias-correction count */
 	bool frozen;
+	/* the piece of it this rank keeps: elements [part_off, part_off +
+	 * part_numel) (0 and numel when the optimizer is not partitioned;
+	 * part_numel may be 0) */
+	size_t part_off, part_numel;
 };
 /* 0, or -EINVAL (bad id). */
 TIER_API int tier_optim_param_info(const struct tier_optim *o, uint32_t id,
@@ -464,6 +477,14 @@ struct tier_step_result {
 	/* parameters updated by the step, and those it left as they were
 	 * (no gradient pushed, or frozen) */
 	uint32_t params_updated, params_skipped;
+	/* partitioned (tier_optim_params.comm): this rank of @world (0 of 1
+	 * otherwise); the step's collectives: bytes this rank sent into them,
+	 * their time in flight (post to completion, summed), and the time the
+	 * step was blocked waiting for them (the part not overlapped) */
+	int rank, world;
+	uint32_t collectives;
+	uint64_t comm_bytes;
+	double comm_s, comm_wait_s;
 };
 
 /*
@@ -527,6 +548,8 @@ TIER_API int tier_optim_end(struct tier_optim *o, struct tier_step_result *res);
 /*
  * Reads parameter @id's state back into host buffers (any may be NULL):
  * master weights (fp32) and the moments in the optimizer's moment dtype.
+ * A partitioned optimizer reads (and tier_optim_write writes) this rank's
+ * piece: tier_param_info.part_numel elements.
  */
 TIER_API int tier_optim_read(struct tier_optim *o, uint32_t id, float *master, void *exp_avg,
 			     void *exp_avg_sq);
@@ -568,6 +591,9 @@ struct tier_optim_info {
 	bool gpu_lane;             /* shards can be updated on the HBM tier */
 	uint32_t nparams, nshards;
 	uint64_t state_bytes;      /* the state of every shard */
+	int rank, world;           /* partitioned: this rank of world (else 0 of 1) */
+	uint64_t part_elems;       /* elements whose state this rank keeps */
+	uint64_t total_elems;      /* elements of every parameter */
 };
 
 /* Fills @out.  0, or -EINVAL (NULL). */
@@ -655,21 +681,58 @@ TIER_API int tier_optim_destroy(struct tier_optim *o);
  */
 struct tier_comm;
 
+/* Element types of the collectives. */
+enum tier_comm_dtype {
+	TIER_COMM_F64 = 0,
+	TIER_COMM_F32 = 1,
+	TIER_COMM_BF16 = 2,
+	TIER_COMM_F16 = 3,
+};
+
+/*
+ * The collectives of backend "user", run by the program: each is complete
+ * when it returns 0, or fails with a negative errno (the comm then
+ * breaks).  Host buffers; counts in elements of @dtype (enum
+ * tier_comm_dtype); every rank calls them in the same order.
+ *   reduce_scatter: @send holds sum(counts) elements, rank i's slice at
+ *     counts[0] + ... + counts[i - 1]; @recv gets counts[rank] elements,
+ *     that slice summed over the ranks (divided by the number of ranks
+ *     when @average); F32, BF16 or F16.
+ *   allgatherv: @recv (sum(counts) elements) gets every rank's @send
+ *     (counts[rank] elements) at its offset; @send may lie in @recv at
+ *     that offset.  Any dtype.
+ *   allreduce: the sum of @count elements of @buf, in place; F64 or F32.
+ *   barrier.
+ */
+struct tier_comm_callbacks {
+	void *user;            /* the callbacks' first argument */
+	int (*reduce_scatter)(void *user, const void *send, void *recv, const size_t *counts,
+			      int dtype, int average);
+	int (*allgatherv)(void *user, const void *send, void *recv, const size_t *counts,
+			  int dtype);
+	int (*allreduce)(void *user, void *buf, size_t count, int dtype);
+	int (*barrier)(void *user);
+};
+
 struct tier_comm_params {
 	uint32_t size;         /* sizeof, set by tier_comm_params_init */
-	/* "single", "mpi" or "nccl"; NULL = "nccl" when nccl_comm or nccl_id
-	 * is set, else "mpi" when mpi_comm is set or the process was started
+	/* "single", "mpi", "nccl" or "user"; NULL = "user" when callbacks is
+	 * set, "nccl" when nccl_comm or nccl_id is set, else "mpi" when mpi_comm is set or the process was started
 	 * by an MPI launcher (and the build has MPI), else "single". */
 	const char *backend;
 	void *mpi_comm;        /* mpi: an MPI_Comm * of the program (duplicated); NULL = MPI_COMM_WORLD */
 	void *nccl_comm;       /* nccl: the program's ncclComm_t (used, not destroyed) */
 	const void *nccl_id;   /* nccl: an ncclUniqueId every rank got from rank 0; NULL = sent over MPI */
-	int rank, nranks;      /* nccl with nccl_id: this rank and the number of ranks */
+	int rank, nranks;      /* nccl with nccl_id, and user: this rank and the number of ranks */
 	int device;            /* nccl: the CUDA device; -1 = the current one */
 	/* Seconds a collective may take before it fails with -ETIMEDOUT and
 	 * the comm breaks (a dead peer gives an error, not a hang); 0 = 300,
 	 * < 0 or >= 1e9 (infinity) = wait forever. */
 	double timeout_s;
+	/* backend "user": collectives the program runs itself (a binding over
+	 * torch.distributed); rank and nranks say this rank and the world.
+	 * Used, not copied: it must outlive the comm. */
+	const struct tier_comm_callbacks *callbacks;
 };
 
 static inline void tier_comm_params_init(struct tier_comm_params *p)

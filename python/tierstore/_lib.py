@@ -1,4 +1,4 @@
-"""ctypes declarations of libtierstore (include/tierstore.h, API 0.4).
+"""ctypes declarations of libtierstore (include/tierstore.h, API 0.5).
 
 The library is the copy bundled next to this package (a wheel built by
 meson-python installs it there), else the file $TIERSTORE_LIBRARY names
@@ -14,7 +14,7 @@ import errno
 import os
 
 API_MAJOR = 0
-API_MINOR = 4
+API_MINOR = 5
 
 # enum tier_dtype
 TIER_FP32, TIER_BF16, TIER_FP16 = 0, 1, 2
