@@ -1,0 +1,1160 @@
+/*
+ * test_zero.c - the partitioned optimizer (issue 19's acceptance test;
+ * docs/distributed.md "Partitioning", include/tierstore.h
+ * tier_optim_params.comm): every rank keeps the state of its piece of each
+ * parameter in its own store, the gradients are reduce-scattered
+ * (averaged), one global norm and overflow decision is taken, and the
+ * updated parameters are all-gathered into every rank's full buffer.
+ *
+ *   test_zero single [-v]  one rank on the "single" comm (not partitioned)
+ *   test_zero mpi [-v]     under mpirun -np N: N ranks on the "mpi" comm
+ *                          (77 in a build without MPI)
+ *   test_zero absent       under mpirun -np 3 (tests/zero_dead.py): rank 2
+ *   test_zero kill         pushes its gradients of step 3 and then never
+ *                          calls tier_optim_end (absent) or SIGKILLs itself
+ *                          (kill); ranks 0 and 1 must get an error from
+ *                          tier_optim_end within the comm's timeout and
+ *                          print "zero-dead: rank R: PASS: ..."
+ *
+ * -v (or TIER_ZERO_VERBOSE set) prints every step's collective figures
+ * (res.collectives, comm_bytes, comm_s, comm_wait_s) per rank; a line per
+ * scenario and rank with their totals is always printed.
+ *
+ * The reference.  Every rank computes the gradients of every rank (seeded
+ * by scenario, step, parameter and rank), pushes its own, and feeds the
+ * exact average of all of them to a non-partitioned optimizer (comm NULL)
+ * on a DRAM-only store of its own, in the same process.  The gradients
+ * are small integers times 2^-12 (times the loss scale, a power of two),
+ * so every partial sum of them is exact in f32 (|sum| < 2^24 units): the
+ * sum does not depend on the order MPI adds the ranks in (which the MPI
+ * standard leaves open), and the reference's sum in rank order, divided by
+ * N in f32 (and rounded once to bf16 for bf16 gradients), is bit for bit
+ * what the comm's average gives (runtime/comm_mpi.c reduce_finish).  So
+ * the partitioned optimizer must equal the reference bit for bit: every
+ * rank's gathered output buffers after every step, and each rank's piece
+ * of the master weights and both moments (tier_optim_read) against the
+ * reference's state at [part_off, part_off + part_numel).  The one
+ * exception is clipping: the partitioned norm is a sum of the ranks'
+ * pieces' sums of squares taken in rank order, the reference's a sum in
+ * its own order, so the clip coefficient may differ in its last bits; the
+ * clip scenario compares within 1e-6, norm-wise (the largest difference
+ * over the largest magnitude of the array: an element near zero after
+ * cancellation in the moments carries the absolute error of the others).
+ *
+ * Under MPI, Check runs without fork (an MPI process must not fork) and
+ * every rank runs every test in the same order.  A mismatch does not stop
+ * a rank: it is printed on stderr (scenario, rank, step, parameter,
+ * element, expected and got) and counted, and at the end of each test the
+ * ranks sum their counts over the test's own comm, so every rank fails the
+ * same tests and they stay in step for the next one.  A rank whose call
+ * fails stops the scenario; the others then fail too, at the latest when
+ * the optimizer's comm times out (30 s).
+ */
+#include "config.h"
+
+#include <check.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/error.h"
+#include "kernels/adam_math.h"
+#include "prefetch/partition.h"
+#include "runtime/comm.h"
+#include "t_helpers.h"
+#include "tierstore.h"
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define MAXR 64
+#define MAXP 8
+#define NSTEPS 20
+/* The optimizer's comm: long enough for a loaded CI machine, short enough
+ * that a rank that stopped early fails the others in reasonable time. */
+#define OPT_TIMEOUT_S 30.0
+/* The dead-rank cases' comm timeout. */
+#define DEAD_TIMEOUT_S 4.0
+
+static const char *backend = "single";
+static struct tier_comm *TC;   /* the test's own comm: agreement, gathers */
+static int R, N;
+static bool verbose;
+static char *g_dir;            /* this rank's scratch directory */
+
+static void setup(void)
+{
+	ts_err_clear();
+	g_dir = t_mkdtemp();
+}
+
+static void teardown(void)
+{
+	t_rmtree(g_dir);
+	free(g_dir);
+	g_dir = NULL;
+}
+
+/* ------------------------------------------------------------ the values */
+
+static uint64_t mix(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+/* Parameter @param's initial master weight @j: in [-0.1, 0.1). */
+static float init_val(unsigned param, size_t j)
+{
+	return (float)(((double)(mix((param + 1) * 1000003ull + j) >> 11) * 0x1p-53 * 2 - 1) * 0.1);
+}
+
+/* Rank @rank's gradient at (step, param, j): an integer in [-k, k]. */
+static int grad_int(unsigned salt, unsigned step, unsigned param, int rank, size_t j, int k)
+{
+	uint64_t h = mix(mix(((uint64_t)salt << 48) ^ ((uint64_t)step << 32) ^
+			     ((uint64_t)param << 24) ^ (uint64_t)rank) + j);
+
+	return (int)(h % (uint64_t)(2 * k + 1)) - k;
+}
+
+static float load(enum tier_dtype dt, const void *buf, size_t j)
+{
+	if (dt == TIER_BF16)
+		return bf16_to_f32(((const uint16_t *)buf)[j]);
+	return ((const float *)buf)[j];
+}
+
+static void store(enum tier_dtype dt, void *buf, size_t j, float v)
+{
+	if (dt == TIER_BF16)
+		((uint16_t *)buf)[j] = f32_to_bf16(v);
+	else
+		((float *)buf)[j] = v;
+}
+
+/* ------------------------------------------------------------ scenarios */
+
+/* The model: sizes that are not multiples of 64, one (b1) smaller than
+ * 64 N for N >= 2, one (tiny) smaller than 64, so that some ranks own
+ * nothing of them.  group: its group when the scenario has two. */
+static const struct pdef {
+	const char *name;
+	size_t n;
+	uint32_t group;
+} model[] = {
+	{ "emb", 200003, 0 }, { "w1", 9001, 1 }, { "b1", 100, 1 },
+	{ "w2", 12345, 0 },   { "tiny", 50, 0 },
+};
+#define NPARAMS ARRAY_SIZE(model)
+#define P_W2 3u
+#define P_B1 2u
+
+enum misuse { MIS_NONE, MIS_SIZE, MIS_COUNT };
+
+static const struct scen {
+	const char *name;
+	enum tier_dtype md, gd, od;  /* moments, gradients, outputs */
+	double clip;                 /* max_grad_norm; 0: none */
+	bool dynamic;                /* dynamic loss scaling from 2^12 */
+	bool groups;                 /* two groups, a schedule, a parameter not
+				      * pushed at steps 4-7, b1 frozen at 10-14 */
+	unsigned inf_step;           /* rank N-1 puts an inf at emb[0] */
+	unsigned nan_step;           /* rank 0 puts a nan at w2's last element */
+	unsigned resume_after;       /* checkpoint, destroy, resume after it */
+	bool streaming;              /* begin, push, end (else tier_optim_step) */
+	bool exact;                  /* bit for bit (else within 1e-6) */
+} scens[] = {
+	{ "fp32", TIER_FP32, TIER_FP32, TIER_FP32, 0, false, false, 0, 0, 0, true, true },
+	{ "clip", TIER_FP32, TIER_FP32, TIER_FP32, 1.0, false, false, 0, 0, 0, false, false },
+	{ "bf16", TIER_BF16, TIER_BF16, TIER_BF16, 0, false, false, 0, 0, 0, false, true },
+	{ "overflow", TIER_FP32, TIER_FP32, TIER_BF16, 0, true, false, 5, 13, 0, true, true },
+	{ "groups", TIER_FP32, TIER_FP32, TIER_BF16, 0, false, true, 0, 0, 0, true, true },
+	{ "resume", TIER_FP32, TIER_FP32, TIER_FP32, 0, true, true, 0, 0, 10, true, true },
+};
+
+/* ------------------------------------------------------------ the world */
+
+struct zparam {
+	char name[32];
+	size_t n;                   /* numel (on this rank: misuse changes it) */
+	size_t off, pn;             /* this rank's piece [off, off + pn) */
+	uint32_t group;
+	bool frozen;
+	float *init;
+	void *g, *avg;              /* this rank's gradient; the average */
+	void *out, *rout;           /* gathered outputs; the reference's */
+};
+
+struct zworld {
+	const struct scen *sc;
+	unsigned salt;
+	struct tier_comm *oc;       /* the optimizer's comm */
+	struct tier_manifest *man, *rman;
+	struct tier_store *s, *rs;
+	struct tier_optim *o, *ro;  /* partitioned; reference */
+	size_t np;
+	struct zparam pa[MAXP];
+	size_t ms, gs, os;
+	double scale;               /* the loss scale of this step's gradients */
+	unsigned step;
+	bool clipped;
+	long bad;                   /* mismatches on this rank */
+	/* totals over the scenario, for the summary line */
+	uint32_t collectives;
+	uint64_t comm_bytes, nvme_read;
+	double comm_s, wait_s, step_s;
+};
+
+static void failf(struct zworld *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void failf(struct zworld *w, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (w->bad++ >= 30)
+		return;
+	fprintf(stderr, "test_zero: %s: rank %d of %d: step %u: ", w->sc->name, R, N, w->step);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+/*
+ * Every rank's count of mismatches, summed over the test's comm: every
+ * rank fails the same tests, with the counts of each.
+ */
+static void agree(long mine, const char *what)
+{
+	double x[MAXR] = { 0 };
+	char ranks[512] = "";
+	double total = 0;
+	int rc;
+
+	x[R] = (double)mine;
+	rc = comm_allreduce(TC, x, (size_t)N, COMM_F64);
+	ck_assert_msg(rc == 0, "%s: rank %d: the test's allreduce: %s", what, R, tier_last_error());
+	for (int i = 0; i < N; i++) {
+		size_t l = strlen(ranks);
+
+		total += x[i];
+		snprintf(ranks + l, sizeof(ranks) - l, "%s%.0f", i ? ", " : "", x[i]);
+	}
+	ck_assert_msg(total == 0, "%s: mismatches or failures per rank: %s (the details are on "
+		      "stderr, 'test_zero: %s: rank R ...')", what, ranks, what);
+}
+
+static void open_store(struct zworld *w, const char *name)
+{
+	struct tier_store_params sp;
+	struct tier_rank rk = { R, R, N, N };
+	char text[2048];
+	int n, rc;
+
+	/* DRAM a fraction of each rank's piece of the state: it streams
+	 * through the rank's own NVMe file (under its own directory). */
+	n = snprintf(text, sizeof(text),
+		     "name: zero-%s-r${RANK}\ngpu:\n  device: none\ndram:\n  capacity: 256KiB\n"
+		     "optimizer:\n  shard_size: 64KiB\n"
+		     "nvme:\n  stripe_unit: 64KiB\n  checksum: crc32c\n"
+		     "  paths:\n    - path: %s/%s-r${RANK}/\n      capacity: 32MiB\n"
+		     "      create: true\n",
+		     name, g_dir, name);
+	ck_assert_int_lt(n, (int)sizeof(text));
+	if (!w->man) {
+		rc = tier_manifest_parse_rank(text, (size_t)n, "zero.yaml", 0, &rk, &w->man);
+		ck_assert_msg(rc == 0, "manifest: %s\n%s", tier_last_error(), text);
+	}
+	tier_store_params_init(&sp);
+	sp.hbm_backend = "none";
+	rc = tier_store_open(w->man, &sp, &w->s);
+	ck_assert_msg(rc == 0, "rank %d: store open: %d: %s", R, rc, tier_last_error());
+}
+
+/* The reference's store: DRAM only, the whole state. */
+static void open_ref_store(struct zworld *w, const char *name, struct tier_manifest **man,
+			   struct tier_store **s)
+{
+	struct tier_store_params sp;
+	char text[512];
+	int n, rc;
+
+	n = snprintf(text, sizeof(text),
+		     "name: zero-ref-%s-%d\ngpu:\n  device: none\ndram:\n  capacity: 16MiB\n",
+		     name, R);
+	rc = tier_manifest_parse(text, (size_t)n, "zero-ref.yaml", 0, man);
+	ck_assert_msg(rc == 0, "manifest: %s\n%s", tier_last_error(), text);
+	tier_store_params_init(&sp);
+	sp.hbm_backend = "none";
+	rc = tier_store_open(*man, &sp, s);
+	ck_assert_msg(rc == 0, "reference store open: %d: %s", rc, tier_last_error());
+	(void)w;
+}
+
+static void hp_of(const struct zworld *w, struct tier_optim_params *hp, struct tier_comm *c)
+{
+	tier_optim_params_init(hp);
+	hp->lr = 2e-3;
+	hp->weight_decay = 0.01;
+	hp->moment_dtype = (int)w->sc->md;
+	hp->offload_fraction = 1.0;
+	hp->threads = 2;
+	hp->max_grad_norm = w->sc->clip;
+	if (w->sc->dynamic) {
+		hp->loss_scale = 4096;
+		hp->dynamic_loss_scale = true;
+		hp->growth_interval = 3;  /* grows during the 20 steps */
+		hp->hysteresis = 1;       /* backs off at each overflow */
+	}
+	hp->comm = c;
+}
+
+static void group1(struct tier_group_params *g)
+{
+	tier_group_params_init(g);
+	g->lr = 3e-3;
+	g->weight_decay = 0.1;
+	g->beta2 = 0.99;
+}
+
+static void comm_open_opt(struct zworld *w, double timeout)
+{
+	struct tier_comm_params cp;
+	int rc;
+
+	tier_comm_params_init(&cp);
+	cp.backend = backend;
+	cp.timeout_s = timeout;
+	rc = tier_comm_open(&cp, &w->oc);
+	ck_assert_msg(rc == 0, "rank %d: comm open: %s", R, tier_last_error());
+}
+
+/*
+ * The pieces every rank holds, gathered: consecutive ranks' pieces tile
+ * each parameter, each starts on a 64-element boundary, and they are the
+ * split of the contract, part_plan(&numel, 1, N, 64, bound) per parameter.
+ */
+static void check_pieces(struct zworld *w)
+{
+	size_t counts[MAXR], k = 2 * w->np;
+	double *mine = calloc(k, sizeof(double)), *all = calloc(k * (size_t)N, sizeof(double));
+	struct tier_optim_info info;
+	uint64_t part = 0, total = 0;
+	int rc;
+
+	ck_assert(mine && all);
+	for (size_t i = 0; i < w->np; i++) {
+		mine[2 * i] = (double)w->pa[i].off;
+		mine[2 * i + 1] = (double)w->pa[i].pn;
+		part += w->pa[i].pn;
+		total += w->pa[i].n;
+	}
+	for (int r = 0; r < N; r++)
+		counts[r] = k;
+	rc = comm_allgatherv(TC, mine, all, counts, COMM_F64);
+	ck_assert_msg(rc == 0, "the test's allgatherv: %s", tier_last_error());
+	for (size_t i = 0; i < w->np; i++) {
+		const struct zparam *q = &w->pa[i];
+		uint64_t numel = q->n, bound[MAXR + 1], at = 0;
+
+		ck_assert_int_eq(part_plan(&numel, 1, (uint32_t)N, 64, bound), 0);
+		for (int r = 0; r < N; r++) {
+			uint64_t off = (uint64_t)all[(size_t)r * k + 2 * i];
+			uint64_t n = (uint64_t)all[(size_t)r * k + 2 * i + 1];
+
+			if (off != at || (n && off % 64))
+				failf(w, "%s: rank %d's piece [%" PRIu64 ", %" PRIu64 ") does not "
+				      "follow rank %d's (which ends at %" PRIu64 ") or is not "
+				      "64-aligned", q->name, r, off, off + n, r - 1, at);
+			if (off != bound[r] || n != bound[r + 1] - bound[r])
+				failf(w, "%s: rank %d's piece is [%" PRIu64 ", %" PRIu64 "), "
+				      "part_plan's [%" PRIu64 ", %" PRIu64 ")", q->name, r, off,
+				      off + n, bound[r], bound[r + 1]);
+			at = off + n;
+		}
+		if (at != q->n)
+			failf(w, "%s: the pieces end at %" PRIu64 ", the parameter has %zu elements",
+			      q->name, at, q->n);
+	}
+	ck_assert_int_eq(tier_optim_info(w->o, &info), 0);
+	if (info.rank != (N > 1 ? R : 0) || info.world != (N > 1 ? N : 1) ||
+	    info.part_elems != part || info.total_elems != total)
+		failf(w, "tier_optim_info: rank %d of %d, part_elems %" PRIu64 ", total_elems %"
+		      PRIu64 "; expected rank %d of %d, %" PRIu64 ", %" PRIu64, info.rank,
+		      info.world, info.part_elems, info.total_elems, R, N, part, total);
+	free(mine);
+	free(all);
+}
+
+/* Reads back the piece each parameter's info gives. */
+static void read_pieces(struct zworld *w)
+{
+	for (size_t i = 0; i < w->np; i++) {
+		struct tier_param_info pi;
+
+		ck_assert_int_eq(tier_optim_param_info(w->o, (uint32_t)i, &pi), 0);
+		w->pa[i].off = pi.part_off;
+		w->pa[i].pn = pi.part_numel;
+		if (pi.numel != w->pa[i].n || pi.part_off + pi.part_numel > pi.numel)
+			failf(w, "%s: numel %zu, piece [%zu, %zu); expected numel %zu", w->pa[i].name,
+			      pi.numel, pi.part_off, pi.part_off + pi.part_numel, w->pa[i].n);
+	}
+}
+
+static void world_add(struct zworld *w, const char *name, size_t n, uint32_t group)
+{
+	struct zparam *q = &w->pa[w->np];
+	uint32_t id = UINT32_MAX;
+	int rc;
+
+	ck_assert_uint_lt(w->np, MAXP);
+	memset(q, 0, sizeof(*q));
+	snprintf(q->name, sizeof(q->name), "%s", name);
+	q->n = n;
+	q->group = group;
+	q->init = malloc(n * 4);
+	q->g = malloc(n * w->gs);
+	q->avg = malloc(n * w->gs);
+	q->out = malloc(n * w->os);
+	q->rout = malloc(n * w->os);
+	ck_assert(q->init && q->g && q->avg && q->out && q->rout);
+	/* Outputs not written by a step keep this: the same in both. */
+	memset(q->out, 0xa5, n * w->os);
+	memset(q->rout, 0xa5, n * w->os);
+	for (size_t j = 0; j < n; j++)
+		q->init[j] = init_val((unsigned)w->np, j);
+	/* Every rank hands the full initial values; it keeps its piece. */
+	rc = tier_optim_add_param_to(w->o, group, name, n, q->init, &id);
+	ck_assert_msg(rc == 0, "rank %d: add %s: %d: %s", R, name, rc, tier_last_error());
+	ck_assert_uint_eq(id, w->np);
+	rc = tier_optim_add_param_to(w->ro, group, name, n, q->init, &id);
+	ck_assert_msg(rc == 0, "reference add %s: %d: %s", name, rc, tier_last_error());
+	w->np++;
+}
+
+static void world_init(struct zworld *w, const struct scen *sc, unsigned salt, enum misuse mis)
+{
+	struct tier_optim_params hp;
+	int rc;
+
+	memset(w, 0, sizeof(*w));
+	w->sc = sc;
+	w->salt = salt;
+	w->ms = tier_dtype_size(sc->md);
+	w->gs = tier_dtype_size(sc->gd);
+	w->os = tier_dtype_size(sc->od);
+	comm_open_opt(w, OPT_TIMEOUT_S);
+	open_store(w, sc->name);
+	open_ref_store(w, sc->name, &w->rman, &w->rs);
+	hp_of(w, &hp, w->oc);
+	rc = tier_optim_create(w->s, &hp, &w->o);
+	ck_assert_msg(rc == 0, "rank %d: create: %d: %s", R, rc, tier_last_error());
+	hp_of(w, &hp, NULL);
+	rc = tier_optim_create(w->rs, &hp, &w->ro);
+	ck_assert_msg(rc == 0, "reference create: %d: %s", rc, tier_last_error());
+	w->scale = sc->dynamic ? 4096 : 1;
+	if (sc->groups) {
+		struct tier_group_params g;
+
+		group1(&g);
+		ck_assert_int_eq(tier_optim_add_group(w->o, &g, NULL), 0);
+		ck_assert_int_eq(tier_optim_add_group(w->ro, &g, NULL), 0);
+	}
+	for (size_t i = 0; i < NPARAMS; i++) {
+		size_t n = model[i].n;
+
+		if (mis == MIS_SIZE && N > 1 && R == N - 1 && i == 1)
+			n++;   /* w1 one element longer on the last rank */
+		world_add(w, model[i].name, n, sc->groups ? model[i].group : 0);
+	}
+	if (mis == MIS_COUNT && N > 1 && R == N - 1)
+		world_add(w, "extra", 777, 0);
+	read_pieces(w);
+	if (mis == MIS_NONE)
+		check_pieces(w);
+}
+
+static void world_free(struct zworld *w)
+{
+	for (size_t i = 0; i < w->np; i++) {
+		struct zparam *q = &w->pa[i];
+
+		free(q->init);
+		free(q->g);
+		free(q->avg);
+		free(q->out);
+		free(q->rout);
+	}
+	tier_manifest_free(w->man);
+	tier_manifest_free(w->rman);
+}
+
+static void world_close(struct zworld *w)
+{
+	int rc;
+
+	if (w->o) {
+		rc = tier_optim_destroy(w->o);
+		if (rc)
+			failf(w, "destroy: %d: %s", rc, tier_last_error());
+	}
+	ck_assert_int_eq(tier_optim_destroy(w->ro), 0);
+	ck_assert_int_eq(tier_store_close(w->rs), 0);
+	rc = tier_store_close(w->s);
+	if (rc)
+		failf(w, "store close: %d: %s", rc, tier_last_error());
+	rc = tier_comm_close(w->oc);
+	if (rc)
+		failf(w, "comm close: %d: %s", rc, tier_last_error());
+	world_free(w);
+}
+
+/* ------------------------------------------------------------ checks */
+
+/* @got against @want, @n elements of @dt; @want is the reference's array
+ * from element @base (its piece). */
+static void compare(struct zworld *w, const char *what, const char *pname, enum tier_dtype dt,
+		    const void *got, const void *want, size_t n, size_t base)
+{
+	size_t es = tier_dtype_size(dt);
+	int shown = 0;
+
+	if (w->sc->exact) {
+		size_t diff = 0, first = 0;
+
+		for (size_t j = 0; j < n; j++) {
+			if (!memcmp((const char *)got + j * es, (const char *)want + j * es, es))
+				continue;
+			if (!diff++)
+				first = j;
+			if (shown++ < 3)
+				failf(w, "%s %s[%zu]: got %.9g, expected %.9g (bit for bit)", what,
+				      pname, base + j, (double)load(dt, got, j),
+				      (double)load(dt, want, j));
+		}
+		if (diff > 3)
+			failf(w, "%s %s: %zu of %zu elements differ, the first at [%zu]", what,
+			      pname, diff, n, base + first);
+	} else {
+		double maxd = 0, maxw = 0;
+		size_t worst = 0;
+
+		for (size_t j = 0; j < n; j++) {
+			double a = (double)load(dt, got, j), b = (double)load(dt, want, j);
+
+			if (!(fabs(a - b) <= maxd)) {
+				maxd = fabs(a - b);
+				worst = j;
+			}
+			if (fabs(b) > maxw)
+				maxw = fabs(b);
+		}
+		if (!(maxd <= 1e-6 * maxw))
+			failf(w, "%s %s: differs by %.3g of its largest magnitude %.3g (over 1e-6); "
+			      "the worst at [%zu]: got %.9g, expected %.9g", what, pname,
+			      maxw > 0 ? maxd / maxw : maxd, maxw, base + worst,
+			      (double)load(dt, got, worst), (double)load(dt, want, worst));
+	}
+}
+
+/* Each parameter's piece of the state against the reference's. */
+static void check_state(struct zworld *w)
+{
+	struct tier_loss_scaler a, b;
+
+	if (tier_optim_step_count(w->o) != tier_optim_step_count(w->ro))
+		failf(w, "step count %" PRIu64 ", the reference's %" PRIu64,
+		      tier_optim_step_count(w->o), tier_optim_step_count(w->ro));
+	ck_assert_int_eq(tier_optim_get_scaler(w->o, &a), 0);
+	ck_assert_int_eq(tier_optim_get_scaler(w->ro, &b), 0);
+	if (a.scale != b.scale || a.growth_tracker != b.growth_tracker ||
+	    a.hysteresis_tracker != b.hysteresis_tracker)
+		failf(w, "loss scaler: scale %g, trackers %u/%d; the reference's %g, %u/%d",
+		      a.scale, a.growth_tracker, a.hysteresis_tracker, b.scale, b.growth_tracker,
+		      b.hysteresis_tracker);
+	for (size_t i = 0; i < w->np; i++) {
+		struct zparam *q = &w->pa[i];
+		struct tier_param_info pi, ri;
+		/* The piece's buffers as large as the parameter: a read of
+		 * more than the piece is a mismatch, not a crash. */
+		float *p = malloc(q->n * 4), *rp = malloc(q->n * 4);
+		void *m = malloc(q->n * w->ms), *v = malloc(q->n * w->ms);
+		void *rm = malloc(q->n * w->ms), *rv = malloc(q->n * w->ms);
+		int rc;
+
+		ck_assert(p && rp && m && v && rm && rv);
+		ck_assert_int_eq(tier_optim_param_info(w->o, (uint32_t)i, &pi), 0);
+		ck_assert_int_eq(tier_optim_param_info(w->ro, (uint32_t)i, &ri), 0);
+		if (pi.step != ri.step || pi.frozen != ri.frozen || pi.group != ri.group)
+			failf(w, "%s: step %" PRIu64 ", frozen %d, group %u; the reference's %"
+			      PRIu64 ", %d, %u", q->name, pi.step, pi.frozen, pi.group, ri.step,
+			      ri.frozen, ri.group);
+		if (pi.part_off != q->off || pi.part_numel != q->pn)
+			failf(w, "%s: the piece moved: [%zu, %zu), was [%zu, %zu)", q->name,
+			      pi.part_off, pi.part_off + pi.part_numel, q->off, q->off + q->pn);
+		rc = tier_optim_read(w->o, (uint32_t)i, p, m, v);
+		if (rc) {
+			failf(w, "read %s: %d: %s", q->name, rc, tier_last_error());
+		} else {
+			ck_assert_int_eq(tier_optim_read(w->ro, (uint32_t)i, rp, rm, rv), 0);
+			compare(w, "master", q->name, TIER_FP32, p, rp + q->off, q->pn, q->off);
+			compare(w, "exp_avg", q->name, w->sc->md, m,
+				(char *)rm + q->off * w->ms, q->pn, q->off);
+			compare(w, "exp_avg_sq", q->name, w->sc->md, v,
+				(char *)rv + q->off * w->ms, q->pn, q->off);
+		}
+		free(p);
+		free(rp);
+		free(m);
+		free(v);
+		free(rm);
+		free(rv);
+	}
+}
+
+/* ------------------------------------------------------------ a step */
+
+/* This step's gradients: this rank's into g, the exact average into avg. */
+static void make_grads(struct zworld *w, uint32_t mask)
+{
+	const struct scen *sc = w->sc;
+	int k = sc->gd == TIER_BF16 ? 255 : 2000;   /* bf16: exact integers */
+	float unit = (float)(0x1p-12 * w->scale);
+
+	for (size_t i = 0; i < w->np; i++) {
+		struct zparam *q = &w->pa[i];
+
+		if (!((mask >> i) & 1u) || q->frozen)
+			continue;
+		for (size_t j = 0; j < q->n; j++) {
+			float sum = 0;
+
+			for (int r = 0; r < N; r++) {
+				float v = (float)grad_int(w->salt, w->step, (unsigned)i, r, j, k) * unit;
+
+				if (w->step == sc->inf_step && r == N - 1 && i == 0 && j == 0)
+					v = INFINITY;
+				if (w->step == sc->nan_step && r == 0 && i == P_W2 && j == q->n - 1)
+					v = NAN;
+				if (r == R)
+					store(sc->gd, q->g, j, v);
+				sum += v;   /* exact: see the head of the file */
+			}
+			store(sc->gd, q->avg, j, sum / (float)N);
+		}
+	}
+}
+
+static void step_result_checks(struct zworld *w, const struct tier_step_result *res,
+			       const struct tier_step_result *rr)
+{
+	if (res->applied != rr->applied || res->step != rr->step ||
+	    res->params_updated != rr->params_updated || res->params_skipped != rr->params_skipped)
+		failf(w, "applied %d, step %" PRIu64 ", params %u updated %u skipped; the reference: "
+		      "%d, %" PRIu64 ", %u, %u", res->applied, res->step, res->params_updated,
+		      res->params_skipped, rr->applied, rr->step, rr->params_updated,
+		      rr->params_skipped);
+	if (res->loss_scale != rr->loss_scale || res->next_loss_scale != rr->next_loss_scale)
+		failf(w, "loss scale %g then %g; the reference's %g then %g", res->loss_scale,
+		      res->next_loss_scale, rr->loss_scale, rr->next_loss_scale);
+	if (rr->applied) {
+		/* The norm: summed in another order (1e-6 relative). */
+		if (!(fabs(res->grad_norm - rr->grad_norm) <= 1e-6 * rr->grad_norm))
+			failf(w, "grad_norm %.17g, the reference's %.17g", res->grad_norm,
+			      rr->grad_norm);
+		if (!(fabs(res->clip_coef - rr->clip_coef) <= 1e-6 * rr->clip_coef))
+			failf(w, "clip_coef %.17g, the reference's %.17g", res->clip_coef,
+			      rr->clip_coef);
+		if (w->sc->exact && res->clip_coef != 1.0)
+			failf(w, "clip_coef %.17g in a scenario without clipping", res->clip_coef);
+	}
+	if (res->rank != (N > 1 ? R : 0) || res->world != (N > 1 ? N : 1))
+		failf(w, "res: rank %d of %d", res->rank, res->world);
+	if (N > 1 && (res->collectives == 0 || res->comm_bytes == 0))
+		failf(w, "res: %u collectives, %" PRIu64 " bytes on %d ranks", res->collectives,
+		      res->comm_bytes, N);
+	if (!(res->comm_s >= 0) || !(res->comm_wait_s >= 0) ||
+	    !(res->comm_wait_s <= res->step_s + 1e-3))
+		failf(w, "res: comm_s %g, comm_wait_s %g, step_s %g", res->comm_s, res->comm_wait_s,
+		      res->step_s);
+	if (rr->clip_coef < 1.0)
+		w->clipped = true;
+	w->collectives += res->collectives;
+	w->comm_bytes += res->comm_bytes;
+	w->comm_s += res->comm_s;
+	w->wait_s += res->comm_wait_s;
+	w->step_s += res->step_s;
+	w->nvme_read += res->nvme_read_bytes;
+	if (verbose)
+		fprintf(stderr, "test_zero: %s: rank %d of %d: step %u: applied %d, norm %.9g, "
+			"scale %g, %u collectives, comm_bytes %" PRIu64 ", comm_s %.6f, "
+			"comm_wait_s %.6f, step_s %.6f, nvme_read_bytes %" PRIu64 "\n",
+			w->sc->name, R, N, w->step, res->applied, res->grad_norm, res->loss_scale,
+			res->collectives, res->comm_bytes, res->comm_s, res->comm_wait_s,
+			res->step_s, res->nvme_read_bytes);
+}
+
+/* One step: the parameters in @mask (bit i: parameter i) get gradients.
+ * false when the partitioned step failed (the scenario stops). */
+static bool zstep(struct zworld *w, uint32_t mask)
+{
+	struct tier_tensor g[MAXP], avg[MAXP], out[MAXP], rout[MAXP];
+	struct tier_step_result res, rr;
+	const struct scen *sc = w->sc;
+	int rc;
+
+	w->step++;
+	make_grads(w, mask);
+	for (size_t i = 0; i < w->np; i++) {
+		struct zparam *q = &w->pa[i];
+		bool has = ((mask >> i) & 1u) && !q->frozen;
+
+		g[i] = (struct tier_tensor){ has ? q->g : NULL, sc->gd, TIER_MEM_HOST, q->n };
+		avg[i] = (struct tier_tensor){ has ? q->avg : NULL, sc->gd, TIER_MEM_HOST, q->n };
+		out[i] = (struct tier_tensor){ q->out, sc->od, TIER_MEM_HOST, q->n };
+		rout[i] = (struct tier_tensor){ q->rout, sc->od, TIER_MEM_HOST, q->n };
+	}
+	memset(&res, 0, sizeof(res));
+	if (!sc->streaming) {
+		rc = tier_optim_step(w->o, TIER_LR_KEEP, g, out, &res);
+	} else {
+		/* backward order, as a trainer's hooks push */
+		rc = tier_optim_begin(w->o, TIER_LR_KEEP);
+		if (rc) {
+			failf(w, "begin: %d: %s", rc, tier_last_error());
+			return false;
+		}
+		for (size_t i = w->np; i-- > 0;) {
+			if (!g[i].ptr)
+				continue;
+			rc = tier_optim_push(w->o, (uint32_t)i, &g[i], &out[i]);
+			if (rc) {
+				failf(w, "push %s: %d: %s", w->pa[i].name, rc, tier_last_error());
+				break;
+			}
+		}
+		if (!rc)
+			rc = tier_optim_end(w->o, &res);
+	}
+	if (rc) {
+		failf(w, "the partitioned step: %d: %s", rc, tier_last_error());
+		return false;
+	}
+	rc = tier_optim_step(w->ro, TIER_LR_KEEP, avg, rout, &rr);
+	ck_assert_msg(rc == 0, "the reference's step %u: %d: %s", w->step, rc, tier_last_error());
+	step_result_checks(w, &res, &rr);
+	/* Every rank's full output buffers: the all-gather. */
+	for (size_t i = 0; i < w->np; i++)
+		compare(w, "output", w->pa[i].name, sc->od, w->pa[i].out, w->pa[i].rout, w->pa[i].n,
+			0);
+	w->scale = rr.next_loss_scale;
+	return true;
+}
+
+/* Checkpoints after the step, destroys the optimizer and closes its
+ * store, reopens the store and resumes with the comm. */
+static bool zresume(struct zworld *w)
+{
+	struct tier_optim_params rt;
+	uint64_t gen = 0;
+	int rc;
+
+	rc = tier_optim_checkpoint(w->o, &gen);
+	if (rc || !gen) {
+		failf(w, "checkpoint: %d (generation %" PRIu64 "): %s", rc, gen, tier_last_error());
+		return false;
+	}
+	rc = tier_optim_destroy(w->o);
+	w->o = NULL;
+	if (rc)
+		failf(w, "destroy: %d: %s", rc, tier_last_error());
+	ck_assert_int_eq(tier_store_close(w->s), 0);
+	open_store(w, w->sc->name);
+	tier_optim_params_init(&rt);
+	rt.threads = 2;
+	rt.offload_fraction = 1.0;
+	rt.comm = w->oc;
+	rc = tier_optim_resume(w->s, &rt, &w->o);
+	if (rc) {
+		w->o = NULL;
+		failf(w, "resume: %d: %s", rc, tier_last_error());
+		return false;
+	}
+	check_state(w);
+	return true;
+}
+
+/* The script of the groups scenarios, before step @k: group 0 and 1's
+ * schedule at step 8, b1 frozen at 10 and thawed at 15. */
+static void script(struct zworld *w, unsigned k)
+{
+	if (k == 8) {
+		struct tier_group_params g;
+
+		tier_group_params_init(&g);
+		g.lr = 1e-3;
+		g.weight_decay = 0.05;
+		ck_assert_int_eq(tier_optim_set_group(w->o, 0, &g), 0);
+		ck_assert_int_eq(tier_optim_set_group(w->ro, 0, &g), 0);
+		group1(&g);
+		g.lr = 5e-4;
+		g.weight_decay = 0.2;
+		ck_assert_int_eq(tier_optim_set_group(w->o, 1, &g), 0);
+		ck_assert_int_eq(tier_optim_set_group(w->ro, 1, &g), 0);
+	}
+	if (k == 10 || k == 15) {
+		bool fr = k == 10;
+
+		ck_assert_int_eq(tier_optim_freeze(w->o, P_B1, fr), 0);
+		ck_assert_int_eq(tier_optim_freeze(w->ro, P_B1, fr), 0);
+		w->pa[P_B1].frozen = fr;
+	}
+}
+
+static void summary(const struct zworld *w)
+{
+	fprintf(stderr, "test_zero: %s: rank %d of %d: %u steps, %u collectives, comm_bytes %"
+		PRIu64 ", comm_s %.4f, comm_wait_s %.4f, step_s %.4f, nvme_read_bytes %" PRIu64
+		", %ld mismatch(es)\n", w->sc->name, R, N, w->step, w->collectives, w->comm_bytes,
+		w->comm_s, w->wait_s, w->step_s, w->nvme_read, w->bad);
+}
+
+START_TEST(scenario)
+{
+	const struct scen *sc = &scens[_i];
+	struct zworld w;
+
+	world_init(&w, sc, (unsigned)_i + 1, MIS_NONE);
+	for (unsigned k = 1; k <= NSTEPS; k++) {
+		uint32_t mask = (1u << w.np) - 1;
+
+		if (sc->groups) {
+			script(&w, k);
+			if (k >= 4 && k <= 7)
+				mask &= ~(1u << P_W2);   /* w2: no gradient (on every rank) */
+		}
+		if (!zstep(&w, mask))
+			break;
+		if (k % 5 == 0)
+			check_state(&w);
+		if (k == sc->resume_after && !zresume(&w))
+			break;
+	}
+	if (w.o && w.step == NSTEPS)
+		check_state(&w);
+	if (sc->clip > 0 && !w.clipped)
+		failf(&w, "max_grad_norm %g never clipped: the test needs a smaller one", sc->clip);
+	if (!w.nvme_read)
+		failf(&w, "no state read from NVMe: the test needs a smaller DRAM tier");
+	summary(&w);
+	world_close(&w);
+	agree(w.bad, sc->name);
+}
+END_TEST
+
+/* ------------------------------------------------------------ misuse */
+
+/* A rank whose parameters differ (w1 longer, or one more parameter):
+ * the first step fails on every rank with -EINVAL naming the rank. */
+static void misuse_step(enum misuse mis)
+{
+	static const struct scen sc = { "misuse", TIER_FP32, TIER_FP32, TIER_FP32, 0, false,
+					 false, 0, 0, 0, true, true };
+	struct tier_step_result res;
+	struct zworld w;
+	int rc_b, rc_e = 0;
+	const char *detail = "";
+	char what[32];
+
+	if (N < 2) {
+		fprintf(stderr, "test_zero: misuse %d: needs 2 ranks or more; skipped\n", mis);
+		return;
+	}
+	world_init(&w, &sc, 99, mis);
+	snprintf(what, sizeof(what), "misuse-%s", mis == MIS_SIZE ? "size" : "count");
+	w.step = 1;
+	make_grads(&w, (1u << w.np) - 1);
+	ts_err_clear();
+	rc_b = tier_optim_begin(w.o, TIER_LR_KEEP);
+	if (!rc_b) {
+		for (size_t i = w.np; i-- > 0;) {
+			struct tier_tensor g = { w.pa[i].g, TIER_FP32, TIER_MEM_HOST, w.pa[i].n };
+			struct tier_tensor o = { w.pa[i].out, TIER_FP32, TIER_MEM_HOST, w.pa[i].n };
+			int rc = tier_optim_push(w.o, (uint32_t)i, &g, &o);
+
+			if (rc)
+				failf(&w, "push %s: %d: %s", w.pa[i].name, rc, tier_last_error());
+		}
+		memset(&res, 0, sizeof(res));
+		rc_e = tier_optim_end(w.o, &res);
+		if (!rc_e)
+			failf(&w, "%s: the step succeeded (applied %d)", what, res.applied);
+	}
+	detail = tier_last_error();
+	fprintf(stderr, "test_zero: %s: rank %d of %d: begin %d, end %d: %s\n", what, R, N, rc_b,
+		rc_e, detail);
+	if (!(rc_b == -EINVAL || (rc_b == 0 && rc_e == -EINVAL)))
+		failf(&w, "%s: begin %d, end %d; expected -EINVAL from one of them", what, rc_b,
+		      rc_e);
+	else if (!strstr(detail, "rank"))
+		failf(&w, "%s: the detail '%s' names no rank", what, detail);
+	else if (mis == MIS_SIZE && !strstr(detail, "w1"))
+		failf(&w, "%s: the detail '%s' does not name the parameter w1", what, detail);
+	if (tier_optim_step_count(w.o) != 0)
+		failf(&w, "%s: step count %" PRIu64 " after the refused step", what,
+		      tier_optim_step_count(w.o));
+	/* The comm may be broken by now: its close may say so. */
+	rc_b = tier_optim_destroy(w.o);
+	w.o = NULL;
+	ck_assert_int_eq(tier_optim_destroy(w.ro), 0);
+	ck_assert_int_eq(tier_store_close(w.rs), 0);
+	ck_assert_int_eq(tier_store_close(w.s), 0);
+	rc_e = tier_comm_close(w.oc);
+	fprintf(stderr, "test_zero: %s: rank %d: destroy %d, comm close %d\n", what, R, rc_b, rc_e);
+	world_free(&w);
+	agree(w.bad, what);
+}
+
+START_TEST(misuse_size)
+{
+	misuse_step(MIS_SIZE);
+}
+END_TEST
+
+START_TEST(misuse_count)
+{
+	misuse_step(MIS_COUNT);
+}
+END_TEST
+
+/* Export and import of a partitioned optimizer: -ENOTSUP, state kept. */
+START_TEST(misuse_export)
+{
+	static const struct scen sc = { "export", TIER_FP32, TIER_FP32, TIER_FP32, 0, false,
+					 false, 0, 0, 0, true, true };
+	struct tier_optim_params hp;
+	struct tier_manifest *im;
+	struct tier_store *is;
+	struct tier_optim *io = NULL;
+	struct zworld w;
+	char path[512], rpath[512];
+	int rc;
+
+	world_init(&w, &sc, 77, MIS_NONE);
+	zstep(&w, (1u << w.np) - 1);
+	snprintf(path, sizeof(path), "%s/zero.safetensors", g_dir);
+	snprintf(rpath, sizeof(rpath), "%s/ref.safetensors", g_dir);
+	ts_err_clear();
+	rc = tier_optim_export(w.o, path);
+	if (N > 1 && rc != -ENOTSUP)
+		failf(&w, "export of a partitioned optimizer: %d (%s), expected -ENOTSUP", rc,
+		      tier_last_error());
+	if (N > 1 && access(path, F_OK) == 0)
+		failf(&w, "the refused export left %s", path);
+	if (N == 1 && rc != 0)
+		failf(&w, "export on one rank (not partitioned): %d: %s", rc, tier_last_error());
+	fprintf(stderr, "test_zero: export: rank %d of %d: %d: %s\n", R, N, rc,
+		rc ? tier_last_error() : "");
+	/* An import into a partitioned optimizer, of the reference's export. */
+	rc = tier_optim_export(w.ro, rpath);
+	ck_assert_msg(rc == 0, "reference export: %s", tier_last_error());
+	open_ref_store(&w, "import", &im, &is);
+	hp_of(&w, &hp, w.oc);
+	rc = tier_optim_import(is, rpath, &hp, &io);
+	if (N > 1 && (rc != -ENOTSUP || io))
+		failf(&w, "import with a comm of %d ranks: %d (%s), expected -ENOTSUP", N, rc,
+		      tier_last_error());
+	if (N == 1 && rc != 0)
+		failf(&w, "import with a comm of one rank: %d: %s", rc, tier_last_error());
+	if (io)
+		ck_assert_int_eq(tier_optim_destroy(io), 0);
+	ck_assert_int_eq(tier_store_close(is), 0);
+	tier_manifest_free(im);
+	/* Nothing changed, and the optimizer goes on. */
+	check_state(&w);
+	zstep(&w, (1u << w.np) - 1);
+	check_state(&w);
+	world_close(&w);
+	agree(w.bad, "misuse-export");
+}
+END_TEST
+
+/* ------------------------------------------------------------ dead ranks */
+
+/* Rank 2 (of 3) pushes its gradients of step 3 and then dies (kill) or
+ * never calls end (absent): ranks 0 and 1 report what end returned. */
+static int dead_rank(bool kill_it)
+{
+	static const struct scen sc = { "dead", TIER_FP32, TIER_FP32, TIER_FP32, 0, false, false,
+					 0, 0, 0, true, true };
+	struct tier_optim_params hp;
+	struct tier_step_result res;
+	struct zworld w;
+	double took = 0;
+	const char *d;
+	bool ok;
+	int rc = 0;
+
+	memset(&w, 0, sizeof(w));
+	w.sc = &sc;
+	w.gs = w.os = 4;
+	w.ms = 4;
+	g_dir = t_mkdtemp();
+	comm_open_opt(&w, DEAD_TIMEOUT_S);
+	open_store(&w, "dead");
+	open_ref_store(&w, "dead", &w.rman, &w.rs);
+	hp_of(&w, &hp, w.oc);
+	rc = tier_optim_create(w.s, &hp, &w.o);
+	if (!rc) {
+		hp_of(&w, &hp, NULL);
+		rc = tier_optim_create(w.rs, &hp, &w.ro);
+	}
+	if (rc) {
+		fprintf(stderr, "zero-dead: rank %d: create: %s\n", R, tier_last_error());
+		return 1;
+	}
+	world_add(&w, "a", 20001, 0);
+	world_add(&w, "b", 301, 0);
+	world_add(&w, "c", 70, 0);
+	for (unsigned k = 1; k <= 3; k++) {
+		uint64_t t0;
+
+		/* In step: a slow store open or step elsewhere is not a
+		 * dead peer (the test's comm has the long timeout). */
+		if (comm_barrier(TC) != 0) {
+			fprintf(stderr, "zero-dead: rank %d: barrier: %s\n", R, tier_last_error());
+			return 1;
+		}
+		w.step = k;
+		make_grads(&w, 7);
+		t0 = ts_now_ns();
+		rc = tier_optim_begin(w.o, TIER_LR_KEEP);
+		for (size_t i = 0; !rc && i < w.np; i++) {
+			struct tier_tensor g = { w.pa[i].g, TIER_FP32, TIER_MEM_HOST, w.pa[i].n };
+			struct tier_tensor o = { w.pa[i].out, TIER_FP32, TIER_MEM_HOST, w.pa[i].n };
+
+			rc = tier_optim_push(w.o, (uint32_t)i, &g, &o);
+		}
+		if (rc) {
+			fprintf(stderr, "zero-dead: rank %d: step %u: begin or push: %s\n", R, k,
+				tier_last_error());
+			return 1;
+		}
+		if (k == 3 && R == 2) {
+			if (kill_it)
+				raise(SIGKILL);
+			ts_sleep_ns((uint64_t)((DEAD_TIMEOUT_S + 4) * 1e9));
+			t_rmtree(g_dir);
+			_exit(0);
+		}
+		rc = tier_optim_end(w.o, &res);
+		took = ts_ns_to_s(ts_now_ns() - t0);
+		if (k < 3 && rc) {
+			fprintf(stderr, "zero-dead: rank %d: step %u: %s\n", R, k, tier_last_error());
+			return 1;
+		}
+	}
+	d = tier_last_error();
+	ok = rc == -ETIMEDOUT && took >= DEAD_TIMEOUT_S - 0.05 && took <= DEAD_TIMEOUT_S + 3 &&
+	     strstr(d, "rank") &&
+	     (strstr(d, "reduce_scatter") || strstr(d, "allreduce") || strstr(d, "allgatherv") ||
+	      strstr(d, "barrier"));
+	printf("zero-dead: rank %d: %s: tier_optim_end %d (%s) after %.2f s (timeout %.0f s): %s\n",
+	       R, ok ? "PASS" : "FAIL", rc, rc == -ETIMEDOUT ? "ETIMEDOUT" : rc ? "error" : "success",
+	       took, DEAD_TIMEOUT_S, d);
+	fflush(stdout);
+	/* The optimizer goes away without waiting on the dead peer. */
+	rc = tier_optim_destroy(w.o);
+	printf("zero-dead: rank %d: destroy %d, comm close %d\n", R, rc, tier_comm_close(w.oc));
+	fflush(stdout);
+	t_rmtree(g_dir);
+	/* Leaves without MPI_Finalize: it would wait on rank 2. */
+	_exit(ok ? 0 : 1);
+}
+
+/* ------------------------------------------------------------ suite */
+
+static Suite *zero_suite(void)
+{
+	Suite *s = suite_create("zero");
+	TCase *tc = tcase_create("scenario");
+
+	tcase_add_unchecked_fixture(tc, t_case_setup, t_case_teardown);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 300);
+	tcase_add_loop_test(tc, scenario, 0, (int)ARRAY_SIZE(scens));
+	suite_add_tcase(s, tc);
+	tc = tcase_create("misuse");
+	tcase_add_unchecked_fixture(tc, t_case_setup, t_case_teardown);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, misuse_size);
+	tcase_add_test(tc, misuse_count);
+	tcase_add_test(tc, misuse_export);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(int argc, char **argv)
+{
+	const char *mode = argc > 1 ? argv[1] : "single";
+	struct tier_comm_params p;
+	SRunner *sr;
+	int failed, rc;
+
+	verbose = (argc > 2 && !strcmp(argv[2], "-v")) || getenv("TIER_ZERO_VERBOSE");
+	if (strcmp(mode, "single") != 0) {
+#if !TIER_HAVE_MPI
+		fprintf(stderr, "test_zero %s: this build has no MPI; skipped\n", mode);
+		return T_EXIT_SKIP;
+#else
+		backend = "mpi";
+		if (strcmp(mode, "mpi") != 0 && strcmp(mode, "absent") != 0 &&
+		    strcmp(mode, "kill") != 0) {
+			fprintf(stderr, "test_zero: unknown mode %s\n", mode);
+			return 2;
+		}
+#endif
+	}
+	tier_comm_params_init(&p);
+	p.backend = backend;
+	p.timeout_s = 120;
+	rc = tier_comm_open(&p, &TC);   /* with mpi: initialises MPI */
+	if (rc) {
+		fprintf(stderr, "test_zero: open %s: %s\n", backend, tier_last_error());
+		return 1;
+	}
+	R = tier_comm_rank(TC);
+	N = tier_comm_size(TC);
+	if (N > MAXR) {
+		fprintf(stderr, "test_zero: %d ranks (at most %d)\n", N, MAXR);
+		return 1;
+	}
+	if (!strcmp(mode, "absent") || !strcmp(mode, "kill")) {
+		if (N != 3) {
+			fprintf(stderr, "test_zero %s: runs on 3 ranks, not %d\n", mode, N);
+			return 1;
+		}
+		return dead_rank(!strcmp(mode, "kill"));
+	}
+	sr = srunner_create(zero_suite());
+	if (strcmp(backend, "single") != 0)
+		srunner_set_fork_status(sr, CK_NOFORK);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	if (failed)
+		fprintf(stderr, "test_zero: rank %d of %d (%s): %d failed\n", R, N, backend, failed);
+	rc = tier_comm_close(TC);
+	if (rc)
+		fprintf(stderr, "test_zero: close: %s\n", tier_last_error());
+	return failed || rc ? EXIT_FAILURE : EXIT_SUCCESS;
+}
