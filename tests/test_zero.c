@@ -990,8 +990,12 @@ END_TEST
 /* ------------------------------------------------------------ dead ranks */
 
 /* Rank 2 (of 3) pushes its gradients of step 3 and then dies (kill) or
- * never calls end (absent): ranks 0 and 1 report what end returned. */
-static int dead_rank(bool kill_it)
+ * never calls end (absent): ranks 0 and 1 report what end returned.  Run
+ * as a Check test without fork (the helpers assert), which leaves with
+ * _exit. */
+static bool g_kill;
+
+START_TEST(dead_rank)
 {
 	static const struct scen sc = { "dead", TIER_FP32, TIER_FP32, TIER_FP32, 0, false, false,
 					 0, 0, 0, true, true };
@@ -1017,10 +1021,7 @@ static int dead_rank(bool kill_it)
 		hp_of(&w, &hp, NULL);
 		rc = tier_optim_create(w.rs, &hp, &w.ro);
 	}
-	if (rc) {
-		fprintf(stderr, "zero-dead: rank %d: create: %s\n", R, tier_last_error());
-		return 1;
-	}
+	ck_assert_msg(rc == 0, "zero-dead: rank %d: create: %s", R, tier_last_error());
 	world_add(&w, "a", 20001, 0);
 	world_add(&w, "b", 301, 0);
 	world_add(&w, "c", 70, 0);
@@ -1029,10 +1030,8 @@ static int dead_rank(bool kill_it)
 
 		/* In step: a slow store open or step elsewhere is not a
 		 * dead peer (the test's comm has the long timeout). */
-		if (comm_barrier(TC) != 0) {
-			fprintf(stderr, "zero-dead: rank %d: barrier: %s\n", R, tier_last_error());
-			return 1;
-		}
+		ck_assert_msg(comm_barrier(TC) == 0, "zero-dead: rank %d: barrier: %s", R,
+			      tier_last_error());
 		w.step = k;
 		make_grads(&w, 7);
 		t0 = ts_now_ns();
@@ -1043,13 +1042,10 @@ static int dead_rank(bool kill_it)
 
 			rc = tier_optim_push(w.o, (uint32_t)i, &g, &o);
 		}
-		if (rc) {
-			fprintf(stderr, "zero-dead: rank %d: step %u: begin or push: %s\n", R, k,
-				tier_last_error());
-			return 1;
-		}
+		ck_assert_msg(rc == 0, "zero-dead: rank %d: step %u: begin or push: %s", R, k,
+			      tier_last_error());
 		if (k == 3 && R == 2) {
-			if (kill_it)
+			if (g_kill)
 				raise(SIGKILL);
 			ts_sleep_ns((uint64_t)((DEAD_TIMEOUT_S + 4) * 1e9));
 			t_rmtree(g_dir);
@@ -1057,19 +1053,18 @@ static int dead_rank(bool kill_it)
 		}
 		rc = tier_optim_end(w.o, &res);
 		took = ts_ns_to_s(ts_now_ns() - t0);
-		if (k < 3 && rc) {
-			fprintf(stderr, "zero-dead: rank %d: step %u: %s\n", R, k, tier_last_error());
-			return 1;
-		}
+		ck_assert_msg(k == 3 || rc == 0, "zero-dead: rank %d: step %u: %s", R, k,
+			      tier_last_error());
 	}
 	d = tier_last_error();
 	ok = rc == -ETIMEDOUT && took >= DEAD_TIMEOUT_S - 0.05 && took <= DEAD_TIMEOUT_S + 3 &&
-	     strstr(d, "rank") &&
+	     strstr(d, "rank") && tier_optim_step_count(w.o) == 2 &&
 	     (strstr(d, "reduce_scatter") || strstr(d, "allreduce") || strstr(d, "allgatherv") ||
 	      strstr(d, "barrier"));
-	printf("zero-dead: rank %d: %s: tier_optim_end %d (%s) after %.2f s (timeout %.0f s): %s\n",
-	       R, ok ? "PASS" : "FAIL", rc, rc == -ETIMEDOUT ? "ETIMEDOUT" : rc ? "error" : "success",
-	       took, DEAD_TIMEOUT_S, d);
+	printf("zero-dead: rank %d: %s: tier_optim_end %d (%s) after %.2f s (timeout %.0f s), "
+	       "step count %" PRIu64 " (2 expected): %s\n", R, ok ? "PASS" : "FAIL", rc,
+	       rc == -ETIMEDOUT ? "ETIMEDOUT" : rc ? "error" : "success", took, DEAD_TIMEOUT_S,
+	       tier_optim_step_count(w.o), d);
 	fflush(stdout);
 	/* The optimizer goes away without waiting on the dead peer. */
 	rc = tier_optim_destroy(w.o);
@@ -1079,6 +1074,7 @@ static int dead_rank(bool kill_it)
 	/* Leaves without MPI_Finalize: it would wait on rank 2. */
 	_exit(ok ? 0 : 1);
 }
+END_TEST
 
 /* ------------------------------------------------------------ suite */
 
@@ -1099,6 +1095,16 @@ static Suite *zero_suite(void)
 	tcase_add_test(tc, misuse_size);
 	tcase_add_test(tc, misuse_count);
 	tcase_add_test(tc, misuse_export);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+static Suite *dead_suite(void)
+{
+	Suite *s = suite_create("zero-dead");
+	TCase *tc = tcase_create("dead");
+
+	tcase_add_test(tc, dead_rank);
 	suite_add_tcase(s, tc);
 	return s;
 }
@@ -1143,9 +1149,11 @@ int main(int argc, char **argv)
 			fprintf(stderr, "test_zero %s: runs on 3 ranks, not %d\n", mode, N);
 			return 1;
 		}
-		return dead_rank(!strcmp(mode, "kill"));
+		g_kill = !strcmp(mode, "kill");
+		sr = srunner_create(dead_suite());
+	} else {
+		sr = srunner_create(zero_suite());
 	}
-	sr = srunner_create(zero_suite());
 	if (strcmp(backend, "single") != 0)
 		srunner_set_fork_status(sr, CK_NOFORK);
 	srunner_run_all(sr, CK_NORMAL);
