@@ -66,6 +66,7 @@
 
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/fault.h"
 #include "kernels/adam_math.h"
 #include "prefetch/partition.h"
 #include "runtime/comm.h"
@@ -685,6 +686,11 @@ static void step_result_checks(struct zworld *w, const struct tier_step_result *
 	    !(res->comm_wait_s <= res->step_s + 1e-3))
 		failf(w, "res: comm_s %g, comm_wait_s %g, step_s %g", res->comm_s, res->comm_wait_s,
 		      res->step_s);
+	if ((w->step == w->sc->inf_step || w->step == w->sc->nan_step) &&
+	    (res->applied || res->next_loss_scale != res->loss_scale * 0.5))
+		failf(w, "the step with an inf or nan on one rank: applied %d, loss scale %g then %g "
+		      "(expected skipped, and backed off by half)", res->applied, res->loss_scale,
+		      res->next_loss_scale);
 	if (rr->clip_coef < 1.0)
 		w->clipped = true;
 	w->collectives += res->collectives;
@@ -935,6 +941,191 @@ START_TEST(misuse_count)
 }
 END_TEST
 
+/* Ranks whose newest checkpoints are of different steps (rank N-1's
+ * store reopened at the one before): tier_optim_resume fails on every
+ * rank, naming a rank; with every rank rolled back to the same step it
+ * resumes, at that step's state. */
+START_TEST(misuse_resume)
+{
+	static const struct scen sc = { "resume-mix", TIER_FP32, TIER_FP32, TIER_FP32, 0, false,
+					 false, 0, 0, 0, true, true };
+	struct tier_optim_params rt;
+	struct tier_store_params sp;
+	float *snap[MAXP];
+	void *snm[MAXP], *snv[MAXP];
+	uint64_t g1 = 0, g2 = 0;
+	struct zworld w;
+	int rc;
+
+	if (N < 2) {
+		fprintf(stderr, "test_zero: misuse-resume: needs 2 ranks or more; skipped\n");
+		return;
+	}
+	world_init(&w, &sc, 55, MIS_NONE);
+	ck_assert(zstep(&w, (1u << w.np) - 1));
+	/* The reference's state after step 1. */
+	for (size_t i = 0; i < w.np; i++) {
+		snap[i] = malloc(w.pa[i].n * 4);
+		snm[i] = malloc(w.pa[i].n * w.ms);
+		snv[i] = malloc(w.pa[i].n * w.ms);
+		ck_assert(snap[i] && snm[i] && snv[i]);
+		ck_assert_int_eq(tier_optim_read(w.ro, (uint32_t)i, snap[i], snm[i], snv[i]), 0);
+	}
+	rc = tier_optim_checkpoint(w.o, &g1);
+	ck_assert_msg(rc == 0, "checkpoint: %s", tier_last_error());
+	ck_assert(zstep(&w, (1u << w.np) - 1));
+	rc = tier_optim_checkpoint(w.o, &g2);
+	ck_assert_msg(rc == 0 && g2 > g1, "checkpoint: %s", tier_last_error());
+	ck_assert_int_eq(tier_optim_destroy(w.o), 0);
+	w.o = NULL;
+	ck_assert_int_eq(tier_store_close(w.s), 0);
+	/* Rank N-1 at step 1 (a roll back), the others at step 2. */
+	tier_store_params_init(&sp);
+	sp.hbm_backend = "none";
+	sp.generation = R == N - 1 ? g1 : 0;
+	rc = tier_store_open(w.man, &sp, &w.s);
+	ck_assert_msg(rc == 0, "store open: %s", tier_last_error());
+	tier_optim_params_init(&rt);
+	rt.threads = 2;
+	rt.comm = w.oc;
+	ts_err_clear();
+	rc = tier_optim_resume(w.s, &rt, &w.o);
+	fprintf(stderr, "test_zero: misuse-resume: rank %d of %d: %d: %s\n", R, N, rc,
+		tier_last_error());
+	if (rc >= 0 || !strstr(tier_last_error(), "rank"))
+		failf(&w, "resume from checkpoints of different steps: %d (%s); expected an error "
+		      "naming a rank", rc, tier_last_error());
+	if (!rc) {
+		ck_assert_int_eq(tier_optim_destroy(w.o), 0);
+		w.o = NULL;
+	}
+	ck_assert_int_eq(tier_store_close(w.s), 0);
+	/* Every rank at step 1: it resumes. */
+	sp.generation = g1;
+	rc = tier_store_open(w.man, &sp, &w.s);
+	ck_assert_msg(rc == 0, "store open at %" PRIu64 ": %s", g1, tier_last_error());
+	rc = tier_optim_resume(w.s, &rt, &w.o);
+	if (rc) {
+		w.o = NULL;
+		failf(&w, "resume with every rank at step 1: %d: %s", rc, tier_last_error());
+	} else {
+		if (tier_optim_step_count(w.o) != 1)
+			failf(&w, "resumed at step %" PRIu64 ", expected 1",
+			      tier_optim_step_count(w.o));
+		for (size_t i = 0; i < w.np; i++) {
+			struct zparam *q = &w.pa[i];
+			float *p = malloc(q->n * 4);
+			void *m = malloc(q->n * w.ms), *v = malloc(q->n * w.ms);
+
+			ck_assert(p && m && v);
+			ck_assert_int_eq(tier_optim_read(w.o, (uint32_t)i, p, m, v), 0);
+			compare(&w, "master (step 1)", q->name, TIER_FP32, p, snap[i] + q->off, q->pn,
+				q->off);
+			compare(&w, "exp_avg (step 1)", q->name, TIER_FP32, m,
+				(char *)snm[i] + q->off * w.ms, q->pn, q->off);
+			compare(&w, "exp_avg_sq (step 1)", q->name, TIER_FP32, v,
+				(char *)snv[i] + q->off * w.ms, q->pn, q->off);
+			free(p);
+			free(m);
+			free(v);
+		}
+	}
+	for (size_t i = 0; i < w.np; i++) {
+		free(snap[i]);
+		free(snm[i]);
+		free(snv[i]);
+	}
+	world_close(&w);
+	agree(w.bad, "misuse-resume");
+}
+END_TEST
+
+/*
+ * A step that fails on one rank (its first fill between the tiers fails,
+ * on rank N-1 only) fails on every rank, the others naming that rank; the
+ * ranks' states no longer agree, so later steps are refused everywhere;
+ * resumed from the checkpoint before it, the run goes on bit for bit as
+ * the reference's (which never took the failed step).
+ */
+START_TEST(failed_step)
+{
+	static const struct scen sc = { "failed-step", TIER_FP32, TIER_FP32, TIER_BF16, 0, true,
+					 false, 0, 0, 0, false, true };
+	struct tier_tensor g[MAXP], out[MAXP];
+	struct tier_step_result res;
+	struct tier_optim_params rt;
+	char want[32];
+	uint64_t gen = 0;
+	struct zworld w;
+	int rc;
+
+	if (!ts_fault_available()) {
+		fprintf(stderr, "test_zero: failed-step: no fault sites in this build; skipped\n");
+		return;
+	}
+	world_init(&w, &sc, 33, MIS_NONE);
+	ck_assert(zstep(&w, (1u << w.np) - 1));
+	ck_assert(zstep(&w, (1u << w.np) - 1));
+	rc = tier_optim_checkpoint(w.o, &gen);
+	ck_assert_msg(rc == 0, "checkpoint: %s", tier_last_error());
+	/* Step 3, failing on rank N-1. */
+	w.step = 3;
+	make_grads(&w, (1u << w.np) - 1);
+	for (size_t i = 0; i < w.np; i++) {
+		g[i] = (struct tier_tensor){ w.pa[i].g, TIER_FP32, TIER_MEM_HOST, w.pa[i].n };
+		out[i] = (struct tier_tensor){ w.pa[i].out, TIER_BF16, TIER_MEM_HOST, w.pa[i].n };
+	}
+	if (R == N - 1)
+		ck_assert_int_eq(ts_fault_arm(TIER_FAULT_STORE_IO, 1, TIER_FAULT_PERSISTENT, -EIO), 0);
+	memset(&res, 0, sizeof(res));
+	ts_err_clear();
+	rc = tier_optim_step(w.o, TIER_LR_KEEP, g, out, &res);
+	if (R == N - 1) {
+		if (!ts_fault_fired(TIER_FAULT_STORE_IO))
+			failf(&w, "the armed fault did not fire: the test needs another site");
+		ts_fault_disarm(TIER_FAULT_STORE_IO);
+	}
+	fprintf(stderr, "test_zero: failed-step: rank %d of %d: %d: %s\n", R, N, rc,
+		tier_last_error());
+	snprintf(want, sizeof(want), "rank %d", N - 1);
+	if (rc >= 0 || res.applied)
+		failf(&w, "a step that failed on rank %d: %d, applied %d; expected an error", N - 1, rc,
+		      res.applied);
+	else if (!strstr(tier_last_error(), want))
+		failf(&w, "the detail '%s' does not name %s", tier_last_error(), want);
+	if (tier_optim_step_count(w.o) != 2)
+		failf(&w, "step count %" PRIu64 " after the failed step, expected 2",
+		      tier_optim_step_count(w.o));
+	/* Refused from now on, on every rank. */
+	rc = tier_optim_step(w.o, TIER_LR_KEEP, g, out, &res);
+	if (rc >= 0)
+		failf(&w, "a step after the failed one: %d; expected refused", rc);
+	/* Restore the checkpoint of step 2 on every rank, and go on. */
+	rc = tier_optim_destroy(w.o);   /* may report the failed write-backs */
+	w.o = NULL;
+	fprintf(stderr, "test_zero: failed-step: rank %d: destroy %d, store close %d\n", R, rc,
+		tier_store_close(w.s));
+	open_store(&w, sc.name);
+	tier_optim_params_init(&rt);
+	rt.threads = 2;
+	rt.offload_fraction = 1.0;
+	rt.comm = w.oc;
+	rc = tier_optim_resume(w.s, &rt, &w.o);
+	if (rc) {
+		w.o = NULL;
+		failf(&w, "resume after the failed step: %d: %s", rc, tier_last_error());
+	} else {
+		check_state(&w);
+		w.step = 2;   /* step 3 again: the reference never took it */
+		for (int k = 0; k < 3 && zstep(&w, (1u << w.np) - 1); k++)
+			;
+		check_state(&w);
+	}
+	world_close(&w);
+	agree(w.bad, "failed-step");
+}
+END_TEST
+
 /* Export and import of a partitioned optimizer: -ENOTSUP, state kept. */
 START_TEST(misuse_export)
 {
@@ -1094,6 +1285,8 @@ static Suite *zero_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, misuse_size);
 	tcase_add_test(tc, misuse_count);
+	tcase_add_test(tc, misuse_resume);
+	tcase_add_test(tc, failed_step);
 	tcase_add_test(tc, misuse_export);
 	suite_add_tcase(s, tc);
 	return s;
