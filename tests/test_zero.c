@@ -159,7 +159,11 @@ static const struct pdef {
 #define P_W2 3u
 #define P_B1 2u
 
-enum misuse { MIS_NONE, MIS_SIZE, MIS_COUNT };
+/* A rank that differs: w1 one element longer, one more parameter, no
+ * output buffer for w2, another lr for group 0 (a schedule applied on one
+ * rank only). */
+enum misuse { MIS_NONE, MIS_SIZE, MIS_COUNT, MIS_OUTPUT, MIS_GROUP };
+static const char *const mis_name[] = { "none", "size", "count", "output", "group" };
 
 static const struct scen {
 	const char *name;
@@ -869,23 +873,38 @@ END_TEST
 /* ------------------------------------------------------------ misuse */
 
 /* A rank whose parameters differ (w1 longer, or one more parameter):
- * the first step fails on every rank with -EINVAL naming the rank. */
+ * the first step fails on every rank with -EINVAL naming the rank.  A
+ * rank whose step differs where the collectives do not (no output buffer
+ * for w2, or another lr for group 0): the step fails on every rank with
+ * -EINVAL naming the rank, changing nothing, and once the rank is set
+ * right the next step equals the reference's. */
 static void misuse_step(enum misuse mis)
 {
 	static const struct scen sc = { "misuse", TIER_FP32, TIER_FP32, TIER_FP32, 0, false,
 					 false, 0, 0, 0, true, true };
 	struct tier_step_result res;
+	struct tier_optim_params hp;
+	struct tier_group_params gp;
 	struct zworld w;
 	int rc_b, rc_e = 0;
-	const char *detail = "";
-	char what[32];
+	char what[32], detail[TIER_ERR_MAX];
+	bool odd = N > 1 && R == N - 1;
 
+	snprintf(what, sizeof(what), "misuse-%s", mis_name[mis]);
 	if (N < 2) {
-		fprintf(stderr, "test_zero: misuse %d: needs 2 ranks or more; skipped\n", mis);
+		fprintf(stderr, "test_zero: %s: needs 2 ranks or more; skipped\n", what);
 		return;
 	}
 	world_init(&w, &sc, 99, mis);
-	snprintf(what, sizeof(what), "misuse-%s", mis == MIS_SIZE ? "size" : "count");
+	hp_of(&w, &hp, NULL);
+	tier_group_params_init(&gp);
+	gp.lr = hp.lr;
+	gp.weight_decay = hp.weight_decay;
+	if (mis == MIS_GROUP && odd) {
+		gp.lr *= 2;
+		ck_assert_int_eq(tier_optim_set_group(w.o, 0, &gp), 0);
+		gp.lr = hp.lr;
+	}
 	w.step = 1;
 	make_grads(&w, (1u << w.np) - 1);
 	ts_err_clear();
@@ -894,8 +913,11 @@ static void misuse_step(enum misuse mis)
 		for (size_t i = w.np; i-- > 0;) {
 			struct tier_tensor g = { w.pa[i].g, TIER_FP32, TIER_MEM_HOST, w.pa[i].n };
 			struct tier_tensor o = { w.pa[i].out, TIER_FP32, TIER_MEM_HOST, w.pa[i].n };
-			int rc = tier_optim_push(w.o, (uint32_t)i, &g, &o);
+			int rc;
 
+			if (mis == MIS_OUTPUT && odd && i == P_W2)
+				o.ptr = NULL;
+			rc = tier_optim_push(w.o, (uint32_t)i, &g, &o);
 			if (rc)
 				failf(&w, "push %s: %d: %s", w.pa[i].name, rc, tier_last_error());
 		}
@@ -904,7 +926,7 @@ static void misuse_step(enum misuse mis)
 		if (!rc_e)
 			failf(&w, "%s: the step succeeded (applied %d)", what, res.applied);
 	}
-	detail = tier_last_error();
+	snprintf(detail, sizeof(detail), "%s", tier_last_error());
 	fprintf(stderr, "test_zero: %s: rank %d of %d: begin %d, end %d: %s\n", what, R, N, rc_b,
 		rc_e, detail);
 	if (!(rc_b == -EINVAL || (rc_b == 0 && rc_e == -EINVAL)))
@@ -917,6 +939,18 @@ static void misuse_step(enum misuse mis)
 	if (tier_optim_step_count(w.o) != 0)
 		failf(&w, "%s: step count %" PRIu64 " after the refused step", what,
 		      tier_optim_step_count(w.o));
+	if (mis == MIS_OUTPUT || mis == MIS_GROUP) {
+		/* Nothing changed; set right, the optimizer goes on. */
+		if (mis == MIS_GROUP && odd)
+			ck_assert_int_eq(tier_optim_set_group(w.o, 0, &gp), 0);
+		check_state(&w);
+		w.step = 0;
+		if (zstep(&w, (1u << w.np) - 1))
+			check_state(&w);
+		world_close(&w);
+		agree(w.bad, what);
+		return;
+	}
 	/* The comm may be broken by now: its close may say so. */
 	rc_b = tier_optim_destroy(w.o);
 	w.o = NULL;
@@ -938,6 +972,18 @@ END_TEST
 START_TEST(misuse_count)
 {
 	misuse_step(MIS_COUNT);
+}
+END_TEST
+
+START_TEST(misuse_output)
+{
+	misuse_step(MIS_OUTPUT);
+}
+END_TEST
+
+START_TEST(misuse_group)
+{
+	misuse_step(MIS_GROUP);
 }
 END_TEST
 
@@ -1285,6 +1331,8 @@ static Suite *zero_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, misuse_size);
 	tcase_add_test(tc, misuse_count);
+	tcase_add_test(tc, misuse_output);
+	tcase_add_test(tc, misuse_group);
 	tcase_add_test(tc, misuse_resume);
 	tcase_add_test(tc, failed_step);
 	tcase_add_test(tc, misuse_export);
