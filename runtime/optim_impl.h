@@ -222,6 +222,9 @@ int zero_begin(struct tier_optim *o);
 /* tier_optim_push's part once the tensors are checked. */
 int zero_push(struct tier_optim *o, uint32_t id, const struct tier_tensor *grad,
 	      const struct tier_tensor *out);
+/* Waits out the step's collectives still in flight (a step abandoned:
+ * the other ranks posted the same ones) and forgets them. */
+void zero_drain(struct tier_optim *o);
 /* tier_optim_end of a partitioned optimizer. */
 int zero_end(struct tier_optim *o, struct tier_step_result *res);
 /* After this rank's part of a checkpoint (@rc): every rank's outcome.

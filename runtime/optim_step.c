@@ -465,6 +465,8 @@ int tier_optim_push(struct tier_optim *o, uint32_t id, const struct tier_tensor 
 /* Ends a step without updating anything. */
 void optim_abandon(struct tier_optim *o)
 {
+	if (o->comm)
+		zero_drain(o);
 	la_finish(&o->la);
 	o->in_step = false;
 	o->synced = false; /* the window stopped part way through the schedule */

@@ -423,14 +423,24 @@ int zero_push(struct tier_optim *o, uint32_t id, const struct tier_tensor *grad,
 	return 0;
 }
 
+void zero_drain(struct tier_optim *o)
+{
+	for (uint32_t i = 0; i < o->nparams; i++) {
+		struct param *pp = &o->params[i];
+
+		if (pp->rs)
+			(void)comm_wait(pp->rs); /* completes, fails or times out: freed */
+		pp->rs = NULL;
+		pp->ready = false;
+	}
+}
+
 /* The step abandoned after a collective failed: no state changed. */
 static int step_comm_failed(struct tier_optim *o)
 {
 	int rc = o->zrc;
 
-	for (uint32_t i = 0; i < o->nparams; i++)
-		o->params[i].rs = NULL; /* comm_wait freed each */
-	optim_abandon(o);
+	optim_abandon(o); /* waits out what is still in flight */
 	return ts_err(rc, "optimizer: step %" PRIu64 " on rank %d of %d: %s; no state changed (a comm that timed out is broken: end the job and resume from the last checkpoint)",
 		      o->applied + 1, o->rank, o->world, o->zerr);
 }
@@ -563,11 +573,9 @@ int zero_end(struct tier_optim *o, struct tier_step_result *res)
 	for (; o->rs_next < o->nparams && !o->zrc; o->rs_next++)
 		if (o->params[o->rs_next].ready)
 			(void)post_rs(o, o->rs_next);
-	for (uint32_t i = 0; i < o->nparams; i++)
-		if (o->params[i].rs && !o->zrc)
+	for (uint32_t i = 0; i < o->nparams && !o->zrc; i++)
+		if (o->params[i].rs)
 			wait_one(o, i, true, "reduce-scatter");
-		else if (o->params[i].rs)
-			(void)comm_wait(o->params[i].rs); /* ends it, or times out */
 	if (o->zrc)
 		return step_comm_failed(o);
 
