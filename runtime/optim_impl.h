@@ -151,7 +151,12 @@ struct tier_optim {
 	bool comm_dev;           /* the comm's buffers are device memory */
 	bool layout_dirty;       /* parameters or groups changed: the next begin
 				  * checks that every rank has the same */
-	uint32_t rs_next;        /* the next parameter to reduce-scatter (id order) */
+	uint32_t rs_next;        /* the next position to reduce-scatter, in the
+				  * step's posting order (zero_order_at) */
+	bool post_desc;          /* that order: descending ids (backward's) or
+				  * ascending; agreed, from rank 0's pushes */
+	uint32_t last_push;      /* this step's pushes: the last id, and how */
+	uint32_t push_up, push_down; /* often the next was above or below it */
 	int zrc;                 /* this step's first collective error */
 	char zerr[TIER_ERR_MAX];
 	struct {

@@ -361,6 +361,8 @@ int tier_optim_begin(struct tier_optim *o, double lr)
 		o->params[i].ready = false;
 	}
 	o->rs_next = 0;
+	o->last_push = UINT32_MAX;
+	o->push_up = o->push_down = 0;
 	o->zrc = 0;
 	memset(&o->cst, 0, sizeof(o->cst));
 	memset(o->lane, 0, sizeof(o->lane));

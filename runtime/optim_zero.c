@@ -103,6 +103,8 @@ int zero_setup(struct tier_optim *o, struct tier_comm *comm)
 	o->world = tier_comm_size(comm);
 	o->comm_dev = (caps & COMM_CAP_DEVICE_MEMORY) && !(caps & COMM_CAP_HOST_MEMORY);
 	o->layout_dirty = true;
+	/* backward produces the last parameters' gradients first */
+	o->post_desc = true;
 	return 0;
 }
 
@@ -302,6 +304,12 @@ int zero_begin(struct tier_optim *o)
 
 /* ------------------------------------------------------------ the step */
 
+/* The parameter at position @k of the step's posting order. */
+static uint32_t order_at(const struct tier_optim *o, uint32_t k)
+{
+	return o->post_desc ? o->nparams - 1 - k : k;
+}
+
 /* Posts parameter @id's reduce-scatter. */
 static int post_rs(struct tier_optim *o, uint32_t id)
 {
@@ -358,7 +366,8 @@ static int rs_done(struct tier_optim *o, uint32_t id, uint64_t t1)
  * (never blocks: MPI progresses its requests inside these calls). */
 static void progress(struct tier_optim *o)
 {
-	for (uint32_t i = 0; i < o->rs_next && !o->zrc; i++) {
+	for (uint32_t k = 0; k < o->rs_next && !o->zrc; k++) {
+		uint32_t i = order_at(o, k);
 		struct param *pp = &o->params[i];
 		bool done = false;
 		int rc;
@@ -404,15 +413,21 @@ int zero_push(struct tier_optim *o, uint32_t id, const struct tier_tensor *grad,
 		memset(&pp->fout, 0, sizeof(pp->fout));
 	pp->pushed = true;
 	pp->ready = true;
-	/* In id order: every rank posts the same sequence whatever the order
-	 * of its pushes. */
+	if (o->last_push != UINT32_MAX) {
+		o->push_up += id > o->last_push;
+		o->push_down += id < o->last_push;
+	}
+	o->last_push = id;
+	/* In the agreed order: every rank posts the same sequence whatever
+	 * the order of its pushes; a push ahead of its turn waits. */
 	while (o->rs_next < o->nparams) {
-		struct param *q = &o->params[o->rs_next];
+		uint32_t i = order_at(o, o->rs_next);
+		struct param *q = &o->params[i];
 
 		if (!q->frozen) {
 			if (!q->ready)
 				break;
-			if (post_rs(o, o->rs_next))
+			if (post_rs(o, i))
 				return ts_err(o->zrc, "optimizer: %s", o->zerr);
 		}
 		o->rs_next++;
@@ -534,7 +549,11 @@ static uint64_t groups_hash(const struct tier_optim *o)
 }
 
 /* The step's figures every rank must agree on, and its norm. */
-enum { X_SUMSQ, X_NONFINITE, X_NPUSHED, X_PUSHED, X_GROUPS, X_APPLIED, X_SCALE, X_N };
+enum { X_SUMSQ, X_NONFINITE, X_NPUSHED, X_PUSHED, X_GROUPS, X_APPLIED, X_SCALE, X_ORDER,
+       X_N };
+/* X_ORDER is not compared: each rank's push order, of which rank 0's sets
+ * the next step's posting order. */
+#define X_AGREED X_ORDER
 
 static int agree(struct tier_optim *o, const double *all)
 {
@@ -547,7 +566,7 @@ static int agree(struct tier_optim *o, const double *all)
 	};
 
 	for (int r = 1; r < o->world; r++)
-		for (int k = X_NPUSHED; k < X_N; k++) {
+		for (int k = X_NPUSHED; k < X_AGREED; k++) {
 			uint64_t a = d2u(all[X_N * r + k]), b = d2u(all[k]);
 			char msg[TIER_ERR_MAX];
 
@@ -571,11 +590,11 @@ int zero_end(struct tier_optim *o, struct tier_step_result *res)
 
 	/* What is left, in id order (the parameters not pushed skipped). */
 	for (; o->rs_next < o->nparams && !o->zrc; o->rs_next++)
-		if (o->params[o->rs_next].ready)
-			(void)post_rs(o, o->rs_next);
-	for (uint32_t i = 0; i < o->nparams && !o->zrc; i++)
-		if (o->params[i].rs)
-			wait_one(o, i, true, "reduce-scatter");
+		if (o->params[order_at(o, o->rs_next)].ready)
+			(void)post_rs(o, order_at(o, o->rs_next));
+	for (uint32_t k = 0; k < o->nparams && !o->zrc; k++)
+		if (o->params[order_at(o, k)].rs)
+			wait_one(o, order_at(o, k), true, "reduce-scatter");
 	if (o->zrc)
 		return step_comm_failed(o);
 
@@ -600,6 +619,7 @@ int zero_end(struct tier_optim *o, struct tier_step_result *res)
 	mine[X_GROUPS] = u2d(groups_hash(o));
 	mine[X_APPLIED] = u2d(o->applied);
 	mine[X_SCALE] = o->p.dynamic_loss_scale ? o->scaler.scale : o->p.loss_scale;
+	mine[X_ORDER] = o->push_up > o->push_down ? 1.0 : o->push_down > o->push_up ? -1.0 : 0.0;
 	if (!(all = ts_malloc((size_t)o->world * X_N * sizeof(*all)))) {
 		optim_abandon(o);
 		return ts_err(-ENOMEM, "optimizer: out of memory");
@@ -612,6 +632,10 @@ int zero_end(struct tier_optim *o, struct tier_step_result *res)
 		optim_abandon(o);
 		return rc;
 	}
+	/* The next step posts in the order rank 0 pushed this one (kept when
+	 * it pushed one parameter, or as many up as down). */
+	if (all[X_ORDER] != 0)
+		o->post_desc = all[X_ORDER] < 0;
 	/* The global norm: the ranks' pieces partition every gradient, so
 	 * their sums add up to it; summed in rank order, the same bits on
 	 * every rank. */
