@@ -488,6 +488,84 @@ static void wait_one(struct tier_optim *o, uint32_t id, bool rs, const char *wha
 	}
 }
 
+/* The parameter at position @k of the lanes' order this step. */
+static uint32_t ag_order_at(const struct tier_optim *o, uint32_t k)
+{
+	return o->ran % 2 ? o->nparams - 1 - k : k;
+}
+
+/* Posts parameter @id's all-gather of its outputs. */
+static int post_ag(struct tier_optim *o, uint32_t id)
+{
+	struct param *pp = &o->params[id];
+	size_t osz = tier_dtype_size(pp->fout.dtype);
+	char w[TIERS_NAME_MAX * 4 + 64];
+	int rc;
+
+	pp->rs_t0 = ts_now_ns();
+	rc = comm_iallgatherv(o->comm, (char *)pp->fout.ptr + pp->poff * osz, pp->fout.ptr,
+			      pp->counts, comm_dt(pp->fout.dtype), &pp->rs);
+	if (rc) {
+		pp->rs = NULL;
+		snprintf(w, sizeof(w), "the all-gather of parameter '%s'", pp->name);
+		return zfail(o, rc, w);
+	}
+	o->cst.n++;
+	o->cst.bytes += pp->pn * osz;
+	return 0;
+}
+
+/* Posts the all-gathers in the lanes' order up to the first parameter not
+ * done yet (@all: every one left, done or not: after the lanes). */
+static void post_gathers(struct tier_optim *o, bool all)
+{
+	while (o->ag_next < o->nparams && !o->zrc) {
+		uint32_t i = ag_order_at(o, o->ag_next);
+		struct param *pp = &o->params[i];
+
+		if (pp->pushed && pp->fout.ptr) {
+			if (!all && atomic_load_explicit(&pp->ag_left, memory_order_acquire))
+				break;
+			if (post_ag(o, i))
+				break;
+		}
+		o->ag_next++;
+	}
+}
+
+void zero_gather_progress(struct tier_optim *o)
+{
+	post_gathers(o, false);
+	/* MPI progresses what is in flight inside its calls: test the oldest */
+	for (uint32_t k = 0; k < o->ag_next && !o->zrc; k++) {
+		uint32_t i = ag_order_at(o, k);
+		struct param *pp = &o->params[i];
+		bool done = false;
+		int rc;
+
+		if (!pp->rs)
+			continue;
+		rc = comm_test(pp->rs, &done);
+		if (!done)
+			break;
+		pp->rs = NULL;
+		if (rc) {
+			char w[TIERS_NAME_MAX * 4 + 64];
+
+			snprintf(w, sizeof(w), "the all-gather of parameter '%s'", pp->name);
+			zfail(o, rc, w);
+			break;
+		}
+		{
+			uint64_t t1 = ts_now_ns();
+
+			o->cst.ns += t1 - pp->rs_t0;
+			trace_span(o->trace, TRACE_COMM, i, atomic_load(&o->begun), pp->rs_t0, t1,
+				   pp->pn * tier_dtype_size(pp->fout.dtype));
+		}
+	}
+}
+
 /* Each rank's outcome of the lanes: 0 and a message. */
 struct outcome {
 	int32_t rc;
@@ -660,14 +738,32 @@ int zero_end(struct tier_optim *o, struct tier_step_result *res)
 		return 0;
 	}
 
+	/* The outputs' all-gathers go out while the lanes run, each once its
+	 * parameter's shards here are updated, in the lanes' order (the same
+	 * on every rank); the rest after them, whatever happened. */
+	for (uint32_t i = 0; i < o->nparams; i++) {
+		struct param *pp = &o->params[i];
+
+		atomic_store_explicit(&pp->ag_left, pp->pushed && !pp->frozen ? pp->nshards : 0,
+				      memory_order_relaxed);
+	}
+	o->ag_next = 0;
+	o->ag_on = true;
 	optim_run_lanes(o);
+	o->ag_on = false;
+	post_gathers(o, true);
 	for (unsigned l = 0; l < LA_LANES; l++)
 		if (o->lane[l].rc && !lrc) {
 			lrc = o->lane[l].rc;
 			lmsg = o->lane[l].err;
 		}
+	if (o->zrc && !lrc) {
+		lrc = o->zrc;
+		lmsg = o->zerr;
+	}
 	rc = exchange_outcome(o, lrc, lmsg, &bad_out, &bad);
 	if (rc || bad != -1) {
+		zero_drain(o); /* the all-gathers every rank posted */
 		uint32_t done = 0;
 
 		for (size_t i = 0; i < o->nact; i++)
@@ -690,32 +786,9 @@ int zero_end(struct tier_optim *o, struct tier_step_result *res)
 	}
 	if ((rc = optim_step_outcome(o, res)))
 		return rc; /* not reached: every lane succeeded */
-
-	/* The outputs: every rank's piece into every rank's full buffer. */
-	for (uint32_t i = 0; i < o->nparams && !o->zrc; i++) {
-		struct param *pp = &o->params[i];
-		size_t osz;
-
-		if (!pp->pushed || !pp->fout.ptr)
-			continue;
-		osz = tier_dtype_size(pp->fout.dtype);
-		pp->rs_t0 = ts_now_ns();
-		rc = comm_iallgatherv(o->comm, (char *)pp->fout.ptr + pp->poff * osz, pp->fout.ptr,
-				      pp->counts, comm_dt(pp->fout.dtype), &pp->rs);
-		if (rc) {
-			char w[TIERS_NAME_MAX * 4 + 64];
-
-			pp->rs = NULL;
-			snprintf(w, sizeof(w), "the all-gather of parameter '%s'", pp->name);
-			zfail(o, rc, w);
-			break;
-		}
-		o->cst.n++;
-		o->cst.bytes += pp->pn * osz;
-	}
-	for (uint32_t i = 0; i < o->nparams; i++)
-		if (o->params[i].rs)
-			wait_one(o, i, false, "all-gather");
+	for (uint32_t k = 0; k < o->nparams && !o->zrc; k++)
+		if (o->params[ag_order_at(o, k)].rs)
+			wait_one(o, ag_order_at(o, k), false, "all-gather");
 	if (o->zrc) {
 		o->failed = o->zrc;
 		snprintf(o->failed_msg, sizeof(o->failed_msg), "step %" PRIu64 " on rank %d of %d: the state is updated but the outputs were not gathered: %.3900s",
