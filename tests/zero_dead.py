@@ -9,8 +9,9 @@ pushes its gradients of step 3 and then:
   absent: stays alive but never calls tier_optim_end.  Ranks 0 and 1 must
           each print "zero-dead: rank R: PASS: ..." (test_zero checks that
           tier_optim_end returned -ETIMEDOUT after the comm's 4 s timeout,
-          and not 3 s later, with a detail naming the collective and the
-          rank).
+          at most 2 s of the comm's probe and 3 s of slack later, with a
+          detail naming the collective and rank 2, and that no step was
+          counted).
   kill:   SIGKILLs itself.  Either ranks 0 and 1 pass as above, or the
           launcher ends the job with a non-zero status and says that rank 2
           died (Open MPI's mpirun does, within ~2 s).  Never a hang.
