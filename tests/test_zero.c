@@ -6,7 +6,9 @@
  * (averaged), one global norm and overflow decision is taken, and the
  * updated parameters are all-gathered into every rank's full buffer.
  *
- *   test_zero single [-v]  one rank on the "single" comm (not partitioned)
+ *   test_zero single [-v]  one rank on the "single" comm ("NULL or one
+ *                          rank: not partitioned", include/tierstore.h: so
+ *                          export and import work there)
  *   test_zero mpi [-v]     under mpirun -np N: N ranks on the "mpi" comm
  *                          (77 in a build without MPI)
  *   test_zero absent       under mpirun -np 3 (tests/zero_dead.py): rank 2
@@ -15,6 +17,16 @@
  *                          (kill); ranks 0 and 1 must get an error from
  *                          tier_optim_end within the comm's timeout and
  *                          print "zero-dead: rank R: PASS: ..."
+ *
+ * The scenarios (the table scens[], 20 steps each): fp32; clipping; bf16
+ * moments, gradients and outputs; an inf (step 5) and a nan (step 13) on
+ * one rank under dynamic loss scaling; two groups with a schedule, a
+ * parameter without a gradient for four steps and one frozen for five;
+ * a checkpoint, destroy and resume after step 10.  The misuse cases: a
+ * rank with a longer parameter, with one more parameter, with no output
+ * buffer for a parameter, with another group lr; export and import;
+ * ranks whose newest checkpoints differ; a step that fails at one rank's
+ * tiers (a fault site).
  *
  * -v (or TIER_ZERO_VERBOSE set) prints every step's collective figures
  * (res.collectives, comm_bytes, comm_s, comm_wait_s) per rank; a line per
