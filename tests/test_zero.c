@@ -21,8 +21,11 @@
  * The scenarios (the table scens[], 20 steps each): fp32; clipping; bf16
  * moments, gradients and outputs; an inf (step 5) and a nan (step 13) on
  * one rank under dynamic loss scaling; two groups with a schedule, a
- * parameter without a gradient for four steps and one frozen for five;
- * a checkpoint, destroy and resume after step 10.  The misuse cases: a
+ * parameter without a gradient for four steps, one frozen for five and
+ * one without an output buffer for two; a checkpoint, destroy and resume
+ * after step 10; fp16 gradients and outputs, each rank pushing in an
+ * order of its own; a model of parameters smaller than 64 N, so that
+ * some ranks own nothing at all.  The misuse cases: a
  * rank with a longer parameter, with one more parameter, with no output
  * buffer for a parameter, with another group lr; export and import;
  * ranks whose newest checkpoints differ; a step that fails at one rank's
@@ -146,13 +149,18 @@ static float load(enum tier_dtype dt, const void *buf, size_t j)
 {
 	if (dt == TIER_BF16)
 		return bf16_to_f32(((const uint16_t *)buf)[j]);
+	if (dt == TIER_FP16)
+		return f16_to_f32(((const uint16_t *)buf)[j]);
 	return ((const float *)buf)[j];
 }
 
+/* @v rounded once to @dt (as the comm rounds its f32 average). */
 static void store(enum tier_dtype dt, void *buf, size_t j, float v)
 {
 	if (dt == TIER_BF16)
 		((uint16_t *)buf)[j] = f32_to_bf16(v);
+	else if (dt == TIER_FP16)
+		((uint16_t *)buf)[j] = f32_to_f16(v);
 	else
 		((float *)buf)[j] = v;
 }
@@ -170,7 +178,6 @@ static const struct pdef {
 	{ "emb", 200003, 0 }, { "w1", 9001, 1 }, { "b1", 100, 1 },
 	{ "w2", 12345, 0 },   { "tiny", 50, 0 },
 };
-#define NPARAMS ARRAY_SIZE(model)
 #define P_W2 3u
 #define P_B1 2u
 
@@ -180,25 +187,51 @@ static const struct pdef {
 enum misuse { MIS_NONE, MIS_SIZE, MIS_COUNT, MIS_OUTPUT, MIS_GROUP };
 static const char *const mis_name[] = { "none", "size", "count", "output", "group" };
 
+/* A model of parameters all smaller than 64 N (N >= 2): some ranks own
+ * nothing of any of them (with part_plan's split, rank 0 owns nothing on
+ * 2 ranks or more). */
+static const struct pdef small_model[] = {
+	{ "x", 100, 0 }, { "y", 60, 0 }, { "z", 1, 0 },
+};
+
+/* The order a rank pushes its gradients in (the streaming form). */
+enum order {
+	O_BACKWARD,   /* descending ids, as backward produces them */
+	O_SHUFFLE,    /* a permutation of its own per rank and step */
+};
+
 static const struct scen {
 	const char *name;
 	enum tier_dtype md, gd, od;  /* moments, gradients, outputs */
 	double clip;                 /* max_grad_norm; 0: none */
 	bool dynamic;                /* dynamic loss scaling from 2^12 */
 	bool groups;                 /* two groups, a schedule, a parameter not
-				      * pushed at steps 4-7, b1 frozen at 10-14 */
+				      * pushed at steps 4-7, b1 frozen at 10-14,
+				      * no output buffer for w1 at 16-17 */
 	unsigned inf_step;           /* rank N-1 puts an inf at emb[0] */
 	unsigned nan_step;           /* rank 0 puts a nan at w2's last element */
 	unsigned resume_after;       /* checkpoint, destroy, resume after it */
 	bool streaming;              /* begin, push, end (else tier_optim_step) */
 	bool exact;                  /* bit for bit (else within 1e-6) */
+	enum order push;
+	bool small;                  /* small_model (its state fits in DRAM) */
 } scens[] = {
-	{ "fp32", TIER_FP32, TIER_FP32, TIER_FP32, 0, false, false, 0, 0, 0, true, true },
-	{ "clip", TIER_FP32, TIER_FP32, TIER_FP32, 1.0, false, false, 0, 0, 0, false, false },
-	{ "bf16", TIER_BF16, TIER_BF16, TIER_BF16, 0, false, false, 0, 0, 0, false, true },
-	{ "overflow", TIER_FP32, TIER_FP32, TIER_BF16, 0, true, false, 5, 13, 0, true, true },
-	{ "groups", TIER_FP32, TIER_FP32, TIER_BF16, 0, false, true, 0, 0, 0, true, true },
-	{ "resume", TIER_FP32, TIER_FP32, TIER_FP32, 0, true, true, 0, 0, 10, true, true },
+	{ "fp32", TIER_FP32, TIER_FP32, TIER_FP32, 0, false, false, 0, 0, 0, true, true,
+	  O_BACKWARD, false },
+	{ "clip", TIER_FP32, TIER_FP32, TIER_FP32, 1.0, false, false, 0, 0, 0, false, false,
+	  O_BACKWARD, false },
+	{ "bf16", TIER_BF16, TIER_BF16, TIER_BF16, 0, false, false, 0, 0, 0, false, true,
+	  O_BACKWARD, false },
+	{ "overflow", TIER_FP32, TIER_FP32, TIER_BF16, 0, true, false, 5, 13, 0, true, true,
+	  O_BACKWARD, false },
+	{ "groups", TIER_FP32, TIER_FP32, TIER_BF16, 0, false, true, 0, 0, 0, true, true,
+	  O_BACKWARD, false },
+	{ "resume", TIER_FP32, TIER_FP32, TIER_FP32, 0, true, true, 0, 0, 10, true, true,
+	  O_BACKWARD, false },
+	{ "fp16-shuffled", TIER_FP32, TIER_FP16, TIER_FP16, 0, false, false, 0, 0, 0, true, true,
+	  O_SHUFFLE, false },
+	{ "small", TIER_BF16, TIER_FP32, TIER_FP32, 0, true, false, 0, 0, 0, true, true,
+	  O_SHUFFLE, true },
 };
 
 /* ------------------------------------------------------------ the world */
@@ -226,6 +259,7 @@ struct zworld {
 	size_t ms, gs, os;
 	double scale;               /* the loss scale of this step's gradients */
 	unsigned step;
+	uint32_t noout;             /* parameters pushed without an output buffer */
 	bool clipped;
 	long bad;                   /* mismatches on this rank */
 	/* totals over the scenario, for the summary line */
@@ -462,6 +496,8 @@ static void world_add(struct zworld *w, const char *name, size_t n, uint32_t gro
 
 static void world_init(struct zworld *w, const struct scen *sc, unsigned salt, enum misuse mis)
 {
+	const struct pdef *md = sc->small ? small_model : model;
+	size_t nm = sc->small ? ARRAY_SIZE(small_model) : ARRAY_SIZE(model);
 	struct tier_optim_params hp;
 	int rc;
 
@@ -488,12 +524,12 @@ static void world_init(struct zworld *w, const struct scen *sc, unsigned salt, e
 		ck_assert_int_eq(tier_optim_add_group(w->o, &g, NULL), 0);
 		ck_assert_int_eq(tier_optim_add_group(w->ro, &g, NULL), 0);
 	}
-	for (size_t i = 0; i < NPARAMS; i++) {
-		size_t n = model[i].n;
+	for (size_t i = 0; i < nm; i++) {
+		size_t n = md[i].n;
 
 		if (mis == MIS_SIZE && N > 1 && R == N - 1 && i == 1)
 			n++;   /* w1 one element longer on the last rank */
-		world_add(w, model[i].name, n, sc->groups ? model[i].group : 0);
+		world_add(w, md[i].name, n, sc->groups ? md[i].group : 0);
 	}
 	if (mis == MIS_COUNT && N > 1 && R == N - 1)
 		world_add(w, "extra", 777, 0);
@@ -646,7 +682,9 @@ static void check_state(struct zworld *w)
 static void make_grads(struct zworld *w, uint32_t mask)
 {
 	const struct scen *sc = w->sc;
-	int k = sc->gd == TIER_BF16 ? 255 : 2000;   /* bf16: exact integers */
+	/* integers exact in the gradient's type: 8 bits of bf16's
+	 * significand, 11 of fp16's */
+	int k = sc->gd == TIER_BF16 ? 255 : 2000;
 	float unit = (float)(0x1p-12 * w->scale);
 
 	for (size_t i = 0; i < w->np; i++) {
@@ -744,8 +782,10 @@ static bool zstep(struct zworld *w, uint32_t mask)
 
 		g[i] = (struct tier_tensor){ has ? q->g : NULL, sc->gd, TIER_MEM_HOST, q->n };
 		avg[i] = (struct tier_tensor){ has ? q->avg : NULL, sc->gd, TIER_MEM_HOST, q->n };
-		out[i] = (struct tier_tensor){ q->out, sc->od, TIER_MEM_HOST, q->n };
-		rout[i] = (struct tier_tensor){ q->rout, sc->od, TIER_MEM_HOST, q->n };
+		bool o = !((w->noout >> i) & 1u);
+
+		out[i] = (struct tier_tensor){ o ? q->out : NULL, sc->od, TIER_MEM_HOST, q->n };
+		rout[i] = (struct tier_tensor){ o ? q->rout : NULL, sc->od, TIER_MEM_HOST, q->n };
 	}
 	memset(&res, 0, sizeof(res));
 	if (!sc->streaming) {
@@ -757,7 +797,23 @@ static bool zstep(struct zworld *w, uint32_t mask)
 			failf(w, "begin: %d: %s", rc, tier_last_error());
 			return false;
 		}
-		for (size_t i = w->np; i-- > 0;) {
+		size_t ord[MAXP];
+
+		for (size_t i = 0; i < w->np; i++)
+			ord[i] = w->np - 1 - i;
+		if (sc->push == O_SHUFFLE) {
+			/* each rank its own order: the collectives must not follow it */
+			for (size_t i = w->np - 1; i > 0; i--) {
+				size_t j = mix(((uint64_t)w->step << 32) ^ ((uint64_t)R << 8) ^ i) % (i + 1);
+				size_t t = ord[i];
+
+				ord[i] = ord[j];
+				ord[j] = t;
+			}
+		}
+		for (size_t x = 0; x < w->np; x++) {
+			size_t i = ord[x];
+
 			if (!g[i].ptr)
 				continue;
 			rc = tier_optim_push(w->o, (uint32_t)i, &g[i], &out[i]);
@@ -818,7 +874,8 @@ static bool zresume(struct zworld *w)
 }
 
 /* The script of the groups scenarios, before step @k: group 0 and 1's
- * schedule at step 8, b1 frozen at 10 and thawed at 15. */
+ * schedule at step 8, b1 frozen at 10 and thawed at 15, w1 pushed
+ * without an output buffer at 16 and 17 (on every rank). */
 static void script(struct zworld *w, unsigned k)
 {
 	if (k == 8) {
@@ -835,6 +892,7 @@ static void script(struct zworld *w, unsigned k)
 		ck_assert_int_eq(tier_optim_set_group(w->o, 1, &g), 0);
 		ck_assert_int_eq(tier_optim_set_group(w->ro, 1, &g), 0);
 	}
+	w->noout = k == 16 || k == 17 ? 1u << 1 : 0;   /* w1: no output buffer */
 	if (k == 10 || k == 15) {
 		bool fr = k == 10;
 
@@ -877,7 +935,7 @@ START_TEST(scenario)
 		check_state(&w);
 	if (sc->clip > 0 && !w.clipped)
 		failf(&w, "max_grad_norm %g never clipped: the test needs a smaller one", sc->clip);
-	if (!w.nvme_read)
+	if (!w.nvme_read && !sc->small)
 		failf(&w, "no state read from NVMe: the test needs a smaller DRAM tier");
 	summary(&w);
 	world_close(&w);
@@ -896,7 +954,7 @@ END_TEST
 static void misuse_step(enum misuse mis)
 {
 	static const struct scen sc = { "misuse", TIER_FP32, TIER_FP32, TIER_FP32, 0, false,
-					 false, 0, 0, 0, true, true };
+					 false, 0, 0, 0, true, true, O_BACKWARD, false };
 	struct tier_step_result res;
 	struct tier_optim_params hp;
 	struct tier_group_params gp;
@@ -1009,7 +1067,7 @@ END_TEST
 START_TEST(misuse_resume)
 {
 	static const struct scen sc = { "resume-mix", TIER_FP32, TIER_FP32, TIER_FP32, 0, false,
-					 false, 0, 0, 0, true, true };
+					 false, 0, 0, 0, true, true, O_BACKWARD, false };
 	struct tier_optim_params rt;
 	struct tier_store_params sp;
 	float *snap[MAXP];
@@ -1111,7 +1169,7 @@ END_TEST
 START_TEST(failed_step)
 {
 	static const struct scen sc = { "failed-step", TIER_FP32, TIER_FP32, TIER_BF16, 0, true,
-					 false, 0, 0, 0, false, true };
+					 false, 0, 0, 0, false, true, O_BACKWARD, false };
 	struct tier_tensor g[MAXP], out[MAXP];
 	struct tier_step_result res;
 	struct tier_optim_params rt;
@@ -1191,7 +1249,7 @@ END_TEST
 START_TEST(misuse_export)
 {
 	static const struct scen sc = { "export", TIER_FP32, TIER_FP32, TIER_FP32, 0, false,
-					 false, 0, 0, 0, true, true };
+					 false, 0, 0, 0, true, true, O_BACKWARD, false };
 	struct tier_optim_params hp;
 	struct tier_manifest *im;
 	struct tier_store *is;
@@ -1250,7 +1308,7 @@ static bool g_kill;
 START_TEST(dead_rank)
 {
 	static const struct scen sc = { "dead", TIER_FP32, TIER_FP32, TIER_FP32, 0, false, false,
-					 0, 0, 0, true, true };
+					 0, 0, 0, true, true, O_BACKWARD, false };
 	struct tier_optim_params hp;
 	struct tier_step_result res;
 	struct zworld w;
