@@ -674,8 +674,10 @@ TIER_API int tier_optim_destroy(struct tier_optim *o);
 /*
  * A communicator between the ranks of a training job, for the partitioned
  * optimizer (docs/distributed.md).  No transport of our own: "single" (one
- * rank), "mpi" (host buffers, the system's MPI; a build with -Dmpi) and
- * "nccl" (device buffers; a CUDA build with -Dnccl).  No MPI or NCCL type
+ * rank), "mpi" (host buffers, the system's MPI; a build with -Dmpi),
+ * "nccl" (device buffers; a CUDA build with -Dnccl) and "user" (host
+ * buffers; the program's own collectives, struct tier_comm_callbacks).
+ * No MPI or NCCL type
  * appears here: the program's communicator and NCCL id are passed by
  * pointer.
  */
@@ -761,7 +763,7 @@ TIER_API int tier_comm_close(struct tier_comm *c);
 TIER_API int tier_comm_rank(const struct tier_comm *c);
 TIER_API int tier_comm_size(const struct tier_comm *c);
 
-/* The backend's name: "single", "mpi" or "nccl" (NULL for NULL). */
+/* The backend's name: "single", "mpi", "nccl" or "user" (NULL for NULL). */
 TIER_API const char *tier_comm_backend(const struct tier_comm *c);
 
 
