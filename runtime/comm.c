@@ -166,6 +166,16 @@ const char *comm_dtype_name(enum comm_dtype dt)
 	return (unsigned)dt < COMM_NDTYPES ? dtypes[dt].name : NULL;
 }
 
+unsigned comm_caps(const struct tier_comm *c)
+{
+	return c->ops->caps;
+}
+
+bool comm_valid(const struct tier_comm *c)
+{
+	return c && c->magic == COMM_MAGIC;
+}
+
 size_t comm_offset(const size_t *counts, int rank)
 {
 	size_t off = 0;

@@ -171,6 +171,11 @@ int comm_wait(struct comm_req *r);
  * comm_wait. */
 int comm_test(struct comm_req *r, bool *done);
 
+/* The backend's COMM_CAP_* (where its buffers live). */
+unsigned comm_caps(const struct tier_comm *c);
+/* Whether @c is an open comm (not NULL, not closed). */
+bool comm_valid(const struct tier_comm *c);
+
 /* The offset of rank @rank's slice (sum of counts[0..rank-1]). */
 size_t comm_offset(const size_t *counts, int rank);
 

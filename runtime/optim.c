@@ -241,8 +241,10 @@ static void optim_free(struct tier_optim *o)
 		free(o->shards[i]);
 	}
 	free(o->shards);
-	for (uint32_t i = 0; i < o->nparams; i++)
+	for (uint32_t i = 0; i < o->nparams; i++) {
+		zero_param_free(o, &o->params[i]);
 		free(o->params[i].name);
+	}
 	free(o->params);
 	free(o->groups);
 	free(o->act);
@@ -309,6 +311,9 @@ int optim_create(struct tier_store *s, const struct tier_optim_params *p, size_t
 	pthread_cond_init(&o->cond, NULL);
 	o->s = s;
 	o->p = *p;
+	o->world = 1;
+	if ((rc = zero_setup(o, p->comm)))
+		goto fail;
 	{
 		struct tier_group_params g0;
 
@@ -543,21 +548,27 @@ int optim_add_param(struct tier_optim *o, uint32_t gid, const char *name, size_t
 		    const float *init, optim_fill_fn fill, void *arg, uint32_t *id)
 {
 	uint32_t nsh = 0, first = o ? o->nshards : 0;
-	struct param *pp;
+	struct param *pp, piece = { .numel = numel };
 	int rc;
 
-	if ((rc = add_check(o, name, numel)) || (rc = add_size(o, name, numel, &nsh)))
+	if ((rc = add_check(o, name, numel)))
 		return rc;
 	if (gid >= o->ngroups)
 		return ts_err(-EINVAL, "parameter '%s': no group %u (the optimizer has %u)", name,
 				gid, o->ngroups);
-	if ((rc = optim_add_room(o, name, nsh)))
+	piece.name = (char *)name;
+	if ((rc = zero_param_split(o, &piece)))
 		return rc;
+	if ((rc = add_size(o, name, piece.pn, &nsh)) || (rc = optim_add_room(o, name, nsh))) {
+		zero_param_free(o, &piece);
+		return rc;
+	}
 	pp = &o->params[o->nparams];
-	memset(pp, 0, sizeof(*pp));
-	if (!(pp->name = ts_strdup(name)))
+	*pp = piece;
+	if (!(pp->name = ts_strdup(name))) {
+		zero_param_free(o, pp);
 		return ts_err(-ENOMEM, "parameter '%s': out of memory", name);
-	pp->numel = numel;
+	}
 	pp->first = first;
 	pp->group = gid;
 	for (uint32_t k = 0; k < nsh; k++) {
@@ -573,7 +584,7 @@ int optim_add_param(struct tier_optim *o, uint32_t gid, const char *name, size_t
 		sh->param = o->nparams;
 		sh->index = first + k;
 		sh->off = (size_t)k * o->shard_elems;
-		sh->n = numel - sh->off < o->shard_elems ? numel - sh->off : o->shard_elems;
+		sh->n = pp->pn - sh->off < o->shard_elems ? pp->pn - sh->off : o->shard_elems;
 		sh->bytes = sh->n * (4 + 2 * o->mb);
 		snprintf(oname, sizeof(oname), "%s#%u", name, k);
 		if ((rc = tier_obj_create(o->s, oname, sh->bytes, &sh->obj))) {
@@ -582,7 +593,7 @@ int optim_add_param(struct tier_optim *o, uint32_t gid, const char *name, size_t
 		}
 		store_obj_set_user(sh->obj, sh);
 		trace_name_shard(o->trace, sh->index, oname);
-		if ((rc = shard_init(o, sh, init, fill, arg))) {
+		if ((rc = shard_init(o, sh, init ? init + pp->poff : NULL, fill, arg))) {
 			ts_err_prefix("parameter '%s': writing its initial state: ", name);
 			goto undo;
 		}
@@ -592,6 +603,7 @@ int optim_add_param(struct tier_optim *o, uint32_t gid, const char *name, size_t
 		*id = o->nparams;
 	o->nparams++;
 	o->synced = false;
+	o->layout_dirty = true;
 	optim_feed_update(o, NULL);
 	return 0;
 undo:
@@ -604,6 +616,7 @@ undo:
 		}
 		free(sh);
 	}
+	zero_param_free(o, pp);
 	free(pp->name);
 	return rc;
 }
@@ -657,6 +670,12 @@ int tier_optim_info(const struct tier_optim *o, struct tier_optim_info *out)
 	out->nparams = o->nparams;
 	out->nshards = o->nshards;
 	out->state_bytes = optim_state_bytes(o);
+	out->rank = o->rank;
+	out->world = o->world;
+	for (uint32_t i = 0; i < o->nparams; i++) {
+		out->part_elems += o->params[i].pn;
+		out->total_elems += o->params[i].numel;
+	}
 	return 0;
 }
 
@@ -774,6 +793,8 @@ int tier_optim_param_info(const struct tier_optim *o, uint32_t id, struct tier_p
 	out->nshards = pp->nshards;
 	out->step = pp->step;
 	out->frozen = pp->frozen;
+	out->part_off = pp->poff;
+	out->part_numel = pp->pn;
 	return 0;
 }
 
@@ -800,6 +821,7 @@ int tier_optim_freeze(struct tier_optim *o, uint32_t id, bool frozen)
 	if (o->params[id].frozen != frozen) {
 		o->params[id].frozen = frozen;
 		o->synced = false;
+		o->layout_dirty = true;
 	}
 	return 0;
 }
@@ -833,6 +855,7 @@ int tier_optim_remove_param(struct tier_optim *o, uint32_t id)
 	memmove(&o->shards[first], &o->shards[first + nsh],
 		(o->nshards - first - nsh) * sizeof(*o->shards));
 	o->nshards -= nsh;
+	zero_param_free(o, pp);
 	free(pp->name);
 	memmove(pp, pp + 1, (o->nparams - id - 1) * sizeof(*pp));
 	o->nparams--;
@@ -846,6 +869,7 @@ int tier_optim_remove_param(struct tier_optim *o, uint32_t id)
 		trace_name_shard(o->trace, i, tier_obj_name(sh->obj));
 	}
 	o->synced = false;
+	o->layout_dirty = true;
 	optim_feed_update(o, NULL);
 	return rc1;
 }

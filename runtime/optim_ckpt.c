@@ -8,8 +8,11 @@
  * record of the commit a store was opened at, over the shard objects that
  * commit holds, so the next step is the one an uninterrupted run takes.
  *
- * The record is little-endian and versioned ("TIEROPTM", version 2; 1 is
- * read too: one group, every parameter at the optimizer's step); it is
+ * The record is little-endian and versioned ("TIEROPTM", version 3; 1 and
+ * 2 are read too: 1 has one group and every parameter at the optimizer's
+ * step, 2 no rank); a partitioned optimizer's record (version 3) holds its
+ * rank, the world's size and each parameter's piece, and every rank
+ * commits its own store; it is
  * read back field by field, every length checked, so a damaged record is
  * refused (the commit's table crc already guards it on disk).
  */
@@ -32,7 +35,8 @@
 #include "tiers/store.h"
 
 #define REC_MAGIC "TIEROPTM"
-#define REC_VERSION 2u /* 2: groups, and each parameter's group, step count and freeze */
+#define REC_VERSION 3u /* 2: groups, and each parameter's group, step count and freeze;
+			* 3: the rank of a partitioned optimizer and each piece */
 
 /* ------------------------------------------------------------ encoding */
 
@@ -155,6 +159,16 @@ static int record_encode(const struct tier_optim *o, struct wbuf *w)
 		put_u64(w, o->params[i].step);
 		put_u32(w, o->params[i].frozen);
 	}
+	/* version 3: partitioned, then the rank, the world and each piece */
+	put_u32(w, o->comm != NULL);
+	if (o->comm) {
+		put_u32(w, (uint32_t)o->rank);
+		put_u32(w, (uint32_t)o->world);
+		for (uint32_t i = 0; i < o->nparams; i++) {
+			put_u64(w, o->params[i].poff);
+			put_u64(w, o->params[i].pn);
+		}
+	}
 	put_u32(w, 0); /* no random stream in this version */
 	return w->nomem ? ts_err(-ENOMEM, "optimizer: out of memory for its checkpoint record") : 0;
 }
@@ -178,7 +192,10 @@ struct record {
 		uint32_t group;
 		uint64_t step;
 		bool frozen;
+		uint64_t poff, pn;       /* version 3, partitioned: the piece */
 	} *params;
+	bool partitioned;
+	uint32_t rank, world;
 	uint32_t ngroups;
 	struct tier_group_params *groups;
 };
@@ -247,8 +264,8 @@ static int record_decode(const void *rec, size_t len, struct record *d)
 	v = get_u32(&r);
 	if (r.bad || memcmp(magic, REC_MAGIC, 8) != 0)
 		return ts_err(-EBADMSG, "optimizer: the store's last commit holds no optimizer record");
-	if (v != REC_VERSION && v != 1)
-		return ts_err(-EPROTO, "optimizer: a checkpoint record of version %u (this library reads versions 1 and %u)",
+	if (v < 1 || v > REC_VERSION)
+		return ts_err(-EPROTO, "optimizer: a checkpoint record of version %u (this library reads versions 1 to %u)",
 			      v, REC_VERSION);
 	d->lr = get_f64(&r);
 	d->beta1 = get_f64(&r);
@@ -305,6 +322,20 @@ static int record_decode(const void *rec, size_t len, struct record *d)
 		}
 		r.bad |= rc != 0;
 	}
+	if (!r.bad && v >= 3) {
+		d->partitioned = get_u32(&r) != 0;
+		if (d->partitioned) {
+			d->rank = get_u32(&r);
+			d->world = get_u32(&r);
+			r.bad |= d->world == 0 || d->rank >= d->world;
+			for (uint32_t i = 0; i < d->nparams && !r.bad; i++) {
+				d->params[i].poff = get_u64(&r);
+				d->params[i].pn = get_u64(&r);
+				r.bad |= d->params[i].poff > d->params[i].numel ||
+					 d->params[i].pn > d->params[i].numel - d->params[i].poff;
+			}
+		}
+	}
 	if (get_u32(&r) != 0 || r.bad || r.at != r.n) {
 		record_free(d);
 		return ts_err(-EBADMSG, "optimizer: the checkpoint record is damaged (at byte %zu of %zu)",
@@ -326,15 +357,24 @@ int tier_optim_checkpoint(struct tier_optim *o, uint64_t *gen)
 	if (gen)
 		*gen = 0;
 	if (atomic_load(&o->in_step))
-		return ts_err(-EBUSY, "tier_optim_checkpoint: a step is begun; checkpoint between steps");
-	if (o->pending)
-		return ts_err(-EBUSY, "tier_optim_checkpoint: step %" PRIu64 " failed part way and is pending; complete it (run it again) before a checkpoint",
-			      o->applied + 1);
-	if (o->failed)
-		return ts_err(o->failed, "tier_optim_checkpoint: an update failed part way, so the state is partly updated; it is not checkpointed (%s)",
-			      o->failed_msg);
-	if (!o->home_nvme)
-		return ts_err(-ENODEV, "tier_optim_checkpoint: the store has no NVMe tier: nothing is durable");
+		rc = ts_err(-EBUSY, "tier_optim_checkpoint: a step is begun; checkpoint between steps");
+	else if (o->pending)
+		rc = ts_err(-EBUSY, "tier_optim_checkpoint: step %" PRIu64 " failed part way and is pending; complete it (run it again) before a checkpoint",
+			    o->applied + 1);
+	else if (o->failed)
+		rc = ts_err(o->failed, "tier_optim_checkpoint: an update failed part way, so the state is partly updated; it is not checkpointed (%s)",
+			    o->failed_msg);
+	else if (!o->home_nvme)
+		rc = ts_err(-ENODEV, "tier_optim_checkpoint: the store has no NVMe tier: nothing is durable");
+	else
+		rc = 0;
+	if (rc) {
+		/* A partitioned optimizer's checkpoint is collective: the
+		 * others learn of this rank's refusal. */
+		if (o->comm && !atomic_load(&o->in_step))
+			rc = zero_agree(o, rc, "tier_optim_checkpoint");
+		return rc;
+	}
 	/* The write-behind of the last step goes on while the record is
 	 * encoded; the store's commit flushes whatever is still dirty. */
 	if ((rc = record_encode(o, &w)))
@@ -358,6 +398,8 @@ int tier_optim_checkpoint(struct tier_optim *o, uint64_t *gen)
 		  o->applied, g, w.n);
 out:
 	free(w.p);
+	if (o->comm)
+		rc = zero_agree(o, rc, "tier_optim_checkpoint");
 	return rc;
 }
 
@@ -375,14 +417,34 @@ static int adopt_param(struct tier_optim *o, const struct rparam *d)
 	uint32_t first = o->nshards, nsh;
 	struct param *pp;
 	char *name = ts_strndup(d->name, d->name_len);
-	int rc;
+	uint64_t pn;
+	int rc = 0;
 
 	if (!name)
 		return ts_err(-ENOMEM, "optimizer: out of memory");
-	nsh = (uint32_t)(d->numel / o->shard_elems + (d->numel % o->shard_elems != 0));
-	if (d->numel == 0 || nsh != d->nshards) {
-		rc = ts_err(-EBADMSG, "optimizer: the checkpoint's parameter '%s' has %" PRIu64 " elements in %u shards, which shards of %zu elements do not make",
-			    name, d->numel, d->nshards, o->shard_elems);
+	{
+		struct param piece = { .name = name, .numel = d->numel };
+
+		if (d->numel == 0 || (o->comm && (rc = zero_param_split(o, &piece)))) {
+			rc = d->numel ? rc : ts_err(-EBADMSG, "optimizer: the checkpoint's parameter '%s' has no elements", name);
+			free(name);
+			return rc;
+		}
+		pn = o->comm ? piece.pn : d->numel;
+		if (o->comm && (piece.poff != d->poff || piece.pn != d->pn)) {
+			rc = ts_err(-EBADMSG, "optimizer: the checkpoint's parameter '%s' holds elements [%" PRIu64 ", %" PRIu64 "), but rank %d of %d keeps [%zu, %zu) of its %" PRIu64 ": the checkpoint was split another way",
+				    name, d->poff, d->poff + d->pn, o->rank, o->world, piece.poff,
+				    piece.poff + piece.pn, d->numel);
+			zero_param_free(o, &piece);
+			free(name);
+			return rc;
+		}
+		zero_param_free(o, &piece);
+	}
+	nsh = (uint32_t)(pn / o->shard_elems + (pn % o->shard_elems != 0));
+	if (nsh != d->nshards) {
+		rc = ts_err(-EBADMSG, "optimizer: the checkpoint's parameter '%s' has %" PRIu64 " elements here in %u shards, which shards of %zu elements do not make",
+			    name, pn, d->nshards, o->shard_elems);
 		free(name);
 		return rc;
 	}
@@ -400,6 +462,10 @@ static int adopt_param(struct tier_optim *o, const struct rparam *d)
 	memset(pp, 0, sizeof(*pp));
 	pp->name = name;
 	pp->numel = d->numel;
+	if ((rc = zero_param_split(o, pp))) {
+		free(name);
+		return rc;
+	}
 	pp->first = first;
 	pp->group = d->group;
 	pp->step = d->step;
@@ -417,7 +483,7 @@ static int adopt_param(struct tier_optim *o, const struct rparam *d)
 		sh->param = o->nparams;
 		sh->index = first + k;
 		sh->off = (size_t)k * o->shard_elems;
-		sh->n = d->numel - sh->off < o->shard_elems ? d->numel - sh->off : o->shard_elems;
+		sh->n = pn - sh->off < o->shard_elems ? pn - sh->off : o->shard_elems;
 		sh->bytes = sh->n * (4 + 2 * o->mb);
 		snprintf(oname, sizeof(oname), "%s#%u", name, k);
 		sh->obj = tier_obj_find(o->s, oname);
@@ -448,6 +514,7 @@ undo:
 			store_obj_set_user(sh->obj, NULL);
 		free(sh);
 	}
+	zero_param_free(o, pp);
 	free(name);
 	return rc;
 }
@@ -478,6 +545,21 @@ int tier_optim_resume(struct tier_store *s, const struct tier_optim_params *rt,
 		return rc;
 	if ((rc = record_decode(rec, len, &d)))
 		return rc;
+	if (d.partitioned != (rt && rt->comm)) {
+		rc = d.partitioned
+		     ? ts_err(-EINVAL, "tier_optim_resume: the checkpoint is rank %u of a partitioned optimizer of %u ranks: pass the job's communicator (tier_optim_params.comm)",
+			      d.rank, d.world)
+		     : ts_err(-EINVAL, "tier_optim_resume: the checkpoint is of an optimizer that was not partitioned, and a communicator was passed");
+		record_free(&d);
+		return rc;
+	}
+	if (d.partitioned && ((int)d.rank != tier_comm_rank(rt->comm) ||
+			      (int)d.world != tier_comm_size(rt->comm))) {
+		rc = ts_err(-EINVAL, "tier_optim_resume: the checkpoint is rank %u of %u; this process is rank %d of %d (resume each rank from its own store, with the same number of ranks)",
+			    d.rank, d.world, tier_comm_rank(rt->comm), tier_comm_size(rt->comm));
+		record_free(&d);
+		return rc;
+	}
 	tier_optim_params_init(&p);
 	p.lr = d.lr;
 	p.beta1 = d.beta1;
@@ -497,6 +579,7 @@ int tier_optim_resume(struct tier_store *s, const struct tier_optim_params *rt,
 	p.offload_fraction = d.auto_split ? TIER_OFFLOAD_AUTO : d.cpu_fraction;
 	if (rt) {
 		p.threads = rt->threads;
+		p.comm = rt->comm;
 		if (rt->offload_fraction != TIER_OFFLOAD_MANIFEST)
 			p.offload_fraction = rt->offload_fraction;
 	}
@@ -536,6 +619,8 @@ int tier_optim_resume(struct tier_store *s, const struct tier_optim_params *rt,
 	}
 	tier_store_committed(s, &ci);
 	o->ckpt_gen = ci.generation;
+	if (o->comm && (rc = zero_resume_check(o, ci.generation)))
+		goto out;
 	optim_feed_update(o, NULL);
 	TIER_INFO(TIER_SS_OPTIM, "optimizer: resumed at step %" PRIu64 " from generation %" PRIu64 ": %u parameters, %u shards",
 		  o->applied, ci.generation, o->nparams, o->nshards);

@@ -168,6 +168,9 @@ int tier_optim_export(struct tier_optim *o, const char *path)
 	size_t nt = (size_t)o->nparams * 3;
 	int rc = 0;
 
+	if (o->comm)
+		return ts_err(-ENOTSUP, "tier_optim_export: the optimizer is partitioned (rank %d of %d keeps a piece of each parameter); export is of a whole optimizer: checkpoint each rank instead",
+			      o->rank, o->world);
 	if (atomic_load(&o->in_step))
 		return ts_err(-EBUSY, "tier_optim_export: a step is begun; export between steps");
 	if (o->pending || o->failed)
@@ -469,6 +472,8 @@ int tier_optim_import(struct tier_store *s, const char *path, const struct tier_
 	*out = NULL;
 	if (rt && ts_params_size("tier_optim_import: struct tier_optim_params", rt->size, sizeof(*rt)))
 		return -EINVAL;
+	if (rt && rt->comm)
+		return ts_err(-ENOTSUP, "tier_optim_import: a communicator was passed: import builds a whole optimizer, not a rank's piece of a partitioned one");
 	rc = st_reader_open(path, &im.r);
 	if (rc)
 		return rc;

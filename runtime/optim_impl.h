@@ -48,6 +48,20 @@ struct param {
 	bool nonfinite;
 	bool pend_pushed;        /* the pending step's gradient: pushed, */
 	double pend_sumsq;       /* and its sum of squares */
+	/*
+	 * Partitioned (o->comm; optim_zero.c): this rank keeps elements
+	 * [poff, poff + pn) of the parameter, its shards cover that piece
+	 * (their off counts from poff), and a step takes its gradient through
+	 * a reduce-scatter into rbuf.  Not partitioned: poff 0, pn numel.
+	 */
+	size_t poff, pn;
+	size_t *counts;          /* each rank's count of it (o->world of them) */
+	void *rbuf;              /* its piece of the averaged gradient (pn x 4 bytes) */
+	struct tier_tensor gin;  /* this step: the pushed gradient, whole, */
+	struct tier_tensor fout; /* and output buffer, whole (ptr NULL: none) */
+	bool ready;              /* pushed, its reduce-scatter not posted yet */
+	struct comm_req *rs;     /* its reduce-scatter in flight */
+	uint64_t rs_t0;
 };
 
 struct lane {
@@ -62,6 +76,8 @@ struct lane {
 #define OPTIM_MAGIC 0x4f50544du /* "OPTM" */
 #define OPTIM_ARG(o) TS_HANDLE(o, OPTIM_MAGIC, "optimizer", "tier_optim")
 #define OPTIM_ARG_OR(o, ret) TS_HANDLE_OR(o, OPTIM_MAGIC, "optimizer", "tier_optim", ret)
+
+struct comm_req;
 
 struct tier_optim {
 	uint32_t magic;        /* OPTIM_MAGIC; TS_MAGIC_DEAD once destroyed */
@@ -129,6 +145,20 @@ struct tier_optim {
 	uint64_t go, done;       /* GPU lane generations */
 	struct lane lane[LA_LANES];
 
+	/* partitioning (optim_zero.c); comm NULL: not partitioned, rank 0 of 1 */
+	struct tier_comm *comm;
+	int rank, world;
+	bool comm_dev;           /* the comm's buffers are device memory */
+	bool layout_dirty;       /* parameters or groups changed: the next begin
+				  * checks that every rank has the same */
+	uint32_t rs_next;        /* the next parameter to reduce-scatter (id order) */
+	int zrc;                 /* this step's first collective error */
+	char zerr[TIER_ERR_MAX];
+	struct {
+		uint32_t n;
+		uint64_t bytes, ns, wait_ns;
+	} cst;                   /* this step's collectives */
+
 	struct wb *wb;
 	struct trace *trace;
 	struct live_feed *feed;  /* the store's live view, or NULL */
@@ -176,7 +206,46 @@ uint64_t optim_state_bytes(const struct tier_optim *o);
  */
 void optim_feed_update(struct tier_optim *o, const struct tier_step_result *res);
 
+/* optim_zero.c: the partitioned optimizer (docs/distributed.md) */
+
+/* At creation: takes @comm (checked; NULL: not partitioned). */
+int zero_setup(struct tier_optim *o, struct tier_comm *comm);
+/* Parameter @pp's piece (numel set): poff, pn, counts and rbuf.  0 or
+ * -ENOMEM / -EOVERFLOW naming it. */
+int zero_param_split(struct tier_optim *o, struct param *pp);
+/* Frees what zero_param_split allocated. */
+void zero_param_free(struct tier_optim *o, struct param *pp);
+/* tier_optim_begin's part, the step claimed: every rank has the same
+ * parameters (checked when they changed).  0, or -EINVAL naming the rank
+ * and parameter that differ, or the comm's error. */
+int zero_begin(struct tier_optim *o);
+/* tier_optim_push's part once the tensors are checked. */
+int zero_push(struct tier_optim *o, uint32_t id, const struct tier_tensor *grad,
+	      const struct tier_tensor *out);
+/* tier_optim_end of a partitioned optimizer. */
+int zero_end(struct tier_optim *o, struct tier_step_result *res);
+/* After this rank's part of a checkpoint (@rc): every rank's outcome.
+ * 0 when every rank committed, else the first failure, named. */
+int zero_agree(struct tier_optim *o, int rc, const char *what);
+/* After a resume: every rank resumed the same step.  0 or -ESTALE. */
+int zero_resume_check(struct tier_optim *o, uint64_t gen);
+
 /* optim_step.c */
+
+/* The step's decisions from its gradients (norm, skip, clip); true when
+ * it is skipped (an inf or nan). */
+bool optim_step_decide(struct tier_optim *o, double total, bool nonfinite);
+/* Runs both lanes over this step's items and waits for them. */
+void optim_run_lanes(struct tier_optim *o);
+/* After the lanes: applies a complete step or leaves it pending/failed. */
+int optim_step_outcome(struct tier_optim *o, struct tier_step_result *res);
+/* Fills @res from the step's figures. */
+void optim_fill_result(struct tier_optim *o, struct tier_step_result *res, bool applied,
+		       double norm, double scale, double clip);
+/* Sums of squares and the inf/nan flag of @n elements of a gradient
+ * (host or the optimizer's device). */
+int optim_grad_check(struct tier_optim *o, const void *ptr, enum tier_dtype dt,
+		     enum tier_mem mem, size_t n, double *sumsq, bool *nonfinite);
 
 /* The GPU lane's thread: runs lane 1 of each step it is handed. */
 void *optim_gpu_main(void *arg);

@@ -346,7 +346,7 @@ int tier_optim_begin(struct tier_optim *o, double lr)
 	/* One step at a time: the first of threads racing here claims it. */
 	if (!atomic_compare_exchange_strong(&o->in_step, &idle, true))
 		return ts_err(-EBUSY, "optimizer: a step is already begun (end it first)");
-	if ((rc = begin_check(o, lr))) {
+	if ((rc = begin_check(o, lr)) || (o->comm && (rc = zero_begin(o)))) {
 		atomic_store(&o->in_step, false);
 		return rc;
 	}
@@ -358,7 +358,11 @@ int tier_optim_begin(struct tier_optim *o, double lr)
 		o->params[i].pushed = false;
 		o->params[i].sumsq = 0;
 		o->params[i].nonfinite = false;
+		o->params[i].ready = false;
 	}
+	o->rs_next = 0;
+	o->zrc = 0;
+	memset(&o->cst, 0, sizeof(o->cst));
 	memset(o->lane, 0, sizeof(o->lane));
 	tier_store_get_stats(o->s, &o->st0);
 	o->t0 = ts_now_ns();
@@ -369,6 +373,32 @@ int tier_optim_begin(struct tier_optim *o, double lr)
 		atomic_store_explicit(&o->feed->prefetch.active, 1, memory_order_relaxed);
 	}
 	return la_start(&o->la, o->s, o->items, m, o->lookahead, o->hbm_budget, &w);
+}
+
+int optim_grad_check(struct tier_optim *o, const void *ptr, enum tier_dtype dt,
+		     enum tier_mem mem, size_t n, double *sumsq, bool *nonfinite)
+{
+	struct tier_grad_stats gs = { 0 };
+	int rc;
+
+	*sumsq = 0;
+	*nonfinite = false;
+	if (!n)
+		return 0;
+	if (mem == TIER_MEM_DEVICE && !o->dev_host) {
+		struct adamw_chunk c = { .grad = ptr, .n = n };
+		int nf = 0;
+
+		rc = adamw_cuda_grad_check(&c, 1, dt, o->stream, &gs.sumsq, &nf);
+		gs.nonfinite = nf != 0;
+	} else {
+		rc = tier_grad_check(o->pool, ptr, dt, n, &gs);
+	}
+	if (rc)
+		return rc;
+	*sumsq = gs.sumsq;
+	*nonfinite = gs.nonfinite;
+	return 0;
 }
 
 static int check_tensor(const struct tier_optim *o, const struct param *pp, const char *what,
@@ -416,16 +446,10 @@ int tier_optim_push(struct tier_optim *o, uint32_t id, const struct tier_tensor 
 		return rc;
 	if (out && out->ptr && (rc = check_tensor(o, pp, "output", out)))
 		return rc;
-	if (grad->mem == TIER_MEM_DEVICE && !o->dev_host) {
-		struct adamw_chunk c = { .grad = grad->ptr, .n = pp->numel };
-		int nonfinite = 0;
-
-		rc = adamw_cuda_grad_check(&c, 1, grad->dtype, o->stream, &gs.sumsq, &nonfinite);
-		gs.nonfinite = nonfinite != 0;
-	} else {
-		rc = tier_grad_check(o->pool, grad->ptr, grad->dtype, pp->numel, &gs);
-	}
-	if (rc)
+	if (o->comm)
+		return zero_push(o, id, grad, out);
+	if ((rc = optim_grad_check(o, grad->ptr, grad->dtype, grad->mem, pp->numel, &gs.sumsq,
+				   &gs.nonfinite)))
 		return rc;
 	pp->grad = *grad;
 	if (out && out->ptr)
@@ -448,7 +472,7 @@ void optim_abandon(struct tier_optim *o)
 		atomic_store_explicit(&o->feed->prefetch.active, 0, memory_order_relaxed);
 }
 
-static void fill_result(struct tier_optim *o, struct tier_step_result *res, bool applied,
+void optim_fill_result(struct tier_optim *o, struct tier_step_result *res, bool applied,
 			double norm, double scale, double clip)
 {
 	struct tier_store_stats st;
@@ -476,6 +500,12 @@ static void fill_result(struct tier_optim *o, struct tier_step_result *res, bool
 			res->params_skipped++;
 	}
 	res->step_s = (double)(ts_now_ns() - o->t0) * 1e-9;
+	res->rank = o->rank;
+	res->world = o->world;
+	res->collectives = o->cst.n;
+	res->comm_bytes = o->cst.bytes;
+	res->comm_s = (double)o->cst.ns * 1e-9;
+	res->comm_wait_s = (double)o->cst.wait_ns * 1e-9;
 	res->cpu_stall_s = (double)o->lane[0].stall_ns * 1e-9;
 	res->gpu_stall_s = (double)o->lane[1].stall_ns * 1e-9;
 	res->stall_s = res->cpu_stall_s > res->gpu_stall_s ? res->cpu_stall_s : res->gpu_stall_s;
@@ -548,7 +578,7 @@ static int pending_check(struct tier_optim *o)
 }
 
 /* Runs both lanes over this step's items and waits for them. */
-static void run_lanes(struct tier_optim *o)
+void optim_run_lanes(struct tier_optim *o)
 {
 	bool gpu_items = false;
 
@@ -577,7 +607,7 @@ static void run_lanes(struct tier_optim *o)
  * step count and the order where they were); a failed update, which may
  * have left a shard half updated, refuses later steps.
  */
-static int step_outcome(struct tier_optim *o, struct tier_step_result *res)
+int optim_step_outcome(struct tier_optim *o, struct tier_step_result *res)
 {
 	bool retry = o->pending;
 	uint32_t done = 0;
@@ -593,13 +623,13 @@ static int step_outcome(struct tier_optim *o, struct tier_step_result *res)
 		o->pending = false;
 		if (retry)
 			o->synced = false; /* the store's schedule cursor saw part of a step */
-		fill_result(o, res, true, o->pend_norm, o->pend_scale, o->pend_clip);
+		optim_fill_result(o, res, true, o->pend_norm, o->pend_scale, o->pend_clip);
 		trace_span(o->trace, TRACE_STEP, 0, atomic_load(&o->begun), o->t0, ts_now_ns(), 0);
 		if (!retry)
 			auto_adjust(o);
 		return 0;
 	}
-	fill_result(o, res, false, o->pend_norm, o->pend_scale, o->pend_clip);
+	optim_fill_result(o, res, false, o->pend_norm, o->pend_scale, o->pend_clip);
 	trace_span(o->trace, TRACE_STEP, 0, atomic_load(&o->begun), o->t0, ts_now_ns(), 0);
 	o->synced = false;
 	for (size_t i = 0; i < o->nact; i++)
@@ -619,7 +649,7 @@ static int step_outcome(struct tier_optim *o, struct tier_step_result *res)
 
 /* The step's decisions from its gradients (norm, skip, clip, the update);
  * true when it is skipped (an inf or nan). */
-static bool step_decide(struct tier_optim *o, double total, bool nonfinite)
+bool optim_step_decide(struct tier_optim *o, double total, bool nonfinite)
 {
 	double scale = o->p.dynamic_loss_scale ? o->scaler.scale : o->p.loss_scale;
 	double norm = sqrt(total) / scale, clip = 1.0;
@@ -661,6 +691,8 @@ int tier_optim_end(struct tier_optim *o, struct tier_step_result *res)
 		return ts_err(-EINVAL, "tier_optim_end: no optimizer");
 	if (!o->in_step)
 		return ts_err(-EINVAL, "optimizer: end without a step begun");
+	if (o->comm)
+		return zero_end(o, res);
 	for (uint32_t i = 0; i < o->nparams; i++) {
 		if (!o->params[i].pushed)
 			continue;
@@ -673,19 +705,19 @@ int tier_optim_end(struct tier_optim *o, struct tier_step_result *res)
 	if (!pushed) {
 		/* torch's step with every grad None: nothing changes */
 		optim_abandon(o);
-		fill_result(o, res, false, 0.0, o->p.dynamic_loss_scale ? o->scaler.scale : o->p.loss_scale, 1.0);
+		optim_fill_result(o, res, false, 0.0, o->p.dynamic_loss_scale ? o->scaler.scale : o->p.loss_scale, 1.0);
 		return 0;
 	}
-	if (!o->pending && step_decide(o, total, nonfinite)) {
+	if (!o->pending && optim_step_decide(o, total, nonfinite)) {
 		optim_abandon(o);
-		fill_result(o, res, false, o->pend_norm, o->pend_scale, 1.0);
+		optim_fill_result(o, res, false, o->pend_norm, o->pend_scale, 1.0);
 		trace_span(o->trace, TRACE_STEP, 0, atomic_load(&o->begun), o->t0, ts_now_ns(), 0);
 		TIER_INFO(TIER_SS_OPTIM, "optimizer: step skipped: a gradient holds an inf or nan (loss scale %g, next %g)",
 			  o->pend_scale, res->next_loss_scale);
 		return 0;
 	}
-	run_lanes(o);
-	rc = step_outcome(o, res);
+	optim_run_lanes(o);
+	rc = optim_step_outcome(o, res);
 	{
 		char detail[TIER_ERR_MAX];
 		int wrc = wb_take_error(o->wb, detail, sizeof(detail));

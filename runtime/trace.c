@@ -45,6 +45,7 @@
 
 /* A shard number no real shard has: the group key of the step spans. */
 #define GROUP_STEPS UINT64_MAX
+#define GROUP_COMM (UINT64_MAX - 1)
 
 struct span {
 	uint64_t begin, end; /* ns, end >= begin */
@@ -91,6 +92,7 @@ static const char *const stage_names[TRACE__STAGES] = {
 	[TRACE_D2H] = "d2h",
 	[TRACE_NVME_WRITE] = "nvme_write",
 	[TRACE_STALL] = "stall",
+	[TRACE_COMM] = "comm",
 };
 
 const char *trace_stage_name(enum trace_stage stage)
@@ -219,10 +221,11 @@ out:
 
 static uint64_t span_group(const struct span *s)
 {
-	return s->stage == TRACE_STEP ? GROUP_STEPS : s->shard;
+	return s->stage == TRACE_STEP ? GROUP_STEPS : s->stage == TRACE_COMM ? GROUP_COMM : s->shard;
 }
 
-/* Group order puts the steps first, then the shards by number. */
+/* Group order puts the steps first, then the collectives, then the shards
+ * by number. */
 static int group_cmp(uint64_t a, uint64_t b)
 {
 	if (a == b)
@@ -230,6 +233,10 @@ static int group_cmp(uint64_t a, uint64_t b)
 	if (a == GROUP_STEPS)
 		return -1;
 	if (b == GROUP_STEPS)
+		return 1;
+	if (a == GROUP_COMM)
+		return -1;
+	if (b == GROUP_COMM)
 		return 1;
 	return a < b ? -1 : 1;
 }
@@ -420,6 +427,8 @@ static void lane_name(FILE *f, const struct lane *l, const char *shard_name)
 	fputc('"', f);
 	if (l->group == GROUP_STEPS)
 		fputs("steps", f);
+	else if (l->group == GROUP_COMM)
+		fputs("collectives", f);
 	else if (shard_name)
 		json_str_body(f, shard_name);
 	else
@@ -443,7 +452,7 @@ static void write_metadata(struct trace *t, const struct lane *lanes, size_t nla
 
 		/* Names are sorted by (shard, call order) and lanes by group:
 		 * one walk finds each shard's last name. */
-		if (l->group != GROUP_STEPS) {
+		if (l->group != GROUP_STEPS && l->group != GROUP_COMM) {
 			while (ni < t->nnames && t->names[ni].shard < l->group)
 				ni++;
 			for (size_t k = ni; k < t->nnames && t->names[k].shard == l->group; k++)
@@ -472,6 +481,9 @@ static void write_spans(struct trace *t, uint64_t origin)
 		json_us(t->f, s->end - s->begin);
 		if (s->stage == TRACE_STEP)
 			fprintf(t->f, ",\"args\":{\"step\":%" PRIu64 "}}", s->step);
+		else if (s->stage == TRACE_COMM)
+			fprintf(t->f, ",\"args\":{\"param\":%" PRIu32 ",\"step\":%" PRIu64
+				",\"bytes\":%" PRIu64 "}}", s->shard, s->step, s->bytes);
 		else
 			fprintf(t->f, ",\"args\":{\"shard\":%" PRIu32 ",\"step\":%" PRIu64
 				",\"bytes\":%" PRIu64 "}}", s->shard, s->step, s->bytes);

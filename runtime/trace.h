@@ -10,7 +10,9 @@
  * each shard's spans are laid out over as few tracks as keep every track's
  * spans disjoint (interval partitioning): on every track, spans sorted by
  * start never overlap, which is what "properly nested" needs.  Step spans
- * are on their own track (tid 0).
+ * are on their own track (tid 0); the partitioned optimizer's collectives
+ * (TRACE_COMM, one span per parameter and collective) on the tracks after
+ * it ("collectives").
  *
  * Internal to the library (runtime/ and prefetch/).  Every function is
  * thread-safe, and trace_span() may be called with other locks held (the
@@ -31,6 +33,8 @@ enum trace_stage {
 	TRACE_D2H,           /* HBM -> DRAM write-back */
 	TRACE_NVME_WRITE,    /* DRAM -> NVMe write-back */
 	TRACE_STALL,         /* the update waited for the shard's state */
+	TRACE_COMM,          /* a collective of the partitioned optimizer, post
+			      * to completion; @shard is its parameter */
 	TRACE__STAGES
 };
 
@@ -56,7 +60,7 @@ void trace_span(struct trace *t, enum trace_stage stage, uint32_t shard, uint64_
 		uint64_t begin_ns, uint64_t end_ns, uint64_t bytes);
 
 /* The stage's name in the file: "step", "nvme_read", "h2d", "update_cpu",
- * "update_gpu", "d2h", "nvme_write", "stall". */
+ * "update_gpu", "d2h", "nvme_write", "stall", "comm". */
 const char *trace_stage_name(enum trace_stage stage);
 
 /*

@@ -487,6 +487,7 @@ struct xev {
 	uint32_t tid;
 	uint64_t ts, dur;    /* ns, from the file's microseconds */
 	bool on_shard;
+	bool comm;           /* a collective's span: shard holds its parameter */
 	uint64_t shard, step, bytes;
 };
 
@@ -622,8 +623,13 @@ static void read_trace(const char *path, struct tr *t)
 			x->ts = us_to_ns(ts);
 			x->dur = us_to_ns(dur);
 			x->step = juint_of(args, "step", ctx);
-			x->on_shard = strcmp(name, "step") != 0;
-			if (x->on_shard) {
+			x->comm = strcmp(name, "comm") == 0;
+			x->on_shard = strcmp(name, "step") != 0 && !x->comm;
+			if (x->comm) {
+				x->shard = juint_of(args, "param", ctx);
+				x->bytes = juint_of(args, "bytes", ctx);
+				REQUIRE(args->n == 3, "%s: %zu args", ctx, args->n);
+			} else if (x->on_shard) {
 				x->shard = juint_of(args, "shard", ctx);
 				x->bytes = juint_of(args, "bytes", ctx);
 				REQUIRE(args->n == 3, "%s: %zu args", ctx, args->n);
@@ -654,15 +660,18 @@ static void read_trace(const char *path, struct tr *t)
 			      t->x[i - 1].name, (unsigned long long)t->x[i - 1].ts,
 			      (unsigned long long)t->x[i - 1].dur, a->name,
 			      (unsigned long long)a->ts);
-		REQUIRE(t->x[i - 1].on_shard == a->on_shard &&
+		REQUIRE(t->x[i - 1].on_shard == a->on_shard && t->x[i - 1].comm == a->comm &&
 			      (!a->on_shard || t->x[i - 1].shard == a->shard),
 			      "%s: tid %u mixes groups", path, a->tid);
 	}
-	/* Step spans on the first tids only, shard tracks in shard order. */
+	/* Step spans on the first tids, then the collectives, then the shard
+	 * tracks in shard order. */
 	for (size_t i = 1; i < t->nx; i++) {
 		const struct xev *p = &t->x[i - 1], *a = &t->x[i];
 
-		REQUIRE(!(p->on_shard && !a->on_shard), "%s: a steps track after a shard's",
+		REQUIRE(!(p->on_shard && !a->on_shard), "%s: a steps or collectives track after a shard's",
+			      path);
+		REQUIRE(!(p->comm && !a->comm && !a->on_shard), "%s: a steps track after the collectives'",
 			      path);
 		REQUIRE(!(p->on_shard && a->on_shard && p->shard > a->shard),
 			      "%s: shard %llu's track after shard %llu's", path,
@@ -676,7 +685,8 @@ static void tr_free(struct tr *t)
 	jfree(&t->root);
 }
 
-/* Tracks (distinct tids) holding spans of @shard (or, -1, of the steps). */
+/* Tracks (distinct tids) holding spans of @shard (or, -1, of the steps;
+ * -2, of the collectives). */
 static size_t tracks_of(const struct tr *t, long long shard)
 {
 	size_t n = 0;
@@ -684,7 +694,9 @@ static size_t tracks_of(const struct tr *t, long long shard)
 
 	for (size_t i = 0; i < t->nx; i++) {
 		const struct xev *x = &t->x[i];
-		bool mine = shard < 0 ? !x->on_shard : (x->on_shard && x->shard == (uint64_t)shard);
+		bool mine = shard == -1 ? !x->on_shard && !x->comm
+			    : shard == -2 ? x->comm
+					  : (x->on_shard && x->shard == (uint64_t)shard);
 
 		if (mine && (long)x->tid != prev) {
 			n++;
@@ -766,7 +778,7 @@ struct span_in {
 };
 
 struct want_tracks {
-	long long shard;       /* -1: the steps */
+	long long shard;       /* -1: the steps, -2: the collectives */
 	size_t tracks;
 };
 
@@ -813,6 +825,14 @@ static const struct layout_case layouts[] = {
 	    { TRACE_UPDATE_CPU, 7, 1, 91000, 92000, 44 },
 	    { TRACE_UPDATE_GPU, 4000000000u, 2, 210000, 220000, 45 } },
 	  8, { { -1, 2 }, { 0, 1 }, { 7, 2 }, { 4000000000ll, 1 } }, 4 },
+	{ "collectives beside steps and shards",
+	  { { TRACE_STEP, 0, 0, 0, 100000, 0 },
+	    { TRACE_COMM, 0, 0, 1000, 5000, 4096 },
+	    { TRACE_COMM, 1, 0, 2000, 9000, 8192 },
+	    { TRACE_COMM, 0, 0, 60000, 70000, 4096 },
+	    { TRACE_UPDATE_CPU, 0, 0, 10000, 20000, 51 },
+	    { TRACE_NVME_READ, 1, 0, 3000, 8000, 52 } },
+	  6, { { -1, 1 }, { -2, 2 }, { 0, 1 }, { 1, 1 } }, 4 },
 	{ "an empty trace", { { 0 } }, 0, { { -1, 0 } }, 1 },
 };
 
@@ -848,9 +868,9 @@ START_TEST(layout)
 			if (strcmp(x->name, trace_stage_name(s->stage)) != 0 || x->step != s->step ||
 			    x->ts != s->begin - origin || x->dur != end - s->begin)
 				continue;
-			if (s->stage == TRACE_STEP ? x->on_shard
-						   : (!x->on_shard || x->shard != s->shard ||
-						      x->bytes != s->bytes))
+			if (s->stage == TRACE_STEP ? x->on_shard || x->comm
+						   : ((s->stage == TRACE_COMM ? !x->comm : !x->on_shard) ||
+						      x->shard != s->shard || x->bytes != s->bytes))
 				continue;
 			found++;
 		}
@@ -862,6 +882,25 @@ START_TEST(layout)
 
 		ck_assert_msg(got == c->want[w].tracks, "%s: shard %lld on %zu tracks, want %zu",
 			      c->what, c->want[w].shard, got, c->want[w].tracks);
+		if (c->want[w].shard == -2) {
+			/* the collectives' tracks: "collectives", "collectives (2)"... */
+			long prev = -1;
+			unsigned k = 0;
+
+			for (size_t i = 0; i < r.nx; i++) {
+				char want[32];
+
+				if (!r.x[i].comm || (long)r.x[i].tid == prev)
+					continue;
+				prev = (long)r.x[i].tid;
+				if (k == 0)
+					snprintf(want, sizeof(want), "collectives");
+				else
+					snprintf(want, sizeof(want), "collectives (%u)", k + 1);
+				ck_assert_str_eq(r.tname[r.x[i].tid], want);
+				k++;
+			}
+		}
 		if (c->want[w].shard < 0)
 			continue;
 		for (unsigned k = 0; k < got; k++) {
@@ -964,6 +1003,7 @@ END_TEST
 
 static const char *const stage_names_want[TRACE__STAGES] = {
 	"step", "nvme_read", "h2d", "update_cpu", "update_gpu", "d2h", "nvme_write", "stall",
+	"comm",
 };
 
 START_TEST(stage_names)
@@ -1053,7 +1093,8 @@ static void *writer_main(void *arg)
 			w->steps++;
 		} else {
 			uint32_t shard = (uint32_t)((w->id + i) % CSHARDS);
-			enum trace_stage st = (enum trace_stage)(1 + i % (TRACE__STAGES - 1));
+			/* the shards' stages (TRACE_COMM, the last, is not one) */
+			enum trace_stage st = (enum trace_stage)(1 + i % (TRACE_COMM - 1));
 
 			trace_span(w->t, st, shard, i / 50, begin, begin + len, len);
 			w->per_shard[shard]++;
