@@ -202,6 +202,32 @@ class _ProcessGroupComm:
     def _barrier(self):
         self._dist.barrier(group=self.group)
 
+    def gather(self, piece, off, numel, what):
+        """The flat tensor of numel elements joined from every rank's piece
+        (this rank's `piece` starts at element `off`), on every rank.  A
+        collective (torch.distributed's, outside the library's)."""
+        dist = self._dist
+        meta = torch.tensor([off, piece.numel()], dtype=torch.int64, device=self.device)
+        metas = [torch.empty_like(meta) for _ in range(self.world)]
+        dist.all_gather(metas, meta, group=self.group)
+        metas = [(int(x[0]), int(x[1])) for x in metas]
+        m = max(c for _, c in metas)
+        mine = torch.zeros(max(m, 1), dtype=piece.dtype, device=self.device)
+        mine[:piece.numel()] = piece.to(self.device)
+        outs = [torch.empty_like(mine) for _ in range(self.world)]
+        dist.all_gather(outs, mine, group=self.group)
+        full = torch.empty(numel, dtype=piece.dtype)
+        at = 0
+        for (a, c), o in sorted(zip(metas, outs), key=lambda x: x[0][0]):
+            if c and a != at:
+                raise RuntimeError(f"{what}: the ranks' pieces do not tile the parameter "
+                                   f"(a piece at {a}, expected {at})")
+            full[a:a + c] = o[:c].cpu()
+            at += c
+        if at != numel:
+            raise RuntimeError(f"{what}: the ranks' pieces cover {at} of {numel} elements")
+        return full
+
     def close(self):
         if self.handle is not None:
             h, self.handle = self.handle, None
@@ -298,6 +324,7 @@ class TierAdamW(torch.optim.Optimizer):
         self._begun = False
         self._pushed = set()
         self._keep = []
+        self._staged = []         # (parameter, host output) staged this step
         self._ids = {}            # parameter -> library id
         self._params = []         # library id -> parameter
         self._names = {}          # library id -> library name
@@ -523,9 +550,19 @@ class TierAdamW(torch.optim.Optimizer):
                                  f"{p.numel()}) does not match the store's parameter {pid} "
                                  f"{info.name.decode()!r} (numel {info.numel}, group "
                                  f"{info.group})")
-            master = torch.empty(p.numel(), dtype=torch.float32)
-            self._call("tier_optim_read", self.handle, pid, _ptr(master), None, None,
-                       what=f"{what}: {info.name.decode()}")
+            if self._comm is None:
+                master = torch.empty(p.numel(), dtype=torch.float32)
+                self._call("tier_optim_read", self.handle, pid, _ptr(master), None, None,
+                           what=f"{what}: {info.name.decode()}")
+            else:
+                # This rank's piece, joined with the other ranks' (every
+                # rank adopts the same parameters in the same order).
+                piece = torch.empty(info.part_numel, dtype=torch.float32)
+                if info.part_numel:
+                    self._call("tier_optim_read", self.handle, pid, _ptr(piece), None, None,
+                               what=f"{what}: {info.name.decode()}")
+                master = self._comm.gather(piece, int(info.part_off), p.numel(),
+                                           f"{what}: {info.name.decode()}")
             with torch.no_grad():
                 p.copy_(master.view_as(p))
             self._ids[p] = pid
@@ -622,8 +659,18 @@ class TierAdamW(torch.optim.Optimizer):
         mem = _lib.TIER_MEM_DEVICE if g.is_cuda else _lib.TIER_MEM_HOST
         if g.is_cuda:
             torch.cuda.current_stream(g.device).synchronize()
+        out = p.data
+        if g.is_cuda and self._comm is not None:
+            # Backend "user" is host memory: the gradient goes through a
+            # host copy, and the output lands in a host copy of the
+            # parameter (its values, in case the step is skipped) that
+            # step() copies back.
+            g = g.to("cpu")
+            out = p.data.to("cpu", copy=True)
+            self._staged.append((p, out))
+            mem = _lib.TIER_MEM_HOST
         gt = _lib.Tensor(g.data_ptr(), _DTYPES[g.dtype], mem, g.numel())
-        ot = _lib.Tensor(p.data.data_ptr(), _DTYPES[p.dtype], mem, p.numel())
+        ot = _lib.Tensor(out.data_ptr(), _DTYPES[p.dtype], mem, p.numel())
         self._keep.append(g)
         self._call("tier_optim_push", self.handle, pid, ctypes.byref(gt), ctypes.byref(ot),
                    what=self._where(p))
@@ -650,6 +697,8 @@ class TierAdamW(torch.optim.Optimizer):
         res = _lib.StepResult()
         try:
             self._call("tier_optim_end", self.handle, ctypes.byref(res))
+            for p, out in self._staged:
+                p.data.copy_(out.view_as(p))
         finally:
             # After end, done or failed, no step is begun (a step that failed
             # part way is completed by running it again).
@@ -661,6 +710,7 @@ class TierAdamW(torch.optim.Optimizer):
         self._begun = False
         self._pushed.clear()
         self._keep.clear()
+        self._staged.clear()
 
     # ---------------------------------------------------- streaming form
 
@@ -910,17 +960,21 @@ class TierAdamW(torch.optim.Optimizer):
 
     @classmethod
     def resume(cls, params, *, manifest=None, dram_capacity=None, threads=None,
-               offload_fraction=None, overlap_backward=False):
+               offload_fraction=None, overlap_backward=False, process_group=None):
         """The optimizer checkpointed in the store of `manifest` (its files
         reopen at the last checkpoint), over `params` given as at the
         original construction (same order, same groups, same sizes).  The
         groups' hyperparameters and the step counts are the checkpoint's
         (those given are replaced), its master weights are copied into the
         parameters, and the next step is the one the checkpointed run would
-        have taken.  threads and offload_fraction may differ."""
+        have taken.  threads and offload_fraction may differ.  A partitioned
+        run resumes with the same process group (its size and this rank's
+        place in it must be the checkpoint's; a collective: every rank
+        resumes), each rank from its own manifest; the parameters get the
+        pieces of every rank."""
         return cls(params, manifest=manifest, dram_capacity=dram_capacity, threads=threads,
                    offload_fraction=offload_fraction, overlap_backward=overlap_backward,
-                   _adopt=("resume", None))
+                   process_group=process_group, _adopt=("resume", None))
 
     def export(self, path):
         """Writes the full state to a safetensors file (tier_optim_export),
