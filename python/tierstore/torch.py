@@ -261,6 +261,9 @@ class TierAdamW(torch.optim.Optimizer):
     - ``threads``: CPU update threads (None: $TIER_THREADS, else one per CPU).
     - ``overlap_backward``: the streaming form (below).
     - ``scratch``: remove on close the NVMe files this store created.
+    - ``process_group``: a torch.distributed process group, or True for the
+      default one (None: one rank).  With more than one rank the state is
+      partitioned (below).
 
     Semantics, as torch.optim.AdamW:
 
@@ -300,6 +303,21 @@ class TierAdamW(torch.optim.Optimizer):
     before ``step()`` outside it raises RuntimeError.  A gradient refused by
     a hook (wrong dtype, size) raises from backward and leaves the step
     begun: ``step()`` raises it again; fix the gradient, or ``close()``.
+
+    **Several ranks** (``process_group``): each rank keeps the state of its
+    piece of every parameter (about 1/N of it) in its own store, under its
+    own manifest.  Every rank builds the same TierAdamW over the same
+    parameters and makes the same calls in the same order; each pushes the
+    gradients of its own backward (do not wrap the model in
+    DistributedDataParallel: the step averages the gradients itself, by a
+    reduce-scatter into each rank's pieces), and after ``step()`` every
+    rank's parameters hold the full updated values.  The collectives are
+    torch.distributed's on that group, run by the library through
+    callbacks (backend "user", host memory: CUDA gradients and parameters
+    are staged through host copies).  An exception in a collective is
+    raised by the call that ran it, chained to the library's error, and
+    the optimizer then refuses further steps.  ``state_dict()`` holds this
+    rank's pieces; ``consolidate_state_dict(to)`` gathers the full one.
 
     **State**: ``state_dict()`` / ``load_state_dict()`` use torch's format
     (state per parameter index: 'step', 'exp_avg', 'exp_avg_sq', plus
