@@ -308,6 +308,17 @@ def train(rank, world, outdir, steps):
             if not torch.equal(st[k], again["state"][i][k]):
                 fail(f"state {i} {k}: the consolidated dict loaded back differs")
 
+    # Another rank's piece is refused, naming both ranges.
+    objs = [None] * world
+    dist.all_gather_object(objs, mine)
+    try:
+        opt.load_state_dict(objs[(rank + 1) % world])
+        fail("rank {rank} loaded another rank's piece")
+    except ValueError as e:
+        if "the state dict holds elements [" not in str(e) or f"rank {rank} of {world} keeps" \
+                not in str(e):
+            fail(f"loading another rank's piece: {e!r}")
+
     # A checkpoint (collective), and the run resumed from it over a model of
     # other weights: every rank's parameters get every rank's pieces.
     opt.checkpoint()

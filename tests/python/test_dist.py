@@ -57,3 +57,44 @@ def test_two_ranks_match_ddp(scratch):
     assert abs(fig["loss"] - fig["ref_loss"]) <= 1e-6 * abs(fig["ref_loss"])
     assert results[0]["figures"]["info"]["total_elems"] == \
         sum(res["figures"]["info"]["part_elems"] for res in results.values())
+
+
+def test_process_group_needs_init(manifest):
+    """process_group without torch.distributed initialised: a ValueError
+    before anything is opened."""
+    if dist.is_initialized():
+        pytest.skip("torch.distributed is initialised in this process")
+    from tierstore.torch import TierAdamW
+    p = torch.nn.Parameter(torch.zeros(8))
+    with pytest.raises(ValueError, match="torch.distributed is not initialized"):
+        TierAdamW([p], manifest=manifest, process_group=True)
+
+
+def test_group_of_one_is_not_partitioned(manifest, scratch):
+    """A group of one rank: TierAdamW as on one rank (no comm), and a step
+    matches torch.optim.AdamW."""
+    from tierstore.torch import TierAdamW
+    if dist.is_initialized():
+        pytest.skip("torch.distributed is initialised in this process")
+    dist.init_process_group("gloo", init_method="file://" + os.path.join(scratch, "pg"),
+                            rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        p = torch.nn.Parameter(torch.randn(300))
+        q = torch.nn.Parameter(p.detach().clone())
+        with TierAdamW([p], lr=1e-2, manifest=manifest, process_group=True) as opt:
+            assert (opt.rank, opt.world, opt._comm) == (0, 1, None)
+            assert opt.info()["world"] == 1
+            ref = torch.optim.AdamW([q], lr=1e-2)
+            for _ in range(3):
+                g = torch.randn(300)
+                p.grad, q.grad = g.clone(), g.clone()
+                opt.step()
+                ref.step()
+            assert opt.last_step["world"] == 1 and opt.last_step["collectives"] == 0
+            assert (p - q).abs().max().item() <= 1e-6 * q.abs().max().item()
+            sd = opt.state_dict()
+            assert "part_off" not in sd["state"][0] and "world" not in sd["tierstore"]
+            assert opt.consolidate_state_dict()["state"][0]["master"].shape == p.shape
+    finally:
+        dist.destroy_process_group()
