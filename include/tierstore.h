@@ -733,7 +733,8 @@ struct tier_comm_params {
 	double timeout_s;
 	/* backend "user": collectives the program runs itself (a binding over
 	 * torch.distributed); rank and nranks say this rank and the world.
-	 * Used, not copied: it must outlive the comm. */
+	 * The struct is copied at open; what its user points to must outlive
+	 * the comm. */
 	const struct tier_comm_callbacks *callbacks;
 };
 

@@ -347,8 +347,9 @@ def train(rank, world, outdir, steps):
         fail("a step whose collective failed did not raise")
     except RuntimeError as e:
         cause = e.__cause__
+        named = f"on rank {rank} of {world} (user)"
         if "injected collective failure" not in str(e) or not isinstance(cause, TierError) \
-                or cause.errno != errno.EIO or f"on rank {rank} of {world} (user)" not in str(cause):
+                or cause.errno != errno.EIO or named not in str(cause):
             fail(f"a failed collective raised {e!r} caused by {cause!r}")
         figures["failed_step"] = str(cause)
     try:
