@@ -13,7 +13,8 @@
    same initial weights; TierAdamW(process_group=True) on a plain model
    (its reduce-scatter averages the gradients), its state partitioned and
    streamed through an NVMe file over a tiny DRAM tier.  Parameters and the
-   final loss must match within 1e-6 relative; every rank must hold the
+   final loss must match within 1e-6 relative; the streaming form
+   (overlap_backward) must give the plain step's bits (30 steps); every rank must hold the
    same full parameters; consolidate_state_dict() must match torch's
    state; a failing collective must raise its exception chained to the
    library's error.
@@ -47,6 +48,8 @@ TOL = 1e-6
 # not torch's op for op) feed back into the gradients, and the moments
 # drift a little more than the parameters (1.1e-6 after 100 steps).
 STATE_TOL = 1e-5
+# Steps the streaming form runs beside the plain one (bit for bit).
+STREAMED_STEPS = 30
 DT = {"f64": (_lib.TIER_COMM_F64, torch.float64), "f32": (_lib.TIER_COMM_F32, torch.float32),
       "bf16": (_lib.TIER_COMM_BF16, torch.bfloat16), "f16": (_lib.TIER_COMM_F16, torch.float16)}
 
@@ -213,15 +216,24 @@ def train(rank, world, outdir, steps):
     xtr, ytr, _, _ = train_digits.data()
     model = train_digits.mlp(256, seed=0)
     ref = copy.deepcopy(model)
+    streamed = copy.deepcopy(model)
     ddp = torch.nn.parallel.DistributedDataParallel(ref)
     ropt = torch.optim.AdamW(groups(ref), lr=2e-3)
-    d = os.path.join(outdir, f"rank{rank}")
-    os.makedirs(d, exist_ok=True)
-    mpath = os.path.join(d, "m.yaml")
-    with open(mpath, "w") as f:
-        f.write(MANIFEST.format(rank=rank, path=os.path.join(d, "nvme")))
+    mpaths = []
+    for kind in ("", "-streamed"):
+        d = os.path.join(outdir, f"rank{rank}{kind}")
+        os.makedirs(d, exist_ok=True)
+        mpaths.append(os.path.join(d, "m.yaml"))
+        with open(mpaths[-1], "w") as f:
+            f.write(MANIFEST.format(rank=rank, path=os.path.join(d, "nvme")))
+    mpath = mpaths[0]
     opt = TierAdamW(groups(model), lr=2e-3, manifest=mpath, dram_capacity=256 << 10,
                     process_group=True)
+    # The streaming form: each hook pushes its gradient during backward
+    # (the library posts the reduce-scatters in parameter order).
+    sopt = TierAdamW(groups(streamed), lr=2e-3, manifest=mpaths[1],
+                     dram_capacity=256 << 10, process_group=True, overlap_backward=True,
+                     scratch=True)
     info = opt.info()
     figures["info"] = {k: info[k] for k in ("rank", "world", "part_elems", "total_elems",
                                             "state_bytes")}
@@ -245,6 +257,16 @@ def train(rank, world, outdir, steps):
         lossf(model(x), y).backward()
         opt.step()
         nvme += opt.last_step["nvme_read_bytes"]
+        if step < STREAMED_STEPS:
+            sopt.zero_grad()
+            lossf(streamed(x), y).backward()
+            sopt.step()
+        if step == STREAMED_STEPS - 1:
+            for (n, a), b in zip(streamed.named_parameters(), model.parameters()):
+                if not torch.equal(a, b):
+                    fail(f"step {step + 1}: parameter {n}: the streaming form differs from "
+                         f"the plain step ({rel_err(a, b):.3g})")
+            sopt.close()
     last = opt.last_step
     figures["last_step"] = {k: last[k] for k in ("rank", "world", "collectives", "comm_bytes",
                                                  "step", "applied")}
