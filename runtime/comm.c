@@ -475,6 +475,39 @@ static void finish(struct comm_req *r)
 }
 
 /* One test of @r under the lock; on its deadline, breaks the comm. */
+/*
+ * After a timeout: the ranks that did not answer the backend's probe, as
+ * "rank 2 did not answer (dead, or not in this collective)", or the
+ * generic cause when the backend cannot tell.  The grace is the timeout
+ * itself, at most 2 s.
+ */
+static void probe_peers(struct tier_comm *c, double timeout_s, char *who, size_t len)
+{
+	unsigned char *ans;
+	size_t at = 0;
+	int missing = 0;
+
+	snprintf(who, len, "a peer died or did not call it");
+	if (!c->ops->probe || c->size < 2 || !(ans = calloc((size_t)c->size, 1)))
+		return;
+	if (c->ops->probe(c->be, timeout_s < 2 ? timeout_s : 2, ans) == 0) {
+		for (int i = 0; i < c->size; i++)
+			missing += !ans[i];
+		if (missing) {
+			at = (size_t)snprintf(who, len, "rank%s", missing > 1 ? "s" : "");
+			for (int i = 0, k = 0; i < c->size && at < len; i++)
+				if (!ans[i])
+					at += (size_t)snprintf(who + at, len - at, "%s %d",
+							       k++ ? "," : "", i);
+			if (at < len)
+				snprintf(who + at, len - at, " did not answer (dead, or not in this collective)");
+		} else {
+			snprintf(who, len, "every rank answered after its timeout: the ranks called different collectives or counts");
+		}
+	}
+	free(ans);
+}
+
 static int test_once(struct comm_req *r, bool *done)
 {
 	struct tier_comm *c = r->c;
@@ -491,15 +524,19 @@ static int test_once(struct comm_req *r, bool *done)
 	} else if (!*done && r->deadline_ns && ts_now_ns() > r->deadline_ns) {
 		double t = ts_ns_to_s(c->timeout_ns);
 
+		char who[160];
+
 		c->ops->abort(c->be, r);
 		c->broken = true;
+		probe_peers(c, t, who, sizeof(who));
 		snprintf(c->broken_why, sizeof(c->broken_why),
 			 "%s #%llu timed out after %.3g s on rank %d of %d", r->what,
 			 (unsigned long long)r->seq, t, c->rank, c->size);
 		rc = ts_err(-ETIMEDOUT,
 			    "comm %s #%llu on rank %d of %d (%s): not complete after %.3g s (the "
-			    "timeout): a peer died or did not call it; the comm is now broken",
-			    r->what, (unsigned long long)r->seq, c->rank, c->size, c->ops->name, t);
+			    "timeout): %s; the comm is now broken",
+			    r->what, (unsigned long long)r->seq, c->rank, c->size, c->ops->name, t,
+			    who);
 		*done = true;
 	}
 	if (*done)

@@ -114,6 +114,12 @@ struct comm_ops {
 	 * (ncclCommAbort; with MPI nothing can cancel a collective) and frees
 	 * @r's backend state that is safe to free. */
 	void (*abort)(struct comm_be *b, struct comm_req *r);
+	/* Optional.  After a timeout and abort(): which peers are still
+	 * there.  Every rank whose collective timed out calls it; each says
+	 * so to every other and listens for @grace_s: answered[i] is set for
+	 * each rank heard from (this rank's own included).  0, or an error
+	 * (nothing known). */
+	int (*probe)(struct comm_be *b, double grace_s, unsigned char *answered);
 };
 
 /* Validates and adds @ops: -EINVAL (the missing field named), -EEXIST,

@@ -47,6 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/fault.h"
 #include "kernels/adam_math.h"
@@ -439,6 +440,84 @@ static void mpi_abort(struct comm_be *b, struct comm_req *r)
 	r->priv = NULL;
 }
 
+/*
+ * Which peers answer after a timeout: a message to every other rank and a
+ * receive from each, on the comm's own context with a tag no collective
+ * uses (point-to-point never matches a collective), then @grace_s of
+ * MPI_Test.  A dead rank never sends; one alive but not in the collective
+ * is not in this code either, so neither answers.  A survivor that timed
+ * out later still reaches the others' posted receives (its message is
+ * buffered or matched when it sends), so the survivors hear each other when
+ * their timeouts fall within @grace_s.  The requests of peers that did not
+ * answer are abandoned, like the timed-out collective's.
+ */
+#define PROBE_TAG 0x7153
+
+static struct probe_left {
+	MPI_Request *rq;
+	int *in;
+	struct probe_left *next;
+} *probe_abandoned;
+
+static int mpi_probe(struct comm_be *b, double grace_s, unsigned char *answered)
+{
+	int n = b->size, left = 0;
+	MPI_Request *rq = calloc((size_t)n * 2, sizeof(*rq));
+	int *in = calloc((size_t)n, sizeof(*in)), me = b->rank;
+	uint64_t end;
+
+	if (!rq || !in) {
+		free(rq);
+		free(in);
+		return -ENOMEM;
+	}
+	memset(answered, 0, (size_t)n);
+	answered[me] = 1;
+	for (int i = 0; i < n; i++) {
+		rq[i] = rq[n + i] = MPI_REQUEST_NULL;
+		if (i == me)
+			continue;
+		if (MPI_Irecv(&in[i], 1, MPI_INT, i, PROBE_TAG, b->comm, &rq[i]) != MPI_SUCCESS ||
+		    MPI_Isend(&me, 1, MPI_INT, i, PROBE_TAG, b->comm, &rq[n + i]) != MPI_SUCCESS)
+			rq[i] = MPI_REQUEST_NULL;
+		else
+			left++;
+	}
+	end = ts_now_ns() + (uint64_t)(grace_s * 1e9);
+	while (left > 0 && ts_now_ns() < end) {
+		for (int i = 0; i < n; i++) {
+			int flag = 0;
+
+			if (rq[i] == MPI_REQUEST_NULL || answered[i])
+				continue;
+			if (MPI_Test(&rq[i], &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && flag) {
+				answered[i] = 1;
+				left--;
+			}
+		}
+		ts_sleep_ns(1000000);
+	}
+	/* What did not complete is abandoned, reachable (MPI may still
+	 * write @in): the list below, never freed. */
+	if (left > 0) {
+		struct probe_left *pl = malloc(sizeof(*pl));
+
+		if (pl) {
+			pthread_mutex_lock(&mpi_lock);
+			*pl = (struct probe_left){ rq, in, probe_abandoned };
+			probe_abandoned = pl;
+			pthread_mutex_unlock(&mpi_lock);
+		}
+		return 0;
+	}
+	for (int i = 0; i < n; i++)
+		if (rq[n + i] != MPI_REQUEST_NULL)
+			(void)MPI_Test(&rq[n + i], &(int){ 0 }, MPI_STATUS_IGNORE);
+	free(rq);
+	free(in);
+	return 0;
+}
+
 const struct comm_ops comm_mpi_ops = {
 	.name = "mpi",
 	.version = COMM_OPS_VERSION,
@@ -451,4 +530,5 @@ const struct comm_ops comm_mpi_ops = {
 	.barrier = mpi_barrier,
 	.test = mpi_test,
 	.abort = mpi_abort,
+	.probe = mpi_probe,
 };

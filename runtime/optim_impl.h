@@ -60,8 +60,9 @@ struct param {
 	struct tier_tensor gin;  /* this step: the pushed gradient, whole, */
 	struct tier_tensor fout; /* and output buffer, whole (ptr NULL: none) */
 	bool ready;              /* pushed, its reduce-scatter not posted yet */
-	struct comm_req *rs;     /* its reduce-scatter in flight */
+	struct comm_req *rs;     /* its reduce-scatter or all-gather in flight */
 	uint64_t rs_t0;
+	_Atomic uint32_t ag_left;/* its shards this step's lanes have yet to update */
 };
 
 struct lane {
@@ -151,7 +152,15 @@ struct tier_optim {
 	bool comm_dev;           /* the comm's buffers are device memory */
 	bool layout_dirty;       /* parameters or groups changed: the next begin
 				  * checks that every rank has the same */
-	uint32_t rs_next;        /* the next parameter to reduce-scatter (id order) */
+	uint32_t rs_next;        /* the next position to reduce-scatter, in the
+				  * step's posting order (zero_order_at) */
+	bool post_desc;          /* that order: descending ids (backward's) or
+				  * ascending; agreed, from rank 0's pushes */
+	uint32_t last_push;      /* this step's pushes: the last id, and how */
+	uint32_t push_up, push_down; /* often the next was above or below it */
+	uint32_t ag_next;        /* the next position to all-gather, in the lanes'
+				  * order (descending ids when o->ran is odd) */
+	bool ag_on;              /* the lanes run: all-gathers go out as they can */
 	int zrc;                 /* this step's first collective error */
 	char zerr[TIER_ERR_MAX];
 	struct {
@@ -222,6 +231,13 @@ int zero_begin(struct tier_optim *o);
 /* tier_optim_push's part once the tensors are checked. */
 int zero_push(struct tier_optim *o, uint32_t id, const struct tier_tensor *grad,
 	      const struct tier_tensor *out);
+/* Waits out the step's collectives still in flight (a step abandoned:
+ * the other ranks posted the same ones) and forgets them. */
+void zero_drain(struct tier_optim *o);
+/* While the lanes run (API thread): posts the all-gathers of the
+ * parameters whose shards are all updated, in the lanes' order, and tests
+ * those in flight. */
+void zero_gather_progress(struct tier_optim *o);
 /* tier_optim_end of a partitioned optimizer. */
 int zero_end(struct tier_optim *o, struct tier_step_result *res);
 /* After this rank's part of a checkpoint (@rc): every rank's outcome.

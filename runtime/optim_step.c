@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/clock.h"
 #include "common/cuda.h"
@@ -168,6 +169,8 @@ static void run_lane(struct tier_optim *o, unsigned lane)
 			break;
 		}
 		sh->updated = true;
+		if (o->comm) /* its outputs are written: counts toward the all-gather */
+			atomic_fetch_sub_explicit(&o->params[sh->param].ag_left, 1, memory_order_release);
 		if ((rc = la_done(&o->la, it, true))) {
 			snprintf(ln->err, sizeof(ln->err), "%s", tier_last_error());
 			ln->rc = rc;
@@ -177,6 +180,8 @@ static void run_lane(struct tier_optim *o, unsigned lane)
 		}
 		ln->bytes += sh->bytes;
 		ln->shards++;
+		if (lane == 0 && o->ag_on)
+			zero_gather_progress(o);
 		if (sh->after > o->keep && o->home_nvme)
 			(void)wb_push(o->wb, sh->obj); /* -ENOMEM: it goes down on eviction */
 	}
@@ -361,6 +366,8 @@ int tier_optim_begin(struct tier_optim *o, double lr)
 		o->params[i].ready = false;
 	}
 	o->rs_next = 0;
+	o->last_push = UINT32_MAX;
+	o->push_up = o->push_down = 0;
 	o->zrc = 0;
 	memset(&o->cst, 0, sizeof(o->cst));
 	memset(o->lane, 0, sizeof(o->lane));
@@ -465,6 +472,8 @@ int tier_optim_push(struct tier_optim *o, uint32_t id, const struct tier_tensor 
 /* Ends a step without updating anything. */
 void optim_abandon(struct tier_optim *o)
 {
+	if (o->comm)
+		zero_drain(o);
 	la_finish(&o->la);
 	o->in_step = false;
 	o->synced = false; /* the window stopped part way through the schedule */
@@ -593,8 +602,26 @@ void optim_run_lanes(struct tier_optim *o)
 	run_lane(o, 0);
 	if (gpu_items) {
 		pthread_mutex_lock(&o->lock);
-		while (o->done != o->go)
-			pthread_cond_wait(&o->cond, &o->lock);
+		while (o->done != o->go) {
+			if (!o->ag_on) {
+				pthread_cond_wait(&o->cond, &o->lock);
+				continue;
+			}
+			/* partitioned: the GPU lane's shards' all-gathers go out
+			 * from here as they complete */
+			struct timespec ts;
+
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec += 1000000;
+			if (ts.tv_nsec >= 1000000000) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000;
+			}
+			(void)pthread_cond_timedwait(&o->cond, &o->lock, &ts);
+			pthread_mutex_unlock(&o->lock);
+			zero_gather_progress(o);
+			pthread_mutex_lock(&o->lock);
+		}
 		pthread_mutex_unlock(&o->lock);
 	}
 	la_finish(&o->la);

@@ -103,6 +103,8 @@ int zero_setup(struct tier_optim *o, struct tier_comm *comm)
 	o->world = tier_comm_size(comm);
 	o->comm_dev = (caps & COMM_CAP_DEVICE_MEMORY) && !(caps & COMM_CAP_HOST_MEMORY);
 	o->layout_dirty = true;
+	/* backward produces the last parameters' gradients first */
+	o->post_desc = true;
 	return 0;
 }
 
@@ -302,6 +304,12 @@ int zero_begin(struct tier_optim *o)
 
 /* ------------------------------------------------------------ the step */
 
+/* The parameter at position @k of the step's posting order. */
+static uint32_t order_at(const struct tier_optim *o, uint32_t k)
+{
+	return o->post_desc ? o->nparams - 1 - k : k;
+}
+
 /* Posts parameter @id's reduce-scatter. */
 static int post_rs(struct tier_optim *o, uint32_t id)
 {
@@ -358,7 +366,8 @@ static int rs_done(struct tier_optim *o, uint32_t id, uint64_t t1)
  * (never blocks: MPI progresses its requests inside these calls). */
 static void progress(struct tier_optim *o)
 {
-	for (uint32_t i = 0; i < o->rs_next && !o->zrc; i++) {
+	for (uint32_t k = 0; k < o->rs_next && !o->zrc; k++) {
+		uint32_t i = order_at(o, k);
 		struct param *pp = &o->params[i];
 		bool done = false;
 		int rc;
@@ -404,15 +413,21 @@ int zero_push(struct tier_optim *o, uint32_t id, const struct tier_tensor *grad,
 		memset(&pp->fout, 0, sizeof(pp->fout));
 	pp->pushed = true;
 	pp->ready = true;
-	/* In id order: every rank posts the same sequence whatever the order
-	 * of its pushes. */
+	if (o->last_push != UINT32_MAX) {
+		o->push_up += id > o->last_push;
+		o->push_down += id < o->last_push;
+	}
+	o->last_push = id;
+	/* In the agreed order: every rank posts the same sequence whatever
+	 * the order of its pushes; a push ahead of its turn waits. */
 	while (o->rs_next < o->nparams) {
-		struct param *q = &o->params[o->rs_next];
+		uint32_t i = order_at(o, o->rs_next);
+		struct param *q = &o->params[i];
 
 		if (!q->frozen) {
 			if (!q->ready)
 				break;
-			if (post_rs(o, o->rs_next))
+			if (post_rs(o, i))
 				return ts_err(o->zrc, "optimizer: %s", o->zerr);
 		}
 		o->rs_next++;
@@ -423,14 +438,24 @@ int zero_push(struct tier_optim *o, uint32_t id, const struct tier_tensor *grad,
 	return 0;
 }
 
+void zero_drain(struct tier_optim *o)
+{
+	for (uint32_t i = 0; i < o->nparams; i++) {
+		struct param *pp = &o->params[i];
+
+		if (pp->rs)
+			(void)comm_wait(pp->rs); /* completes, fails or times out: freed */
+		pp->rs = NULL;
+		pp->ready = false;
+	}
+}
+
 /* The step abandoned after a collective failed: no state changed. */
 static int step_comm_failed(struct tier_optim *o)
 {
 	int rc = o->zrc;
 
-	for (uint32_t i = 0; i < o->nparams; i++)
-		o->params[i].rs = NULL; /* comm_wait freed each */
-	optim_abandon(o);
+	optim_abandon(o); /* waits out what is still in flight */
 	return ts_err(rc, "optimizer: step %" PRIu64 " on rank %d of %d: %s; no state changed (a comm that timed out is broken: end the job and resume from the last checkpoint)",
 		      o->applied + 1, o->rank, o->world, o->zerr);
 }
@@ -460,6 +485,84 @@ static void wait_one(struct tier_optim *o, uint32_t id, bool rs, const char *wha
 		o->cst.ns += t1 - pp->rs_t0;
 		trace_span(o->trace, TRACE_COMM, id, atomic_load(&o->begun), pp->rs_t0, t1,
 			   pp->pn * osz);
+	}
+}
+
+/* The parameter at position @k of the lanes' order this step. */
+static uint32_t ag_order_at(const struct tier_optim *o, uint32_t k)
+{
+	return o->ran % 2 ? o->nparams - 1 - k : k;
+}
+
+/* Posts parameter @id's all-gather of its outputs. */
+static int post_ag(struct tier_optim *o, uint32_t id)
+{
+	struct param *pp = &o->params[id];
+	size_t osz = tier_dtype_size(pp->fout.dtype);
+	char w[TIERS_NAME_MAX * 4 + 64];
+	int rc;
+
+	pp->rs_t0 = ts_now_ns();
+	rc = comm_iallgatherv(o->comm, (char *)pp->fout.ptr + pp->poff * osz, pp->fout.ptr,
+			      pp->counts, comm_dt(pp->fout.dtype), &pp->rs);
+	if (rc) {
+		pp->rs = NULL;
+		snprintf(w, sizeof(w), "the all-gather of parameter '%s'", pp->name);
+		return zfail(o, rc, w);
+	}
+	o->cst.n++;
+	o->cst.bytes += pp->pn * osz;
+	return 0;
+}
+
+/* Posts the all-gathers in the lanes' order up to the first parameter not
+ * done yet (@all: every one left, done or not: after the lanes). */
+static void post_gathers(struct tier_optim *o, bool all)
+{
+	while (o->ag_next < o->nparams && !o->zrc) {
+		uint32_t i = ag_order_at(o, o->ag_next);
+		struct param *pp = &o->params[i];
+
+		if (pp->pushed && pp->fout.ptr) {
+			if (!all && atomic_load_explicit(&pp->ag_left, memory_order_acquire))
+				break;
+			if (post_ag(o, i))
+				break;
+		}
+		o->ag_next++;
+	}
+}
+
+void zero_gather_progress(struct tier_optim *o)
+{
+	post_gathers(o, false);
+	/* MPI progresses what is in flight inside its calls: test the oldest */
+	for (uint32_t k = 0; k < o->ag_next && !o->zrc; k++) {
+		uint32_t i = ag_order_at(o, k);
+		struct param *pp = &o->params[i];
+		bool done = false;
+		int rc;
+
+		if (!pp->rs)
+			continue;
+		rc = comm_test(pp->rs, &done);
+		if (!done)
+			break;
+		pp->rs = NULL;
+		if (rc) {
+			char w[TIERS_NAME_MAX * 4 + 64];
+
+			snprintf(w, sizeof(w), "the all-gather of parameter '%s'", pp->name);
+			zfail(o, rc, w);
+			break;
+		}
+		{
+			uint64_t t1 = ts_now_ns();
+
+			o->cst.ns += t1 - pp->rs_t0;
+			trace_span(o->trace, TRACE_COMM, i, atomic_load(&o->begun), pp->rs_t0, t1,
+				   pp->pn * tier_dtype_size(pp->fout.dtype));
+		}
 	}
 }
 
@@ -524,7 +627,11 @@ static uint64_t groups_hash(const struct tier_optim *o)
 }
 
 /* The step's figures every rank must agree on, and its norm. */
-enum { X_SUMSQ, X_NONFINITE, X_NPUSHED, X_PUSHED, X_GROUPS, X_APPLIED, X_SCALE, X_N };
+enum { X_SUMSQ, X_NONFINITE, X_NPUSHED, X_PUSHED, X_GROUPS, X_APPLIED, X_SCALE, X_ORDER,
+       X_N };
+/* X_ORDER is not compared: each rank's push order, of which rank 0's sets
+ * the next step's posting order. */
+#define X_AGREED X_ORDER
 
 static int agree(struct tier_optim *o, const double *all)
 {
@@ -537,7 +644,7 @@ static int agree(struct tier_optim *o, const double *all)
 	};
 
 	for (int r = 1; r < o->world; r++)
-		for (int k = X_NPUSHED; k < X_N; k++) {
+		for (int k = X_NPUSHED; k < X_AGREED; k++) {
 			uint64_t a = d2u(all[X_N * r + k]), b = d2u(all[k]);
 			char msg[TIER_ERR_MAX];
 
@@ -561,13 +668,11 @@ int zero_end(struct tier_optim *o, struct tier_step_result *res)
 
 	/* What is left, in id order (the parameters not pushed skipped). */
 	for (; o->rs_next < o->nparams && !o->zrc; o->rs_next++)
-		if (o->params[o->rs_next].ready)
-			(void)post_rs(o, o->rs_next);
-	for (uint32_t i = 0; i < o->nparams; i++)
-		if (o->params[i].rs && !o->zrc)
-			wait_one(o, i, true, "reduce-scatter");
-		else if (o->params[i].rs)
-			(void)comm_wait(o->params[i].rs); /* ends it, or times out */
+		if (o->params[order_at(o, o->rs_next)].ready)
+			(void)post_rs(o, order_at(o, o->rs_next));
+	for (uint32_t k = 0; k < o->nparams && !o->zrc; k++)
+		if (o->params[order_at(o, k)].rs)
+			wait_one(o, order_at(o, k), true, "reduce-scatter");
 	if (o->zrc)
 		return step_comm_failed(o);
 
@@ -592,6 +697,7 @@ int zero_end(struct tier_optim *o, struct tier_step_result *res)
 	mine[X_GROUPS] = u2d(groups_hash(o));
 	mine[X_APPLIED] = u2d(o->applied);
 	mine[X_SCALE] = o->p.dynamic_loss_scale ? o->scaler.scale : o->p.loss_scale;
+	mine[X_ORDER] = o->push_up > o->push_down ? 1.0 : o->push_down > o->push_up ? -1.0 : 0.0;
 	if (!(all = ts_malloc((size_t)o->world * X_N * sizeof(*all)))) {
 		optim_abandon(o);
 		return ts_err(-ENOMEM, "optimizer: out of memory");
@@ -604,6 +710,10 @@ int zero_end(struct tier_optim *o, struct tier_step_result *res)
 		optim_abandon(o);
 		return rc;
 	}
+	/* The next step posts in the order rank 0 pushed this one (kept when
+	 * it pushed one parameter, or as many up as down). */
+	if (all[X_ORDER] != 0)
+		o->post_desc = all[X_ORDER] < 0;
 	/* The global norm: the ranks' pieces partition every gradient, so
 	 * their sums add up to it; summed in rank order, the same bits on
 	 * every rank. */
@@ -628,14 +738,32 @@ int zero_end(struct tier_optim *o, struct tier_step_result *res)
 		return 0;
 	}
 
+	/* The outputs' all-gathers go out while the lanes run, each once its
+	 * parameter's shards here are updated, in the lanes' order (the same
+	 * on every rank); the rest after them, whatever happened. */
+	for (uint32_t i = 0; i < o->nparams; i++) {
+		struct param *pp = &o->params[i];
+
+		atomic_store_explicit(&pp->ag_left, pp->pushed && !pp->frozen ? pp->nshards : 0,
+				      memory_order_relaxed);
+	}
+	o->ag_next = 0;
+	o->ag_on = true;
 	optim_run_lanes(o);
+	o->ag_on = false;
+	post_gathers(o, true);
 	for (unsigned l = 0; l < LA_LANES; l++)
 		if (o->lane[l].rc && !lrc) {
 			lrc = o->lane[l].rc;
 			lmsg = o->lane[l].err;
 		}
+	if (o->zrc && !lrc) {
+		lrc = o->zrc;
+		lmsg = o->zerr;
+	}
 	rc = exchange_outcome(o, lrc, lmsg, &bad_out, &bad);
 	if (rc || bad != -1) {
+		zero_drain(o); /* the all-gathers every rank posted */
 		uint32_t done = 0;
 
 		for (size_t i = 0; i < o->nact; i++)
@@ -658,32 +786,9 @@ int zero_end(struct tier_optim *o, struct tier_step_result *res)
 	}
 	if ((rc = optim_step_outcome(o, res)))
 		return rc; /* not reached: every lane succeeded */
-
-	/* The outputs: every rank's piece into every rank's full buffer. */
-	for (uint32_t i = 0; i < o->nparams && !o->zrc; i++) {
-		struct param *pp = &o->params[i];
-		size_t osz;
-
-		if (!pp->pushed || !pp->fout.ptr)
-			continue;
-		osz = tier_dtype_size(pp->fout.dtype);
-		pp->rs_t0 = ts_now_ns();
-		rc = comm_iallgatherv(o->comm, (char *)pp->fout.ptr + pp->poff * osz, pp->fout.ptr,
-				      pp->counts, comm_dt(pp->fout.dtype), &pp->rs);
-		if (rc) {
-			char w[TIERS_NAME_MAX * 4 + 64];
-
-			pp->rs = NULL;
-			snprintf(w, sizeof(w), "the all-gather of parameter '%s'", pp->name);
-			zfail(o, rc, w);
-			break;
-		}
-		o->cst.n++;
-		o->cst.bytes += pp->pn * osz;
-	}
-	for (uint32_t i = 0; i < o->nparams; i++)
-		if (o->params[i].rs)
-			wait_one(o, i, false, "all-gather");
+	for (uint32_t k = 0; k < o->nparams && !o->zrc; k++)
+		if (o->params[ag_order_at(o, k)].rs)
+			wait_one(o, ag_order_at(o, k), false, "all-gather");
 	if (o->zrc) {
 		o->failed = o->zrc;
 		snprintf(o->failed_msg, sizeof(o->failed_msg), "step %" PRIu64 " on rank %d of %d: the state is updated but the outputs were not gathered: %.3900s",

@@ -8,7 +8,8 @@ Runs TEST_COMM MODE on 3 ranks under MPIRUN with a hard limit of 60 s and
 judges what happened:
   absent: rank 2 stays alive but never calls the collective.  Ranks 0 and
           1 must each print "comm-dead: rank R: ETIMEDOUT after T s" (the
-          comm's 2 s timeout; test_comm checks T and the -EPIPE after).
+          comm's 2 s timeout; test_comm checks T, that the message names
+          rank 2 as the one that did not answer, and the -EPIPE after).
   kill:   rank 2 SIGKILLs itself before the collective.  Either ranks 0 and
           1 time out as above (10 s timeout), or the launcher ends the job
           and says that rank 2 died (Open MPI's mpirun does, within ~1 s).

@@ -22,6 +22,7 @@ step "$build/tests/gpu/test_gpu"
 step "$build/tests/gpu/test_gpu_hbm"
 step "$build/tests/gpu/test_gpu_adamw"
 step "$build/tests/gpu/test_gpu_optim"
+step "$build/tests/gpu/test_gpu_zero"
 TIER_TRAINER_HBM=cuda step "$build/tests/test_trainer"
 TIER_DATA="$TIER_TEST_TMPDIR/data" step "$build/tools/tier-stat" --check
 step "$build/tests/test_manifest"
