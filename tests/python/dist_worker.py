@@ -230,7 +230,7 @@ def train(rank, world, outdir, steps):
     opt = TierAdamW(groups(model), lr=2e-3, manifest=mpath, dram_capacity=256 << 10,
                     process_group=True)
     # The streaming form: each hook pushes its gradient during backward
-    # (the library posts the reduce-scatters in parameter order).
+    # (the library posts the reduce-scatters in an order the ranks agree on).
     sopt = TierAdamW(groups(streamed), lr=2e-3, manifest=mpaths[1],
                      dram_capacity=256 << 10, process_group=True, overlap_backward=True,
                      scratch=True)
