@@ -28,6 +28,19 @@ static inline uint64_t ts_wall_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* The CLOCK_REALTIME instant @ns nanoseconds from now: the absolute time
+ * pthread_cond_timedwait() takes (a condition variable's default clock). */
+static inline struct timespec ts_abstime_in(uint64_t ns)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ns += (uint64_t)ts.tv_nsec;
+	ts.tv_sec += (time_t)(ns / 1000000000ull);
+	ts.tv_nsec = (long)(ns % 1000000000ull);
+	return ts;
+}
+
 static inline double ts_ns_to_s(uint64_t ns)
 {
 	return (double)ns * 1e-9;

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/fault.h"
 #include "common/log.h"
@@ -86,14 +87,8 @@ static void *wb_main(void *arg)
 				break;
 			pthread_cond_wait(&w->cond, &w->lock);
 		} else if (w->nfly) {
-			struct timespec ts;
+			struct timespec ts = ts_abstime_in(1000000);
 
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_nsec += 1000000;
-			if (ts.tv_nsec >= 1000000000) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000;
-			}
 			pthread_cond_timedwait(&w->cond, &w->lock, &ts);
 		}
 	}

@@ -196,6 +196,37 @@ static void hook(void *arg, enum store_event ev, enum tier_level l, const struct
 
 /* ------------------------------------------------------------ create */
 
+/*
+ * TIER_TRACE's path with each "${RANK}" replaced by this rank (the comm's,
+ * else the launcher's environment's, else 0), so the ranks of a job write
+ * a file each.
+ */
+static int trace_path(const struct tier_optim *o, const char *in, char *out, size_t len)
+{
+	static const char var[] = "${RANK}";
+	struct tier_rank r;
+	int rank = o->rank;
+	size_t at = 0;
+
+	if (!o->comm && tier_rank_from_env(&r) == 0)
+		rank = r.rank;
+	while (*in) {
+		int n;
+
+		if (strncmp(in, var, sizeof(var) - 1) == 0) {
+			n = snprintf(out + at, len - at, "%d", rank);
+			in += sizeof(var) - 1;
+		} else {
+			n = snprintf(out + at, len - at, "%c", *in++);
+		}
+		if (n < 0 || (size_t)n >= len - at)
+			return ts_err(-ENAMETOOLONG, "TIER_TRACE: the path is longer than %zu bytes", len - 1);
+		at += (size_t)n;
+	}
+	out[at] = '\0';
+	return 0;
+}
+
 static int open_gpu_lane(struct tier_optim *o)
 {
 	size_t bytes = o->shard_elems * 4;
@@ -380,7 +411,10 @@ int optim_create(struct tier_store *s, const struct tier_optim_params *p, size_t
 			goto fail;
 	}
 	if (*ts_opt_str(TIER_OPT_TRACE)) {
-		if ((rc = trace_open(ts_opt_str(TIER_OPT_TRACE), 0, &o->trace)))
+		char path[4096];
+
+		if ((rc = trace_path(o, ts_opt_str(TIER_OPT_TRACE), path, sizeof(path))) ||
+		    (rc = trace_open(path, 0, &o->trace)))
 			goto fail;
 		store_set_hook(s, hook, o);
 	}

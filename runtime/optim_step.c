@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/clock.h"
 #include "common/cuda.h"
@@ -609,14 +608,8 @@ void optim_run_lanes(struct tier_optim *o)
 			}
 			/* partitioned: the GPU lane's shards' all-gathers go out
 			 * from here as they complete */
-			struct timespec ts;
+			struct timespec ts = ts_abstime_in(1000000);
 
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_nsec += 1000000;
-			if (ts.tv_nsec >= 1000000000) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000;
-			}
 			(void)pthread_cond_timedwait(&o->cond, &o->lock, &ts);
 			pthread_mutex_unlock(&o->lock);
 			zero_gather_progress(o);

@@ -304,6 +304,9 @@ int zero_begin(struct tier_optim *o)
 
 /* ------------------------------------------------------------ the step */
 
+static void test_inflight(struct tier_optim *o, bool gather);
+static void ag_done(struct tier_optim *o, uint32_t id, uint64_t t1);
+
 /* The parameter at position @k of the step's posting order. */
 static uint32_t order_at(const struct tier_optim *o, uint32_t k)
 {
@@ -362,33 +365,6 @@ static int rs_done(struct tier_optim *o, uint32_t id, uint64_t t1)
 	return 0;
 }
 
-/* Tests the reduce-scatters in flight, oldest first, finishing those done
- * (never blocks: MPI progresses its requests inside these calls). */
-static void progress(struct tier_optim *o)
-{
-	for (uint32_t k = 0; k < o->rs_next && !o->zrc; k++) {
-		uint32_t i = order_at(o, k);
-		struct param *pp = &o->params[i];
-		bool done = false;
-		int rc;
-
-		if (!pp->rs)
-			continue;
-		rc = comm_test(pp->rs, &done);
-		if (!done)
-			break;
-		if (rc) {
-			char what[TIERS_NAME_MAX * 4 + 64];
-
-			pp->rs = NULL;
-			snprintf(what, sizeof(what), "the reduce-scatter of parameter '%s'", pp->name);
-			zfail(o, rc, what);
-			break;
-		}
-		rs_done(o, i, ts_now_ns());
-	}
-}
-
 int zero_push(struct tier_optim *o, uint32_t id, const struct tier_tensor *grad,
 	      const struct tier_tensor *out)
 {
@@ -432,7 +408,7 @@ int zero_push(struct tier_optim *o, uint32_t id, const struct tier_tensor *grad,
 		}
 		o->rs_next++;
 	}
-	progress(o);
+	test_inflight(o, false);
 	if (o->zrc)
 		return ts_err(o->zrc, "optimizer: %s", o->zerr);
 	return 0;
@@ -477,15 +453,10 @@ static void wait_one(struct tier_optim *o, uint32_t id, bool rs, const char *wha
 		zfail(o, rc, w);
 		return;
 	}
-	if (rs) {
+	if (rs)
 		rs_done(o, id, t1);
-	} else {
-		size_t osz = tier_dtype_size(pp->fout.dtype);
-
-		o->cst.ns += t1 - pp->rs_t0;
-		trace_span(o->trace, TRACE_COMM, id, atomic_load(&o->begun), pp->rs_t0, t1,
-			   pp->pn * osz);
-	}
+	else
+		ag_done(o, id, t1);
 }
 
 /* The parameter at position @k of the lanes' order this step. */
@@ -533,12 +504,29 @@ static void post_gathers(struct tier_optim *o, bool all)
 	}
 }
 
-void zero_gather_progress(struct tier_optim *o)
+/* Parameter @id's all-gather completed at @t1. */
+static void ag_done(struct tier_optim *o, uint32_t id, uint64_t t1)
 {
-	post_gathers(o, false);
-	/* MPI progresses what is in flight inside its calls: test the oldest */
-	for (uint32_t k = 0; k < o->ag_next && !o->zrc; k++) {
-		uint32_t i = ag_order_at(o, k);
+	struct param *pp = &o->params[id];
+
+	pp->rs = NULL;
+	o->cst.ns += t1 - pp->rs_t0;
+	trace_span(o->trace, TRACE_COMM, id, atomic_load(&o->begun), pp->rs_t0, t1,
+		   pp->pn * tier_dtype_size(pp->fout.dtype));
+}
+
+/*
+ * Tests the collectives of one kind in flight, oldest first, finishing
+ * those done, up to the first that is not (never blocks: MPI progresses
+ * its requests inside these calls): the reduce-scatters in their posting
+ * order, or (@gather) the all-gathers in the lanes' order.
+ */
+static void test_inflight(struct tier_optim *o, bool gather)
+{
+	uint32_t upto = gather ? o->ag_next : o->rs_next;
+
+	for (uint32_t k = 0; k < upto && !o->zrc; k++) {
+		uint32_t i = gather ? ag_order_at(o, k) : order_at(o, k);
 		struct param *pp = &o->params[i];
 		bool done = false;
 		int rc;
@@ -548,22 +536,26 @@ void zero_gather_progress(struct tier_optim *o)
 		rc = comm_test(pp->rs, &done);
 		if (!done)
 			break;
-		pp->rs = NULL;
 		if (rc) {
-			char w[TIERS_NAME_MAX * 4 + 64];
+			char what[TIERS_NAME_MAX * 4 + 64];
 
-			snprintf(w, sizeof(w), "the all-gather of parameter '%s'", pp->name);
-			zfail(o, rc, w);
+			pp->rs = NULL;
+			snprintf(what, sizeof(what), "the %s of parameter '%s'",
+				 gather ? "all-gather" : "reduce-scatter", pp->name);
+			zfail(o, rc, what);
 			break;
 		}
-		{
-			uint64_t t1 = ts_now_ns();
-
-			o->cst.ns += t1 - pp->rs_t0;
-			trace_span(o->trace, TRACE_COMM, i, atomic_load(&o->begun), pp->rs_t0, t1,
-				   pp->pn * tier_dtype_size(pp->fout.dtype));
-		}
+		if (gather)
+			ag_done(o, i, ts_now_ns());
+		else
+			rs_done(o, i, ts_now_ns());
 	}
+}
+
+void zero_gather_progress(struct tier_optim *o)
+{
+	post_gathers(o, false);
+	test_inflight(o, true);
 }
 
 /* Each rank's outcome of the lanes: 0 and a message. */
