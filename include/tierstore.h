@@ -674,8 +674,10 @@ TIER_API int tier_optim_destroy(struct tier_optim *o);
 /*
  * A communicator between the ranks of a training job, for the partitioned
  * optimizer (docs/distributed.md).  No transport of our own: "single" (one
- * rank), "mpi" (host buffers, the system's MPI; a build with -Dmpi) and
- * "nccl" (device buffers; a CUDA build with -Dnccl).  No MPI or NCCL type
+ * rank), "mpi" (host buffers, the system's MPI; a build with -Dmpi),
+ * "nccl" (device buffers; a CUDA build with -Dnccl) and "user" (host
+ * buffers; the program's own collectives, struct tier_comm_callbacks).
+ * No MPI or NCCL type
  * appears here: the program's communicator and NCCL id are passed by
  * pointer.
  */
@@ -731,7 +733,8 @@ struct tier_comm_params {
 	double timeout_s;
 	/* backend "user": collectives the program runs itself (a binding over
 	 * torch.distributed); rank and nranks say this rank and the world.
-	 * Used, not copied: it must outlive the comm. */
+	 * The struct is copied at open; what its user points to must outlive
+	 * the comm. */
 	const struct tier_comm_callbacks *callbacks;
 };
 
@@ -761,7 +764,7 @@ TIER_API int tier_comm_close(struct tier_comm *c);
 TIER_API int tier_comm_rank(const struct tier_comm *c);
 TIER_API int tier_comm_size(const struct tier_comm *c);
 
-/* The backend's name: "single", "mpi" or "nccl" (NULL for NULL). */
+/* The backend's name: "single", "mpi", "nccl" or "user" (NULL for NULL). */
 TIER_API const char *tier_comm_backend(const struct tier_comm *c);
 
 

@@ -10,7 +10,9 @@
  * that never arrives.  On a timeout the backend aborts (ncclCommAbort;
  * MPI can cancel no collective, so its request is abandoned), the comm is
  * marked broken and every later call on it fails with -EPIPE: the ranks no
- * longer agree on which collective comes next.
+ * longer agree on which collective comes next.  A backend with
+ * COMM_CAP_ERRORS_BREAK (user) breaks the comm on any collective's error
+ * too.
  *
  * The comm has a mutex: any thread may post and wait, one at a time
  * (MPI is initialised MPI_THREAD_SERIALIZED).
@@ -89,6 +91,7 @@ static void register_builtins(void)
 {
 	pthread_mutex_lock(&reg_lock);
 	register_locked(&comm_single_ops);
+	register_locked(&comm_user_ops);
 #if TIER_HAVE_MPI
 	register_locked(&comm_mpi_ops);
 #endif
@@ -187,6 +190,8 @@ size_t comm_offset(const size_t *counts, int rank)
 /* The backend NULL chooses (tierstore.h, tier_comm_params.backend). */
 static const char *auto_backend(const struct tier_comm_params *p)
 {
+	if (p->callbacks)
+		return "user";
 	if (p->nccl_comm || p->nccl_id)
 		return "nccl";
 	if (p->mpi_comm)
@@ -332,13 +337,25 @@ static int begin(struct tier_comm *c, const char *what, enum comm_dtype dt, stru
 	return 0;
 }
 
+/* A backend whose errors break the comm (COMM_CAP_ERRORS_BREAK): @r
+ * failed with @rc. */
+static void break_on_error(struct tier_comm *c, const struct comm_req *r, int rc)
+{
+	if (!(c->ops->caps & COMM_CAP_ERRORS_BREAK) || c->broken)
+		return;
+	c->broken = true;
+	snprintf(c->broken_why, sizeof(c->broken_why), "%s #%llu failed on rank %d of %d: %s",
+		 r->what, (unsigned long long)r->seq, c->rank, c->size, tier_strerror(rc));
+}
+
 /* After the backend's post: keeps @r in flight or frees it on error. */
 static int posted(struct tier_comm *c, struct comm_req *r, int rc, struct comm_req **req)
 {
 	if (rc) {
 		ts_err_prefix("comm %s #%llu on rank %d of %d (%s)", r->what,
 			      (unsigned long long)r->seq, c->rank, c->size, c->ops->name);
-		if (rc == -ETIMEDOUT) {
+		break_on_error(c, r, rc);
+		if (rc == -ETIMEDOUT && !c->broken) {
 			/* The backend's own deadline while posting (nccl: a call
 			 * still in progress); it aborted. */
 			c->broken = true;
@@ -503,6 +520,7 @@ static int test_once(struct comm_req *r, bool *done)
 		*done = true;
 		ts_err_prefix("comm %s #%llu on rank %d of %d (%s)", r->what,
 			      (unsigned long long)r->seq, c->rank, c->size, c->ops->name);
+		break_on_error(c, r, rc);
 	} else if (!*done && r->deadline_ns && ts_now_ns() > r->deadline_ns) {
 		double t = ts_ns_to_s(c->timeout_ns);
 

@@ -13,6 +13,9 @@
  *   nccl    runtime/comm_nccl.c: device buffers over NCCL (a CUDA build
  *           with -Dnccl): grouped ncclReduce / ncclBroadcast for the uneven
  *           collectives, on the comm's own stream, nonblocking comm.
+ *   user    runtime/comm_user.c: host buffers; each collective runs
+ *           through the program's callbacks (tier_comm_callbacks: a
+ *           binding over torch.distributed), complete when posted.
  *
  * Every collective is posted (comm_i*) and then waited on (comm_wait) or
  * tested (comm_test), so a caller overlaps it with other work; the
@@ -53,6 +56,11 @@ extern "C" {
 enum {
 	COMM_CAP_HOST_MEMORY = 1u << 0,   /* buffers are host memory */
 	COMM_CAP_DEVICE_MEMORY = 1u << 1, /* buffers are CUDA device memory */
+	/* A collective's error (from the post or from test()) breaks the
+	 * comm as a timeout does: every later call is -EPIPE.  For a backend
+	 * that cannot tell how far a failed exchange got on the other ranks
+	 * (user: the program's callbacks). */
+	COMM_CAP_ERRORS_BREAK = 1u << 2,
 };
 
 /* Element types of the collectives. */
@@ -124,6 +132,7 @@ const char *comm_backend_names(void);
 
 /* Built-in tables. */
 extern const struct comm_ops comm_single_ops;
+extern const struct comm_ops comm_user_ops;
 #if TIER_HAVE_MPI
 extern const struct comm_ops comm_mpi_ops;
 /* The MPI backend's broadcast of @len bytes from rank 0 of MPI_COMM_WORLD

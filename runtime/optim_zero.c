@@ -698,9 +698,13 @@ int zero_end(struct tier_optim *o, struct tier_step_result *res)
 	if (!rc)
 		rc = agree(o, all);
 	if (rc) {
+		char msg[TIER_ERR_MAX];
+
+		/* abandon first: it clears the last error */
+		snprintf(msg, sizeof(msg), "%s", tier_last_error());
 		free(all);
 		optim_abandon(o);
-		return rc;
+		return ts_err(rc, "%s", msg);
 	}
 	/* The next step posts in the order rank 0 pushed this one (kept when
 	 * it pushed one parameter, or as many up as down). */

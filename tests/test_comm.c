@@ -11,6 +11,14 @@
  *                      the 2 s timeout and print "comm-dead: rank R: ..."
  *   test_comm kill     under mpirun -np 3: rank 2 SIGKILLs itself before
  *                      the collective (tests/comm_dead.py judges both)
+ *   test_comm user N   backend "user" over an in-process world of N
+ *                      threads, one comm each, whose callbacks exchange
+ *                      through shared memory and a barrier: every
+ *                      collective test above on each thread at once (each
+ *                      test in its own forked process, so an assertion
+ *                      failing on any thread fails it), and the user
+ *                      backend's own rows: open's refusals, a callback
+ *                      that fails (the error named, the comm broken)
  *
  * Values: the exact cases use small integers, whose sums are exact in
  * any order, so the result is compared bit for bit with a reference
@@ -28,10 +36,12 @@
 #include <check.h>
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #if TIER_HAVE_MPI
@@ -48,8 +58,13 @@
 #define MAXR 64
 
 static const char *backend = "single";
-static struct tier_comm *C;
-static int R, N;
+/* This rank's comm and rank: per thread, for the user backend's world of
+ * threads (one process per rank otherwise). */
+static _Thread_local struct tier_comm *C;
+static _Thread_local int R;
+static int N;
+
+static void user_params(struct tier_comm_params *p);
 
 /* ---------------------------------------------------------- the values */
 
@@ -433,6 +448,8 @@ START_TEST(errors)
 		tier_comm_params_init(&p);
 		p.backend = backend;
 		p.timeout_s = 60;
+		if (!strcmp(backend, "user"))
+			user_params(&p);
 		ck_assert_msg(tier_comm_open(&p, &c2) == 0, "%s", tier_last_error());
 		ck_assert_int_eq(comm_ibarrier(c2, &r), 0);
 		EXPECT(tier_comm_close(c2), -EBUSY, "in flight");
@@ -719,6 +736,457 @@ START_TEST(bcast_bytes)
 END_TEST
 #endif
 
+/* ------------------------------------------------------ backend "user" */
+
+/*
+ * The world of `test_comm user N`: N threads in this process, each with
+ * its own comm (backend "user", rank r of N), whose callbacks make a real
+ * exchange: each rank publishes its buffer, all meet at a barrier, each
+ * reads the others' buffers (reductions in rank order, in f32 for bf16
+ * and f16, rounded once), and all meet again before anyone reuses a
+ * buffer.  The barrier has a deadline, so a rank that never comes gives
+ * -ETIMEDOUT through the comm rather than a hang.
+ */
+#define WORLD_TIMEOUT_S 30
+
+struct world {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	unsigned arrived;
+	uint64_t gen;
+	const void *buf[MAXR];     /* what each rank published */
+};
+
+struct world_rank {
+	struct world *w;
+	int rank;
+};
+
+static struct world W;
+static struct world_rank world_ranks[MAXR];
+static _Thread_local struct world_rank *this_rank;
+
+static int world_meet(struct world *w)
+{
+	struct timespec dl;
+	uint64_t gen;
+	int rc = 0;
+
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += WORLD_TIMEOUT_S;
+	pthread_mutex_lock(&w->lock);
+	gen = w->gen;
+	if (++w->arrived == (unsigned)N) {
+		w->arrived = 0;
+		w->gen++;
+		pthread_cond_broadcast(&w->cond);
+	} else {
+		while (w->gen == gen && rc == 0)
+			rc = pthread_cond_timedwait(&w->cond, &w->lock, &dl);
+		if (w->gen != gen)
+			rc = 0;
+	}
+	pthread_mutex_unlock(&w->lock);
+	return -rc;
+}
+
+/* Publishes @buf and meets the others: then every w->buf[i] is set. */
+static int world_publish(struct world_rank *x, const void *buf)
+{
+	x->w->buf[x->rank] = buf;
+	return world_meet(x->w);
+}
+
+static int cb_reduce_scatter(void *user, const void *send, void *recv, const size_t *counts,
+			     int dtype, int average)
+{
+	struct world_rank *x = user;
+	enum comm_dtype dt = (enum comm_dtype)dtype;
+	size_t off = comm_offset(counts, x->rank), n = counts[x->rank];
+	int rc;
+
+	if (dt != COMM_F32 && dt != COMM_BF16 && dt != COMM_F16)
+		return -EINVAL;
+	rc = world_publish(x, send);
+	if (rc)
+		return rc;
+	for (size_t j = 0; j < n; j++) {
+		float sum = 0;
+
+		for (int i = 0; i < N; i++)
+			sum += load(dt, x->w->buf[i], off + j);
+		if (average)
+			sum /= (float)N;
+		store(dt, recv, j, sum);
+	}
+	return world_meet(x->w);
+}
+
+static int cb_allgatherv(void *user, const void *send, void *recv, const size_t *counts,
+			 int dtype)
+{
+	struct world_rank *x = user;
+	size_t es = comm_dtype_size((enum comm_dtype)dtype);
+	int rc;
+
+	if (!es)
+		return -EINVAL;
+	rc = world_publish(x, send);
+	if (rc)
+		return rc;
+	for (int i = 0; i < N; i++) {
+		char *to = (char *)recv + comm_offset(counts, i) * es;
+
+		if (counts[i] && to != (const char *)x->w->buf[i])
+			memcpy(to, x->w->buf[i], counts[i] * es);
+	}
+	return world_meet(x->w);
+}
+
+static int cb_allreduce(void *user, void *buf, size_t count, int dtype)
+{
+	struct world_rank *x = user;
+	bool f64 = dtype == COMM_F64;
+	size_t es = f64 ? 8 : 4;
+	void *sum;
+	int rc;
+
+	if (dtype != COMM_F64 && dtype != COMM_F32)
+		return -EINVAL;
+	sum = malloc(count * es + 1);
+	if (!sum)
+		return -ENOMEM;
+	rc = world_publish(x, buf);
+	for (size_t j = 0; j < count && !rc; j++) {
+		double d = 0;
+		float f = 0;
+
+		for (int i = 0; i < N; i++) {
+			if (f64)
+				d += ((const double *)x->w->buf[i])[j];
+			else
+				f += ((const float *)x->w->buf[i])[j];
+		}
+		if (f64)
+			((double *)sum)[j] = d;
+		else
+			((float *)sum)[j] = f;
+	}
+	/* In place: nobody writes before everyone has read. */
+	if (!rc)
+		rc = world_meet(x->w);
+	if (!rc && count)
+		memcpy(buf, sum, count * es);
+	free(sum);
+	return rc;
+}
+
+static int cb_barrier(void *user)
+{
+	struct world_rank *x = user;
+
+	return world_meet(x->w);
+}
+
+static const struct tier_comm_callbacks world_cb = {
+	.reduce_scatter = cb_reduce_scatter,
+	.allgatherv = cb_allgatherv,
+	.allreduce = cb_allreduce,
+	.barrier = cb_barrier,
+};
+
+/* One world_cb per rank: the same functions, this rank's user pointer. */
+static struct tier_comm_callbacks world_cbs[MAXR];
+
+/* This thread's rank of the world in @p (backend NULL: "user" because
+ * callbacks is set). */
+static void user_params(struct tier_comm_params *p)
+{
+	p->backend = NULL;
+	p->callbacks = &world_cbs[this_rank->rank];
+	p->rank = this_rank->rank;
+	p->nranks = N;
+}
+
+/* The collective tests above, each run by N threads at once. */
+struct world_case {
+	const TTest *test;
+	int i;
+};
+
+static struct world_case world_cases[64];
+static int nworld_cases;
+
+static void add_world(const TTest *t, int n)
+{
+	for (int i = 0; i < n; i++) {
+		if (nworld_cases == (int)ARRAY_SIZE(world_cases)) {
+			fprintf(stderr, "test_comm: more than %zu world cases\n",
+				ARRAY_SIZE(world_cases));
+			abort();
+		}
+		world_cases[nworld_cases++] = (struct world_case){ t, i };
+	}
+}
+
+struct world_arg {
+	int rank, k;
+};
+
+static void *world_thread(void *arg)
+{
+	const struct world_arg *a = arg;
+	const struct world_case *k = &world_cases[a->k];
+	struct tier_comm_params p;
+	int rc;
+
+	this_rank = &world_ranks[a->rank];
+	R = a->rank;
+	tier_comm_params_init(&p);
+	p.timeout_s = 60;
+	user_params(&p);
+	rc = tier_comm_open(&p, &C);
+	ck_assert_msg(rc == 0, "rank %d: open: %s", R, tier_last_error());
+	ck_assert_str_eq(tier_comm_backend(C), "user");
+	ck_assert_int_eq(tier_comm_rank(C), R);
+	ck_assert_int_eq(tier_comm_size(C), N);
+	k->test->fn(k->i);
+	rc = tier_comm_close(C);
+	ck_assert_msg(rc == 0, "rank %d: %s: close: %s", R, k->test->name, tier_last_error());
+	return NULL;
+}
+
+/* Each test runs in its own forked process (CK_FORK): an assertion that
+ * fails on any thread ends that process and fails the test. */
+START_TEST(world)
+{
+	struct world_arg args[MAXR];
+	pthread_t th[MAXR];
+
+	memset(&W, 0, sizeof(W));
+	pthread_mutex_init(&W.lock, NULL);
+	pthread_cond_init(&W.cond, NULL);
+	for (int r = 0; r < N; r++) {
+		world_ranks[r] = (struct world_rank){ &W, r };
+		world_cbs[r] = world_cb;
+		world_cbs[r].user = &world_ranks[r];
+		args[r] = (struct world_arg){ r, _i };
+	}
+	for (int r = 0; r < N; r++)
+		ck_assert_int_eq(pthread_create(&th[r], NULL, world_thread, &args[r]), 0);
+	for (int r = 0; r < N; r++)
+		ck_assert_int_eq(pthread_join(th[r], NULL), 0);
+}
+END_TEST
+
+/* Callbacks for a rank alone (rank 1 of 2, no peer): the one named
+ * fake_fail returns fake_rc, the others 0 without an exchange. */
+static const char *fake_fail;
+static int fake_rc, fake_calls;
+
+static int fake(const char *what)
+{
+	fake_calls++;
+	return fake_fail && !strcmp(what, fake_fail) ? fake_rc : 0;
+}
+
+static int fake_rs(void *u, const void *s, void *r, const size_t *c, int dt, int avg)
+{
+	(void)u, (void)s, (void)r, (void)c, (void)dt, (void)avg;
+	return fake("reduce_scatter");
+}
+
+static int fake_ag(void *u, const void *s, void *r, const size_t *c, int dt)
+{
+	(void)u, (void)s, (void)r, (void)c, (void)dt;
+	return fake("allgatherv");
+}
+
+static int fake_ar(void *u, void *b, size_t n, int dt)
+{
+	(void)u, (void)b, (void)n, (void)dt;
+	return fake("allreduce");
+}
+
+static int fake_barrier(void *u)
+{
+	(void)u;
+	return fake("barrier");
+}
+
+static const struct tier_comm_callbacks fake_cb = {
+	.reduce_scatter = fake_rs, .allgatherv = fake_ag, .allreduce = fake_ar,
+	.barrier = fake_barrier,
+};
+
+/* Open's refusals and acceptances: a change to valid params (backend
+ * NULL, fake_cb, rank 1 of 2). */
+enum uo_change {
+	UO_NONE, UO_EXPLICIT, UO_NO_CALLBACKS, UO_NO_RS, UO_NO_AG, UO_NO_AR, UO_NO_BARRIER,
+	UO_RANK_NEG, UO_RANK_BIG, UO_NRANKS_0, UO_NRANKS_NEG, UO_MPI_COMM, UO_ONE_RANK,
+};
+
+static const struct uo_case {
+	enum uo_change change;
+	int want;
+	const char *text;        /* in the detail (want != 0) */
+} uo_cases[] = {
+	{ UO_NONE, 0, NULL },
+	{ UO_EXPLICIT, 0, NULL },
+	{ UO_ONE_RANK, 0, NULL },
+	{ UO_NO_CALLBACKS, -EINVAL, "backend \"user\" needs callbacks" },
+	{ UO_NO_RS, -EINVAL, "callbacks->reduce_scatter is NULL" },
+	{ UO_NO_AG, -EINVAL, "callbacks->allgatherv is NULL" },
+	{ UO_NO_AR, -EINVAL, "callbacks->allreduce is NULL" },
+	{ UO_NO_BARRIER, -EINVAL, "callbacks->barrier is NULL" },
+	{ UO_RANK_NEG, -EINVAL, "rank -1 is not in [0, nranks 2)" },
+	{ UO_RANK_BIG, -EINVAL, "rank 2 is not in [0, nranks 2)" },
+	{ UO_NRANKS_0, -EINVAL, "nranks 0 (the number of ranks, >= 1)" },
+	{ UO_NRANKS_NEG, -EINVAL, "nranks -3" },
+	{ UO_MPI_COMM, -EINVAL, "backend \"user\" takes no mpi_comm" },
+};
+
+START_TEST(user_open)
+{
+	const struct uo_case *k = &uo_cases[_i];
+	struct tier_comm_callbacks cb = fake_cb;
+	struct tier_comm_params p;
+	struct tier_comm *c = (struct tier_comm *)1;
+	int dummy = 0, rc;
+
+	tier_comm_params_init(&p);
+	p.callbacks = &cb;
+	p.rank = 1;
+	p.nranks = 2;
+	switch (k->change) {
+	case UO_NONE: break;
+	case UO_EXPLICIT: p.backend = "user"; break;
+	case UO_ONE_RANK: p.rank = 0; p.nranks = 1; break;
+	case UO_NO_CALLBACKS: p.backend = "user"; p.callbacks = NULL; break;
+	case UO_NO_RS: cb.reduce_scatter = NULL; break;
+	case UO_NO_AG: cb.allgatherv = NULL; break;
+	case UO_NO_AR: cb.allreduce = NULL; break;
+	case UO_NO_BARRIER: cb.barrier = NULL; break;
+	case UO_RANK_NEG: p.rank = -1; break;
+	case UO_RANK_BIG: p.rank = 2; break;
+	case UO_NRANKS_0: p.rank = 0; p.nranks = 0; break;
+	case UO_NRANKS_NEG: p.rank = 0; p.nranks = -3; break;
+	case UO_MPI_COMM: p.mpi_comm = &dummy; p.backend = "user"; break;
+	}
+	rc = tier_comm_open(&p, &c);
+	if (k->want) {
+		ck_assert_msg(rc == k->want, "row %d: %d (%s), want %d", _i, rc, tier_last_error(),
+			      k->want);
+		ck_assert_msg(strstr(tier_last_error(), "tier_comm_open: user: ") &&
+				      strstr(tier_last_error(), k->text),
+			      "row %d: detail '%s' lacks '%s'", _i, tier_last_error(), k->text);
+		ck_assert_ptr_null(c);
+		return;
+	}
+	ck_assert_msg(rc == 0, "row %d: %s", _i, tier_last_error());
+	ck_assert_str_eq(tier_comm_backend(c), "user");
+	ck_assert_int_eq(tier_comm_rank(c), p.rank);
+	ck_assert_int_eq(tier_comm_size(c), p.nranks);
+	/* The callbacks were copied at open: the caller's struct may change. */
+	cb.barrier = NULL;
+	fake_fail = NULL;
+	fake_calls = 0;
+	ck_assert_msg(comm_barrier(c) == 0, "%s", tier_last_error());
+	ck_assert_int_eq(fake_calls, 1);
+	ck_assert_int_eq(tier_comm_close(c), 0);
+}
+END_TEST
+
+/* A callback that fails: its error is the collective's, named with the
+ * collective, its number, the rank and the errno; the comm is broken
+ * (later collectives -EPIPE without calling back; close -EPIPE). */
+static const struct fail_case {
+	const char *what;
+	int rc;                /* what the callback returns */
+	int want;              /* what the collective returns */
+} fail_cases[] = {
+	{ "reduce_scatter", -ECONNRESET, -ECONNRESET },
+	{ "allgatherv", -EIO, -EIO },
+	{ "allreduce", -ENOMEM, -ENOMEM },
+	{ "barrier", -ETIMEDOUT, -ETIMEDOUT },
+	{ "allreduce", 3, -EPROTO },            /* positive: breaks the contract */
+	{ "reduce_scatter", -EPIPE, -EPIPE },
+};
+
+static int run_named(struct tier_comm *c, const char *what, bool nonblocking)
+{
+	size_t counts[2] = { 3, 5 };
+	float send[8] = { 0 }, recv[8] = { 0 };
+	double d[2] = { 1, 2 };
+	struct comm_req *r = NULL;
+	int rc;
+
+	if (!strcmp(what, "reduce_scatter"))
+		rc = comm_ireduce_scatter(c, send, recv, counts, COMM_BF16, COMM_AVG, &r);
+	else if (!strcmp(what, "allgatherv"))
+		rc = comm_iallgatherv(c, recv + 3, recv, counts, COMM_F32, &r);
+	else if (!strcmp(what, "allreduce"))
+		rc = comm_iallreduce(c, d, 2, COMM_F64, &r);
+	else
+		rc = comm_ibarrier(c, &r);
+	if (rc) {
+		ck_assert_ptr_null(r);
+		return rc;
+	}
+	if (nonblocking) {
+		bool done = false;
+
+		rc = comm_test(r, &done);
+		ck_assert_msg(done, "a user collective is complete when posted");
+		return rc;
+	}
+	return comm_wait(r);
+}
+
+START_TEST(user_fail)
+{
+	const struct fail_case *k = &fail_cases[_i];
+	struct tier_comm_params p;
+	struct tier_comm *c;
+	char want[256];
+	int rc;
+
+	tier_comm_params_init(&p);
+	p.callbacks = &fake_cb;
+	p.rank = 1;
+	p.nranks = 2;
+	ck_assert_msg(tier_comm_open(&p, &c) == 0, "%s", tier_last_error());
+	fake_fail = k->what;
+	fake_rc = k->rc;
+	fake_calls = 0;
+	/* #1 succeeds (another collective; the same one, nonblocking). */
+	ck_assert_msg(run_named(c, strcmp(k->what, "barrier") ? "barrier" : "allreduce", true) == 0,
+		      "%s", tier_last_error());
+	rc = run_named(c, k->what, false);
+	ck_assert_msg(rc == k->want, "%s: %d (%s), want %d", k->what, rc, tier_last_error(),
+		      k->want);
+	ck_assert_int_eq(fake_calls, 2);
+	snprintf(want, sizeof(want), "comm %s #2 on rank 1 of 2 (user): the program's %s callback "
+		 "on rank 1 ", k->what, k->what);
+	ck_assert_msg(strstr(tier_last_error(), want), "detail '%s' lacks '%s'", tier_last_error(),
+		      want);
+	if (k->rc < 0)
+		snprintf(want, sizeof(want), "failed: %d (%s)", k->rc, tier_strerror(k->rc));
+	else
+		snprintf(want, sizeof(want), "returned %d (it must return 0 or a negative errno)",
+			 k->rc);
+	ck_assert_msg(strstr(tier_last_error(), want), "detail '%s' lacks '%s'", tier_last_error(),
+		      want);
+	/* Broken: no callback runs again, whichever collective. */
+	fake_fail = NULL;
+	snprintf(want, sizeof(want), "the comm is broken (%s #2 failed on rank 1 of 2", k->what);
+	EXPECT(run_named(c, "barrier", false), -EPIPE, want);
+	EXPECT(run_named(c, "reduce_scatter", true), -EPIPE, want);
+	ck_assert_int_eq(fake_calls, 2);
+	EXPECT(tier_comm_close(c), -EPIPE, "tier_comm_close: the user comm was broken");
+}
+END_TEST
+
 /* ------------------------------------------------------- dead peers */
 
 /* Rank 2 never calls (absent) or dies (kill); ranks 0 and 1 report. */
@@ -775,6 +1243,22 @@ static Suite *comm_suite(void)
 	TCase *tc = tcase_create("collectives");
 
 	tcase_set_timeout(tc, 120);
+	if (!strcmp(backend, "user")) {
+		/* The world of threads runs the collective tests; open_errors and
+		 * the single backend's rows are one rank's and run in `single`. */
+		nworld_cases = 0;
+		add_world(reduce_scatter, (int)ARRAY_SIZE(rs_cases));
+		add_world(allreduce, 1);
+		add_world(allgatherv, (int)ARRAY_SIZE(ag_cases));
+		add_world(barrier, 1);
+		add_world(overlap, 1);
+		add_world(errors, 1);
+		tcase_add_loop_test(tc, world, 0, nworld_cases);
+		tcase_add_loop_test(tc, user_open, 0, (int)ARRAY_SIZE(uo_cases));
+		tcase_add_loop_test(tc, user_fail, 0, (int)ARRAY_SIZE(fail_cases));
+		suite_add_tcase(s, tc);
+		return s;
+	}
 	tcase_add_loop_test(tc, reduce_scatter, 0, (int)ARRAY_SIZE(rs_cases));
 	tcase_add_test(tc, allreduce);
 	tcase_add_loop_test(tc, allgatherv, 0, (int)ARRAY_SIZE(ag_cases));
@@ -803,6 +1287,25 @@ int main(int argc, char **argv)
 	SRunner *sr;
 	int failed, rc;
 
+	if (!strcmp(mode, "user")) {
+		/* No process-wide comm: each test makes its own world. */
+		N = argc > 2 ? atoi(argv[2]) : 2;
+		if (N < 1 || N > MAXR) {
+			fprintf(stderr, "test_comm user: %s ranks (1 to %d)\n",
+				argc > 2 ? argv[2] : "?", MAXR);
+			return 2;
+		}
+		backend = "user";
+		sr = srunner_create(comm_suite());
+		/* Fork, whatever CK_FORK says: a failed assertion on a world
+		 * thread must end its test's process, not longjmp across
+		 * threads. */
+		srunner_set_fork_status(sr, CK_FORK);
+		srunner_run_all(sr, CK_NORMAL);
+		failed = srunner_ntests_failed(sr);
+		srunner_free(sr);
+		return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	}
 	if (strcmp(mode, "single") != 0) {
 #if !TIER_HAVE_MPI
 		fprintf(stderr, "test_comm %s: this build has no MPI; skipped\n", mode);

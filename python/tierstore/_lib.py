@@ -26,6 +26,8 @@ TIER_OFFLOAD_MANIFEST = -2.0
 TIER_LR_KEEP = -1.0
 TIER_MANIFEST_NO_PROBE = 1
 TIER_STORE_SCRATCH = 1
+# enum tier_comm_dtype
+TIER_COMM_F64, TIER_COMM_F32, TIER_COMM_BF16, TIER_COMM_F16 = 0, 1, 2, 3
 
 c_size_t = ctypes.c_size_t
 u32, u64, i32 = ctypes.c_uint32, ctypes.c_uint64, ctypes.c_int32
@@ -65,6 +67,7 @@ class OptimParams(ctypes.Structure):
         ("growth_interval", u32), ("hysteresis", u32),
         ("shard_size", u64),
         ("threads", c_uint),
+        ("comm", c_void_p),       # struct tier_comm *
     ]
 
     @classmethod
@@ -122,6 +125,10 @@ class StepResult(ctypes.Structure):
         ("h2d_bytes", u64), ("d2h_bytes", u64),
         ("nvme_read_Bps", dbl), ("nvme_write_Bps", dbl), ("h2d_Bps", dbl), ("d2h_Bps", dbl),
         ("params_updated", u32), ("params_skipped", u32),
+        ("rank", c_int), ("world", c_int),
+        ("collectives", u32),
+        ("comm_bytes", u64),
+        ("comm_s", dbl), ("comm_wait_s", dbl),
     ]
 
     def as_dict(self):
@@ -133,6 +140,7 @@ class ParamInfo(ctypes.Structure):
     _fields_ = [
         ("name", c_char_p), ("numel", c_size_t), ("group", u32), ("nshards", u32),
         ("step", u64), ("frozen", c_bool),
+        ("part_off", c_size_t), ("part_numel", c_size_t),
     ]
 
 
@@ -182,6 +190,9 @@ class OptimInfo(ctypes.Structure):
         ("auto_split", c_bool), ("gpu_lane", c_bool),
         ("nparams", u32), ("nshards", u32),
         ("state_bytes", u64),
+        ("rank", c_int), ("world", c_int),
+        ("part_elems", u64),
+        ("total_elems", u64),
     ]
 
     def as_dict(self):
@@ -226,6 +237,48 @@ class ManifestInfo(ctypes.Structure):
         return d
 
 
+# struct tier_comm_callbacks' functions.  The buffers arrive as ints (or
+# None); counts is a size_t[nranks].
+COMM_REDUCE_SCATTER = ctypes.CFUNCTYPE(c_int, c_void_p, c_void_p, c_void_p,
+                                       ctypes.POINTER(c_size_t), c_int, c_int)
+COMM_ALLGATHERV = ctypes.CFUNCTYPE(c_int, c_void_p, c_void_p, c_void_p,
+                                   ctypes.POINTER(c_size_t), c_int)
+COMM_ALLREDUCE = ctypes.CFUNCTYPE(c_int, c_void_p, c_void_p, c_size_t, c_int)
+COMM_BARRIER = ctypes.CFUNCTYPE(c_int, c_void_p)
+
+
+class CommCallbacks(ctypes.Structure):
+    """struct tier_comm_callbacks (backend "user")"""
+    _fields_ = [
+        ("user", c_void_p),
+        ("reduce_scatter", COMM_REDUCE_SCATTER),
+        ("allgatherv", COMM_ALLGATHERV),
+        ("allreduce", COMM_ALLREDUCE),
+        ("barrier", COMM_BARRIER),
+    ]
+
+
+class CommParams(ctypes.Structure):
+    """struct tier_comm_params"""
+    _fields_ = [
+        ("size", u32),
+        ("backend", c_char_p),
+        ("mpi_comm", c_void_p), ("nccl_comm", c_void_p), ("nccl_id", c_void_p),
+        ("rank", c_int), ("nranks", c_int),
+        ("device", c_int),
+        ("timeout_s", dbl),
+        ("callbacks", ctypes.POINTER(CommCallbacks)),
+    ]
+
+    @classmethod
+    def init(cls):
+        """tier_comm_params_init"""
+        p = cls()
+        p.size = ctypes.sizeof(cls)
+        p.device = -1
+        return p
+
+
 # The structs the ABI test compares with the C layout: C name -> class.
 STRUCTS = {
     "tier_optim_params": OptimParams,
@@ -238,6 +291,8 @@ STRUCTS = {
     "tier_optim_info": OptimInfo,
     "tier_manifest_info": ManifestInfo,
     "tier_rank": Rank,
+    "tier_comm_callbacks": CommCallbacks,
+    "tier_comm_params": CommParams,
 }
 
 P = ctypes.POINTER
@@ -286,6 +341,11 @@ _PROTOS = {
     "tier_optim_import": (c_int, [vp, c_char_p, P(OptimParams), P(vp)]),
     "tier_optim_step_count": (u64, [vp]),
     "tier_optim_destroy": (c_int, [vp]),
+    "tier_comm_open": (c_int, [P(CommParams), P(vp)]),
+    "tier_comm_close": (c_int, [vp]),
+    "tier_comm_rank": (c_int, [vp]),
+    "tier_comm_size": (c_int, [vp]),
+    "tier_comm_backend": (c_char_p, [vp]),
 }
 
 # libc, for tier_manifest_emit's FILE *.

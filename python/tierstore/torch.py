@@ -8,6 +8,7 @@ docs/python.md.
 """
 import contextlib
 import ctypes
+import errno
 import math
 import numbers
 import os
@@ -33,6 +34,204 @@ _TORCH_ONLY_KEYS = {"amsgrad": False, "maximize": False, "foreach": None,
 
 def _ptr(t):
     return ctypes.c_void_p(t.data_ptr())
+
+
+# ------------------------------------------------------------ several ranks
+
+_COMM_TORCH = {_lib.TIER_COMM_F64: torch.float64, _lib.TIER_COMM_F32: torch.float32,
+               _lib.TIER_COMM_BF16: torch.bfloat16, _lib.TIER_COMM_F16: torch.float16}
+
+
+def _host_view(ptr, n, dtype):
+    """The n elements of dtype at host address ptr as a tensor over that
+    memory (no copy).  Valid while the library's buffer is: within the
+    callback."""
+    if n == 0:
+        return torch.empty(0, dtype=dtype)
+    if not ptr:
+        raise ValueError(f"a NULL buffer for {n} elements")
+    nbytes = n * torch.empty((), dtype=dtype).element_size()
+    return torch.frombuffer((ctypes.c_char * nbytes).from_address(ptr), dtype=dtype, count=n)
+
+
+def _group_of(process_group):
+    """The torch.distributed group process_group names (True: the default
+    group, as None in torch.distributed's calls)."""
+    import torch.distributed as dist
+    if not (dist.is_available() and dist.is_initialized()):
+        raise ValueError("TierAdamW: process_group is given but torch.distributed is not "
+                         "initialized (call torch.distributed.init_process_group first)")
+    return None if process_group is True else process_group
+
+
+class _ProcessGroupComm:
+    """A tier_comm of backend "user" whose collectives run torch.distributed
+    collectives on a process group (docs/python.md, "Several ranks").
+
+    The library hands host pointers (backend user is host memory); each
+    callback wraps them as tensors without a copy where it can.  With a
+    group whose backend is NCCL the buffers are staged through the current
+    CUDA device for the collective.  An exception inside a callback never
+    crosses into C: it is kept (the first one) and the callback returns
+    -EIO; the optimizer's call then fails, and TierAdamW raises the kept
+    exception chained to the library's error (take_error).
+    """
+
+    def __init__(self, group, rank, world):
+        import torch.distributed as dist
+        self._dist = dist
+        self.group = group
+        self.rank, self.world = rank, world
+        self.backend = str(dist.get_backend(group))
+        self.device = (torch.device("cuda", torch.cuda.current_device())
+                       if self.backend == "nccl" else torch.device("cpu"))
+        self.error = None
+        self.handle = None
+        self.calls = {"reduce_scatter": 0, "allgatherv": 0, "allreduce": 0, "barrier": 0}
+        cb = _lib.CommCallbacks()
+        cb.user = None
+        # The CFUNCTYPE objects must live as long as the comm: kept here.
+        self._fns = (
+            _lib.COMM_REDUCE_SCATTER(self._guard("reduce_scatter", self._reduce_scatter)),
+            _lib.COMM_ALLGATHERV(self._guard("allgatherv", self._allgatherv)),
+            _lib.COMM_ALLREDUCE(self._guard("allreduce", self._allreduce)),
+            _lib.COMM_BARRIER(self._guard("barrier", self._barrier)),
+        )
+        cb.reduce_scatter, cb.allgatherv, cb.allreduce, cb.barrier = self._fns
+        self._cb = cb
+        p = _lib.CommParams.init()
+        p.backend = b"user"
+        p.rank, p.nranks = rank, world
+        p.callbacks = ctypes.pointer(cb)
+        h = ctypes.c_void_p()
+        _lib.call("tier_comm_open", ctypes.byref(p), ctypes.byref(h),
+                  what=f"TierAdamW: rank {rank} of {world} ({self.backend} process group)")
+        self.handle = h
+
+    @classmethod
+    def open(cls, process_group):
+        """The comm over process_group, or None for a group of one rank."""
+        import torch.distributed as dist
+        group = _group_of(process_group)
+        rank, world = dist.get_rank(group), dist.get_world_size(group)
+        if rank < 0:
+            raise ValueError("TierAdamW: this process is not a member of process_group")
+        if world <= 1:
+            return None
+        return cls(group, rank, world)
+
+    def _guard(self, name, fn):
+        def callback(user, *args):
+            try:
+                self.calls[name] += 1
+                fn(*args)
+                return 0
+            except BaseException as e:   # noqa: B902 - nothing may cross into C
+                if self.error is None:
+                    self.error = e
+                return -errno.EIO
+        return callback
+
+    def take_error(self):
+        """The exception a callback kept (None if none), forgotten."""
+        e, self.error = self.error, None
+        return e
+
+    def _counts(self, counts):
+        return [int(counts[i]) for i in range(self.world)]
+
+    def _dtype(self, dtype, what, allowed):
+        dt = _COMM_TORCH.get(dtype)
+        if dt not in allowed:
+            raise ValueError(f"tier_comm {what}: element type {dtype} is not one of "
+                             f"{[str(a) for a in allowed]}")
+        return dt
+
+    def _reduce_scatter(self, send, recv, counts, dtype, average):
+        dt = self._dtype(dtype, "reduce_scatter",
+                         (torch.float32, torch.bfloat16, torch.float16))
+        counts = self._counts(counts)
+        total, off, n = sum(counts), sum(counts[:self.rank]), counts[self.rank]
+        if total == 0:
+            return
+        # The sum of the whole buffer (gloo has no reduce_scatter), in f32
+        # (bf16 and f16 widened), on a copy: send is the caller's gradient.
+        buf = _host_view(send, total, dt).to(device=self.device, dtype=torch.float32,
+                                             copy=True)
+        self._dist.all_reduce(buf, op=self._dist.ReduceOp.SUM, group=self.group)
+        mine = buf[off:off + n]
+        if average:
+            mine.div_(self.world)
+        if n:
+            _host_view(recv, n, dt).copy_(mine)   # one rounding to dt
+
+    def _allgatherv(self, send, recv, counts, dtype):
+        dt = self._dtype(dtype, "allgatherv", tuple(_COMM_TORCH.values()))
+        es = torch.empty((), dtype=dt).element_size()
+        counts = self._counts(counts)
+        total, n, m = sum(counts), counts[self.rank], max(counts)
+        if total == 0:
+            return
+        # Uneven counts: every slice padded to the largest, moved as bytes
+        # (any dtype on any backend), then placed.  send may lie in recv.
+        mine = torch.zeros(m * es, dtype=torch.uint8, device=self.device)
+        if n:
+            mine[:n * es].copy_(_host_view(send, n * es, torch.uint8))
+        outs = [torch.empty(m * es, dtype=torch.uint8, device=self.device)
+                for _ in range(self.world)]
+        self._dist.all_gather(outs, mine, group=self.group)
+        dst = _host_view(recv, total * es, torch.uint8)
+        off = 0
+        for c, o in zip(counts, outs):
+            if c:
+                dst[off * es:(off + c) * es].copy_(o[:c * es])
+            off += c
+
+    def _allreduce(self, buf, count, dtype):
+        dt = self._dtype(dtype, "allreduce", (torch.float64, torch.float32))
+        if count == 0:
+            return
+        t = _host_view(buf, count, dt)
+        if self.device.type == "cpu":
+            self._dist.all_reduce(t, op=self._dist.ReduceOp.SUM, group=self.group)
+        else:
+            d = t.to(self.device)
+            self._dist.all_reduce(d, op=self._dist.ReduceOp.SUM, group=self.group)
+            t.copy_(d)
+
+    def _barrier(self):
+        self._dist.barrier(group=self.group)
+
+    def gather(self, piece, off, numel, what):
+        """The flat tensor of numel elements joined from every rank's piece
+        (this rank's `piece` starts at element `off`), on every rank.  A
+        collective (torch.distributed's, outside the library's)."""
+        dist = self._dist
+        meta = torch.tensor([off, piece.numel()], dtype=torch.int64, device=self.device)
+        metas = [torch.empty_like(meta) for _ in range(self.world)]
+        dist.all_gather(metas, meta, group=self.group)
+        metas = [(int(x[0]), int(x[1])) for x in metas]
+        m = max(c for _, c in metas)
+        mine = torch.zeros(max(m, 1), dtype=piece.dtype, device=self.device)
+        mine[:piece.numel()] = piece.to(self.device)
+        outs = [torch.empty_like(mine) for _ in range(self.world)]
+        dist.all_gather(outs, mine, group=self.group)
+        full = torch.empty(numel, dtype=piece.dtype)
+        at = 0
+        for (a, c), o in sorted(zip(metas, outs), key=lambda x: x[0][0]):
+            if c and a != at:
+                raise RuntimeError(f"{what}: the ranks' pieces do not tile the parameter "
+                                   f"(a piece at {a}, expected {at})")
+            full[a:a + c] = o[:c].cpu()
+            at += c
+        if at != numel:
+            raise RuntimeError(f"{what}: the ranks' pieces cover {at} of {numel} elements")
+        return full
+
+    def close(self):
+        if self.handle is not None:
+            h, self.handle = self.handle, None
+            _lib.call("tier_comm_close", h, what=f"TierAdamW: rank {self.rank}: the comm")
 
 
 class TierAdamW(torch.optim.Optimizer):
@@ -62,6 +261,9 @@ class TierAdamW(torch.optim.Optimizer):
     - ``threads``: CPU update threads (None: $TIER_THREADS, else one per CPU).
     - ``overlap_backward``: the streaming form (below).
     - ``scratch``: remove on close the NVMe files this store created.
+    - ``process_group``: a torch.distributed process group, or True for the
+      default one (None: one rank).  With more than one rank the state is
+      partitioned (below).
 
     Semantics, as torch.optim.AdamW:
 
@@ -102,6 +304,21 @@ class TierAdamW(torch.optim.Optimizer):
     a hook (wrong dtype, size) raises from backward and leaves the step
     begun: ``step()`` raises it again; fix the gradient, or ``close()``.
 
+    **Several ranks** (``process_group``): each rank keeps the state of its
+    piece of every parameter (about 1/N of it) in its own store, under its
+    own manifest.  Every rank builds the same TierAdamW over the same
+    parameters and makes the same calls in the same order; each pushes the
+    gradients of its own backward (do not wrap the model in
+    DistributedDataParallel: the step averages the gradients itself, by a
+    reduce-scatter into each rank's pieces), and after ``step()`` every
+    rank's parameters hold the full updated values.  The collectives are
+    torch.distributed's on that group, run by the library through
+    callbacks (backend "user", host memory: CUDA gradients and parameters
+    are staged through host copies).  An exception in a collective is
+    raised by the call that ran it, chained to the library's error, and
+    the optimizer then refuses further steps.  ``state_dict()`` holds this
+    rank's pieces; ``consolidate_state_dict(to)`` gathers the full one.
+
     **State**: ``state_dict()`` / ``load_state_dict()`` use torch's format
     (state per parameter index: 'step', 'exp_avg', 'exp_avg_sq', plus
     'master', the fp32 master weights), so a torch.optim.AdamW state dict
@@ -116,14 +333,16 @@ class TierAdamW(torch.optim.Optimizer):
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, *,
                  manifest=None, moment_dtype=None, offload_fraction=None, max_grad_norm=None,
                  loss_scale=None, dram_capacity=None, shard_size=None, threads=None,
-                 overlap_backward=False, scratch=False, _adopt=None):
+                 overlap_backward=False, scratch=False, process_group=None, _adopt=None):
         # Set first, so close() and __del__ work whatever fails below.
         self._opt = None
         self._store = None
+        self._comm = None
         self._closed = False
         self._begun = False
         self._pushed = set()
         self._keep = []
+        self._staged = []         # (parameter, host output) staged this step
         self._ids = {}            # parameter -> library id
         self._params = []         # library id -> parameter
         self._names = {}          # library id -> library name
@@ -180,7 +399,8 @@ class TierAdamW(torch.optim.Optimizer):
             p.threads = int(threads)
 
         try:
-            self._open(params, defaults, p, manifest, dram_capacity, scratch, _adopt)
+            self._open(params, defaults, p, manifest, dram_capacity, scratch, process_group,
+                       _adopt)
         except BaseException:
             # A failed construction leaves no store open (its backing file
             # would stay busy until the garbage collector ran).
@@ -190,7 +410,13 @@ class TierAdamW(torch.optim.Optimizer):
                 pass
             raise
 
-    def _open(self, params, defaults, p, manifest, dram_capacity, scratch, _adopt):
+    def _open(self, params, defaults, p, manifest, dram_capacity, scratch, process_group,
+              _adopt):
+        if process_group is not None and process_group is not False:
+            # Opened first and closed last: the comm outlives the optimizer.
+            self._comm = _ProcessGroupComm.open(process_group)
+            if self._comm is not None:
+                p.comm = self._comm.handle
         own_manifest = not isinstance(manifest, Manifest)
         m = Manifest(manifest) if own_manifest else manifest
         self._manifest, self._own_manifest = m, own_manifest
@@ -198,12 +424,12 @@ class TierAdamW(torch.optim.Optimizer):
         self._store = Store(m, dram_capacity=dram_capacity, scratch=scratch)
         h = ctypes.c_void_p()
         if _adopt is None:
-            _lib.call("tier_optim_create", self._store.handle, ctypes.byref(p), ctypes.byref(h))
+            self._call("tier_optim_create", self._store.handle, ctypes.byref(p), ctypes.byref(h))
         elif _adopt[0] == "resume":
-            _lib.call("tier_optim_resume", self._store.handle, ctypes.byref(p), ctypes.byref(h))
+            self._call("tier_optim_resume", self._store.handle, ctypes.byref(p), ctypes.byref(h))
         else:
-            _lib.call("tier_optim_import", self._store.handle, os.fsencode(_adopt[1]),
-                      ctypes.byref(p), ctypes.byref(h), what=f"import {_adopt[1]}")
+            self._call("tier_optim_import", self._store.handle, os.fsencode(_adopt[1]),
+                       ctypes.byref(p), ctypes.byref(h), what=f"import {_adopt[1]}")
         self._opt = h
         self._moment = _lib.lib().tier_optim_moment_dtype(h)
         super().__init__(params, defaults)
@@ -213,6 +439,28 @@ class TierAdamW(torch.optim.Optimizer):
                 raise ValueError(f"TierAdamW.{_adopt[0]}: the store's optimizer has {n} "
                                  f"parameters, the params given {self._adopt_next}")
             self._adopt = None
+
+    def _call(self, name, *args, what=None):
+        """_lib.call; a failure a process-group callback caused raises that
+        callback's exception, chained to the library's error."""
+        try:
+            return _lib.call(name, *args, what=what)
+        except TierError as err:
+            cause = self._comm.take_error() if self._comm is not None else None
+            if cause is None:
+                raise
+            raise cause from err
+
+    @property
+    def rank(self):
+        """This process's rank in the process group (0 without one)."""
+        return self._comm.rank if self._comm is not None else 0
+
+    @property
+    def world(self):
+        """The number of ranks the state is partitioned over (1: not
+        partitioned)."""
+        return self._comm.world if self._comm is not None else 1
 
     # ------------------------------------------------------------ groups
 
@@ -257,12 +505,12 @@ class TierAdamW(torch.optim.Optimizer):
         lib = _lib.lib()
         gp = _group_params(g)
         if gi < lib.tier_optim_ngroups(self.handle):
-            _lib.call("tier_optim_set_group", self.handle, gi, ctypes.byref(gp),
-                      what=f"param group {gi}")
+            self._call("tier_optim_set_group", self.handle, gi, ctypes.byref(gp),
+                       what=f"param group {gi}")
         else:
             gid = _lib.u32()
-            _lib.call("tier_optim_add_group", self.handle, ctypes.byref(gp), ctypes.byref(gid),
-                      what=f"param group {gi}")
+            self._call("tier_optim_add_group", self.handle, ctypes.byref(gp), ctypes.byref(gid),
+                       what=f"param group {gi}")
             if gid.value != gi:
                 raise RuntimeError(f"TierAdamW: param group {gi} became library group "
                                    f"{gid.value}")
@@ -275,9 +523,9 @@ class TierAdamW(torch.optim.Optimizer):
                 init = p.detach().to(device="cpu", dtype=torch.float32).contiguous()
                 name = f"param.{self._counter}"
                 pid = _lib.u32()
-                _lib.call("tier_optim_add_param_to", self.handle, gi, name.encode(),
-                          p.numel(), _ptr(init), ctypes.byref(pid),
-                          what=f"param group {gi}: {name}")
+                self._call("tier_optim_add_param_to", self.handle, gi, name.encode(),
+                           p.numel(), _ptr(init), ctypes.byref(pid),
+                           what=f"param group {gi}: {name}")
                 self._counter += 1
                 added.append(p)
                 self._ids[p] = pid.value
@@ -302,7 +550,7 @@ class TierAdamW(torch.optim.Optimizer):
             raise ValueError(f"{what}: param group {gi}: the store's optimizer has "
                              f"{lib.tier_optim_ngroups(self.handle)} groups")
         gp = _lib.GroupParams.init()
-        _lib.call("tier_optim_get_group", self.handle, gi, ctypes.byref(gp))
+        self._call("tier_optim_get_group", self.handle, gi, ctypes.byref(gp))
         g["lr"], g["betas"], g["eps"], g["weight_decay"] = (
             gp.lr, (gp.beta1, gp.beta2), gp.eps, gp.weight_decay)
         while len(self._group_cache) <= gi:
@@ -320,9 +568,19 @@ class TierAdamW(torch.optim.Optimizer):
                                  f"{p.numel()}) does not match the store's parameter {pid} "
                                  f"{info.name.decode()!r} (numel {info.numel}, group "
                                  f"{info.group})")
-            master = torch.empty(p.numel(), dtype=torch.float32)
-            _lib.call("tier_optim_read", self.handle, pid, _ptr(master), None, None,
-                      what=f"{what}: {info.name.decode()}")
+            if self._comm is None:
+                master = torch.empty(p.numel(), dtype=torch.float32)
+                self._call("tier_optim_read", self.handle, pid, _ptr(master), None, None,
+                           what=f"{what}: {info.name.decode()}")
+            else:
+                # This rank's piece, joined with the other ranks' (every
+                # rank adopts the same parameters in the same order).
+                piece = torch.empty(info.part_numel, dtype=torch.float32)
+                if info.part_numel:
+                    self._call("tier_optim_read", self.handle, pid, _ptr(piece), None, None,
+                               what=f"{what}: {info.name.decode()}")
+                master = self._comm.gather(piece, int(info.part_off), p.numel(),
+                                           f"{what}: {info.name.decode()}")
             with torch.no_grad():
                 p.copy_(master.view_as(p))
             self._ids[p] = pid
@@ -365,7 +623,7 @@ class TierAdamW(torch.optim.Optimizer):
 
     def _info(self, pid):
         info = _lib.ParamInfo()
-        _lib.call("tier_optim_param_info", self.handle, pid, ctypes.byref(info))
+        self._call("tier_optim_param_info", self.handle, pid, ctypes.byref(info))
         return info
 
     def _where(self, p):
@@ -379,8 +637,8 @@ class TierAdamW(torch.optim.Optimizer):
                 _check_hyper(f"TierAdamW: param group {gi}", g["lr"], g["betas"], g["eps"],
                              g["weight_decay"])
                 gp = _group_params(g)
-                _lib.call("tier_optim_set_group", self.handle, gi, ctypes.byref(gp),
-                          what=f"param group {gi}")
+                self._call("tier_optim_set_group", self.handle, gi, ctypes.byref(gp),
+                           what=f"param group {gi}")
                 self._group_cache[gi] = h
 
     # -------------------------------------------------------------- steps
@@ -410,7 +668,7 @@ class TierAdamW(torch.optim.Optimizer):
 
     def _begin(self):
         self._sync_groups()
-        _lib.call("tier_optim_begin", self.handle, _lib.TIER_LR_KEEP)
+        self._call("tier_optim_begin", self.handle, _lib.TIER_LR_KEEP)
         self._begun = True
 
     def _push(self, p):
@@ -419,11 +677,21 @@ class TierAdamW(torch.optim.Optimizer):
         mem = _lib.TIER_MEM_DEVICE if g.is_cuda else _lib.TIER_MEM_HOST
         if g.is_cuda:
             torch.cuda.current_stream(g.device).synchronize()
+        out = p.data
+        if g.is_cuda and self._comm is not None:
+            # Backend "user" is host memory: the gradient goes through a
+            # host copy, and the output lands in a host copy of the
+            # parameter (its values, in case the step is skipped) that
+            # step() copies back.
+            g = g.to("cpu")
+            out = p.data.to("cpu", copy=True)
+            self._staged.append((p, out))
+            mem = _lib.TIER_MEM_HOST
         gt = _lib.Tensor(g.data_ptr(), _DTYPES[g.dtype], mem, g.numel())
-        ot = _lib.Tensor(p.data.data_ptr(), _DTYPES[p.dtype], mem, p.numel())
+        ot = _lib.Tensor(out.data_ptr(), _DTYPES[p.dtype], mem, p.numel())
         self._keep.append(g)
-        _lib.call("tier_optim_push", self.handle, pid, ctypes.byref(gt), ctypes.byref(ot),
-                  what=self._where(p))
+        self._call("tier_optim_push", self.handle, pid, ctypes.byref(gt), ctypes.byref(ot),
+                   what=self._where(p))
         self._pushed.add(pid)
 
     @torch.no_grad()
@@ -446,7 +714,9 @@ class TierAdamW(torch.optim.Optimizer):
             self._push(p)
         res = _lib.StepResult()
         try:
-            _lib.call("tier_optim_end", self.handle, ctypes.byref(res))
+            self._call("tier_optim_end", self.handle, ctypes.byref(res))
+            for p, out in self._staged:
+                p.data.copy_(out.view_as(p))
         finally:
             # After end, done or failed, no step is begun (a step that failed
             # part way is completed by running it again).
@@ -458,6 +728,7 @@ class TierAdamW(torch.optim.Optimizer):
         self._begun = False
         self._pushed.clear()
         self._keep.clear()
+        self._staged.clear()
 
     # ---------------------------------------------------- streaming form
 
@@ -514,7 +785,14 @@ class TierAdamW(torch.optim.Optimizer):
         """torch's format: {'state': {index: {'step', 'exp_avg', 'exp_avg_sq',
         'master'}}, 'param_groups': [...]}, plus 'tierstore' (the loss
         scaler, the moment dtype).  A parameter never updated has no state,
-        as in torch.  Holds the whole state in memory."""
+        as in torch.  Holds the whole state in memory.
+
+        Partitioned (a process group of several ranks): this rank's piece
+        only.  Each state's tensors are flat, of the piece's 'part_numel'
+        elements starting at element 'part_off' of the parameter (of
+        'numel'), and 'tierstore' has 'rank' and 'world'.  It loads back
+        into the same rank of the same partitioning; consolidate_state_dict()
+        gathers the full one onto one rank."""
         if self._begun:
             raise RuntimeError("TierAdamW.state_dict: inside a step; call step() first")
         state = {}
@@ -529,27 +807,62 @@ class TierAdamW(torch.optim.Optimizer):
                 pid = self._ids[p]
                 info = self._info(pid)
                 if info.step > 0:
-                    master = torch.empty(p.shape, dtype=torch.float32)
-                    ea = torch.empty(p.shape, dtype=mdt)
-                    eas = torch.empty(p.shape, dtype=mdt)
-                    _lib.call("tier_optim_read", self.handle, pid, _ptr(master), _ptr(ea),
-                              _ptr(eas), what=self._where(p))
+                    shape = p.shape if self._comm is None else (info.part_numel,)
+                    master = torch.empty(shape, dtype=torch.float32)
+                    ea = torch.empty(shape, dtype=mdt)
+                    eas = torch.empty(shape, dtype=mdt)
+                    if master.numel():
+                        self._call("tier_optim_read", self.handle, pid, _ptr(master),
+                                   _ptr(ea), _ptr(eas), what=self._where(p))
                     state[idx] = {"step": torch.tensor(float(info.step)), "exp_avg": ea,
                                   "exp_avg_sq": eas, "master": master}
+                    if self._comm is not None:
+                        state[idx].update(part_off=int(info.part_off),
+                                          part_numel=int(info.part_numel),
+                                          numel=int(info.numel))
                 idx += 1
         sc = _lib.LossScaler()
-        _lib.call("tier_optim_get_scaler", self.handle, ctypes.byref(sc))
-        return {"state": state, "param_groups": groups,
-                "tierstore": {"scaler": sc.as_dict(),
-                              "moment_dtype": "bf16" if self._moment == _lib.TIER_BF16
-                              else "fp32"}}
+        self._call("tier_optim_get_scaler", self.handle, ctypes.byref(sc))
+        ts = {"scaler": sc.as_dict(),
+              "moment_dtype": "bf16" if self._moment == _lib.TIER_BF16 else "fp32"}
+        if self._comm is not None:
+            ts.update(rank=self.rank, world=self.world)
+        return {"state": state, "param_groups": groups, "tierstore": ts}
+
+    def consolidate_state_dict(self, to=0):
+        """The full state dict (every rank's pieces joined, in torch's
+        format as an unpartitioned TierAdamW's state_dict()) on rank `to` of
+        the process group, None on the others.  A collective: every rank
+        calls it.  Without a process group, state_dict().  (torch's
+        ZeroRedundancyOptimizer keeps the result for a later state_dict();
+        this returns it.)"""
+        sd = self.state_dict()
+        if self._comm is None:
+            return sd
+        import torch.distributed as dist
+        if not 0 <= int(to) < self.world:
+            raise ValueError(f"TierAdamW.consolidate_state_dict: to={to} is not a rank of "
+                             f"the group (0 to {self.world - 1})")
+        group = self._comm.group
+        dst = int(to)
+        if group is not None:
+            dst = dist.distributed_c10d._get_global_rank(group, dst)
+        pieces = [None] * self.world if self.rank == to else None
+        dist.gather_object(sd, pieces, dst=dst, group=group)
+        if self.rank != to:
+            return None
+        return _join_pieces(pieces, self._param_index())
 
     @torch.no_grad()
     def load_state_dict(self, state_dict):
         """Loads a state dict of TierAdamW or torch.optim.AdamW (torch's
         checks on the groups).  Without 'master' (torch's), the master
         weights are the parameters' current values.  A parameter without
-        state starts over (moments zero, step 0)."""
+        state starts over (moments zero, step 0).
+
+        Partitioned: a full state dict (torch's, an unpartitioned
+        TierAdamW's, or consolidate_state_dict()'s), of which each rank
+        takes its piece, or the piece this rank's state_dict() saved."""
         if self._begun:
             raise RuntimeError("TierAdamW.load_state_dict: inside a step; call step() first")
         groups = self.param_groups
@@ -568,24 +881,45 @@ class TierAdamW(torch.optim.Optimizer):
                 pid = self._ids[p]
                 st = state_dict["state"].get(key)
                 where = f"param group {gi} parameter {j}"
+                # The elements this rank keeps: all, or its piece.
+                if self._comm is None:
+                    off, n = 0, p.numel()
+                else:
+                    info = self._info(pid)
+                    off, n = int(info.part_off), int(info.part_numel)
                 if st is None:
-                    master = p.detach().to(device="cpu", dtype=torch.float32).contiguous()
-                    ea = torch.zeros(p.numel(), dtype=mdt)
-                    eas = torch.zeros(p.numel(), dtype=mdt)
+                    master = p.detach().to(device="cpu", dtype=torch.float32).reshape(-1)
+                    master = master[off:off + n].contiguous()
+                    ea = torch.zeros(n, dtype=mdt)
+                    eas = torch.zeros(n, dtype=mdt)
                     step = 0
                 else:
-                    src = st.get("master", p.detach())
-                    master = _host(src, torch.float32, p, f"{where}: master")
-                    ea = _host(st["exp_avg"], mdt, p, f"{where}: exp_avg")
-                    eas = _host(st["exp_avg_sq"], mdt, p, f"{where}: exp_avg_sq")
+                    piece = self._comm is not None and "part_off" in st
+                    if piece and (int(st["part_off"]), int(st["part_numel"])) != (off, n):
+                        raise ValueError(
+                            f"TierAdamW.load_state_dict: {where}: the state dict holds "
+                            f"elements [{st['part_off']}, "
+                            f"{int(st['part_off']) + int(st['part_numel'])}) of the "
+                            f"parameter, rank {self.rank} of {self.world} keeps "
+                            f"[{off}, {off + n}): load the state dict this rank saved, or a "
+                            "full one (consolidate_state_dict())")
+                    if piece:
+                        src = st["master"]
+                    else:
+                        src = st.get("master", p.detach())
+                    master = _host(src, torch.float32, p, f"{where}: master", off, n, piece)
+                    ea = _host(st["exp_avg"], mdt, p, f"{where}: exp_avg", off, n, piece)
+                    eas = _host(st["exp_avg_sq"], mdt, p, f"{where}: exp_avg_sq", off, n,
+                                piece)
                     step = st["step"]
                     step = int(step.item() if isinstance(step, torch.Tensor) else step)
                     if step < 0:
                         raise ValueError(f"TierAdamW.load_state_dict: {where}: step {step}")
-                _lib.call("tier_optim_write", self.handle, pid, _ptr(master), _ptr(ea),
-                          _ptr(eas), what=f"load_state_dict {where}")
-                _lib.call("tier_optim_set_param_step", self.handle, pid, step,
-                          what=f"load_state_dict {where}")
+                if n:
+                    self._call("tier_optim_write", self.handle, pid, _ptr(master), _ptr(ea),
+                               _ptr(eas), what=f"load_state_dict {where}")
+                self._call("tier_optim_set_param_step", self.handle, pid, step,
+                           what=f"load_state_dict {where}")
         for gi, (g, sg) in enumerate(zip(groups, saved)):
             for k, v in sg.items():
                 if k != "params":
@@ -595,8 +929,8 @@ class TierAdamW(torch.optim.Optimizer):
         ts = state_dict.get("tierstore")
         if ts and "scaler" in ts:
             sc = _lib.LossScaler(**ts["scaler"])
-            _lib.call("tier_optim_set_scaler", self.handle, ctypes.byref(sc),
-                      what="load_state_dict: the loss scaler")
+            self._call("tier_optim_set_scaler", self.handle, ctypes.byref(sc),
+                       what="load_state_dict: the loss scaler")
 
     def freeze(self, params, frozen=True):
         """Freezes parameters (a tensor or an iterable of them) that will
@@ -613,8 +947,8 @@ class TierAdamW(torch.optim.Optimizer):
             pid = self._ids.get(p)
             if pid is None:
                 raise ValueError("TierAdamW.freeze: a tensor this optimizer does not hold")
-            _lib.call("tier_optim_freeze", self.handle, pid, bool(frozen),
-                      what=self._where(p))
+            self._call("tier_optim_freeze", self.handle, pid, bool(frozen),
+                       what=self._where(p))
             if frozen:
                 self._frozen.add(pid)
             else:
@@ -627,7 +961,7 @@ class TierAdamW(torch.optim.Optimizer):
     def info(self):
         """struct tier_optim_info as a dict (shard size, window, state bytes...)."""
         out = _lib.OptimInfo()
-        _lib.call("tier_optim_info", self.handle, ctypes.byref(out))
+        self._call("tier_optim_info", self.handle, ctypes.byref(out))
         return out.as_dict()
 
     # ------------------------------------------- checkpoints, export, import
@@ -639,29 +973,33 @@ class TierAdamW(torch.optim.Optimizer):
         if self._begun:
             raise RuntimeError("TierAdamW.checkpoint: inside a step; call step() first")
         gen = _lib.u64()
-        _lib.call("tier_optim_checkpoint", self.handle, ctypes.byref(gen))
+        self._call("tier_optim_checkpoint", self.handle, ctypes.byref(gen))
         return gen.value
 
     @classmethod
     def resume(cls, params, *, manifest=None, dram_capacity=None, threads=None,
-               offload_fraction=None, overlap_backward=False):
+               offload_fraction=None, overlap_backward=False, process_group=None):
         """The optimizer checkpointed in the store of `manifest` (its files
         reopen at the last checkpoint), over `params` given as at the
         original construction (same order, same groups, same sizes).  The
         groups' hyperparameters and the step counts are the checkpoint's
         (those given are replaced), its master weights are copied into the
         parameters, and the next step is the one the checkpointed run would
-        have taken.  threads and offload_fraction may differ."""
+        have taken.  threads and offload_fraction may differ.  A partitioned
+        run resumes with the same process group (its size and this rank's
+        place in it must be the checkpoint's; a collective: every rank
+        resumes), each rank from its own manifest; the parameters get the
+        pieces of every rank."""
         return cls(params, manifest=manifest, dram_capacity=dram_capacity, threads=threads,
                    offload_fraction=offload_fraction, overlap_backward=overlap_backward,
-                   _adopt=("resume", None))
+                   process_group=process_group, _adopt=("resume", None))
 
     def export(self, path):
         """Writes the full state to a safetensors file (tier_optim_export),
         shard by shard: a state larger than DRAM exports too."""
         if self._begun:
             raise RuntimeError("TierAdamW.export: inside a step; call step() first")
-        _lib.call("tier_optim_export", self.handle, os.fsencode(path), what=f"export {path}")
+        self._call("tier_optim_export", self.handle, os.fsencode(path), what=f"export {path}")
 
     @classmethod
     def import_(cls, path, params, *, manifest=None, dram_capacity=None, threads=None,
@@ -691,7 +1029,7 @@ class TierAdamW(torch.optim.Optimizer):
         if self._opt is not None:
             h, self._opt = self._opt, None
             try:
-                _lib.call("tier_optim_destroy", h)
+                self._call("tier_optim_destroy", h)
             except TierError as e:
                 first = e
         if self._store is not None:
@@ -702,6 +1040,12 @@ class TierAdamW(torch.optim.Optimizer):
                 first = first or e
         if getattr(self, "_own_manifest", False):
             self._manifest.free()
+        if self._comm is not None:
+            c, self._comm = self._comm, None
+            try:
+                c.close()
+            except TierError as e:
+                first = first or e
         self._keep = []
         if first is not None:
             raise first
@@ -743,11 +1087,48 @@ def _check_hyper(where, lr, betas, eps, weight_decay):
         raise ValueError(f"{where}: invalid weight_decay {weight_decay}")
 
 
-def _host(t, dtype, p, where):
-    """t as a contiguous host tensor of dtype with p's numel."""
+def _host(t, dtype, p, where, off=0, n=None, piece=False):
+    """Elements [off, off + n) of t (p's numel; or t is that piece already)
+    as a contiguous flat host tensor of dtype."""
+    if n is None:
+        n = p.numel()
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"TierAdamW.load_state_dict: {where} is a {type(t).__name__}")
-    if t.numel() != p.numel():
+    want = n if piece else p.numel()
+    if t.numel() != want:
         raise ValueError(f"TierAdamW.load_state_dict: {where} has {t.numel()} elements, "
-                         f"the parameter {p.numel()}")
-    return t.detach().to(device="cpu", dtype=dtype).contiguous().view(-1)
+                         + (f"the piece {n}" if piece else f"the parameter {p.numel()}"))
+    flat = t.detach().to(device="cpu", dtype=dtype).reshape(-1)
+    if not piece:
+        flat = flat[off:off + n]
+    return flat.contiguous()
+
+
+def _join_pieces(pieces, params):
+    """The full state dict from every rank's partitioned state_dict()
+    (consolidate_state_dict): each parameter's pieces in order, which must
+    cover it exactly."""
+    state = {}
+    for idx in sorted(set().union(*(sd["state"].keys() for sd in pieces))):
+        have = sorted((sd["state"][idx] for sd in pieces if idx in sd["state"]),
+                      key=lambda st: st["part_off"])
+        p = params[idx]
+        at = 0
+        for st in have:
+            if st["part_off"] != at or st["numel"] != p.numel():
+                raise RuntimeError(f"TierAdamW.consolidate_state_dict: parameter {idx}: the "
+                                   f"ranks' pieces do not cover its {p.numel()} elements "
+                                   f"(a piece at {st['part_off']}, expected {at})")
+            at += st["part_numel"]
+        if at != p.numel():
+            raise RuntimeError(f"TierAdamW.consolidate_state_dict: parameter {idx}: the "
+                               f"pieces cover {at} of its {p.numel()} elements")
+        steps = {float(st["step"]) for st in have}
+        if len(steps) != 1:
+            raise RuntimeError(f"TierAdamW.consolidate_state_dict: parameter {idx}: the "
+                               f"ranks' step counts differ ({sorted(steps)})")
+        state[idx] = {"step": have[0]["step"].clone()}
+        for k in ("exp_avg", "exp_avg_sq", "master"):
+            state[idx][k] = torch.cat([st[k].reshape(-1) for st in have]).view(p.shape)
+    ts = {k: v for k, v in pieces[0]["tierstore"].items() if k not in ("rank", "world")}
+    return {"state": state, "param_groups": pieces[0]["param_groups"], "tierstore": ts}

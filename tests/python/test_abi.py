@@ -39,6 +39,11 @@ def header_fields(struct):
                 decl = decl.strip()
                 if not decl:
                     continue
+                # "int (*barrier)(void *user)" -> barrier
+                fn = re.match(r"[^(]*\(\s*\*\s*([A-Za-z_]\w*)\s*\)\s*\(", decl)
+                if fn:
+                    names.append(fn.group(1))
+                    continue
                 # "double lr, beta1" -> the last identifier of each part
                 for part in decl.split(","):
                     part = re.sub(r"\[.*?\]", "", part)
@@ -65,8 +70,9 @@ def test_layout(dump, name):
 
 def test_params_init_sizes():
     """The *_params_init equivalents set size to sizeof, as the C ones."""
-    for cls in (_lib.OptimParams, _lib.GroupParams, _lib.StoreParams):
+    for cls in (_lib.OptimParams, _lib.GroupParams, _lib.StoreParams, _lib.CommParams):
         assert cls.init().size == ctypes.sizeof(cls)
+    assert _lib.CommParams.init().device == -1
 
 
 def test_version_check():
