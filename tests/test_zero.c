@@ -765,6 +765,49 @@ static void step_result_checks(struct zworld *w, const struct tier_step_result *
 			res->step_s, res->nvme_read_bytes);
 }
 
+/*
+ * What must be the same bits on every rank after a step: the global norm,
+ * the clip coefficient, the loss scales and the skip decision (one norm
+ * summed in rank order everywhere), and every output buffer (one piece
+ * computed once, gathered), in every scenario, the clipped one included.
+ */
+static void check_across_ranks(struct zworld *w, const struct tier_step_result *res)
+{
+	enum { K = 7 };
+	static const char *const what[K] = { "grad_norm", "clip_coef", "loss_scale",
+					      "next_loss_scale", "applied", "outputs (hash)",
+					      "outputs (hash)" };
+	double mine[K], all[K * MAXR];
+	size_t counts[MAXR];
+	uint64_t h = 0xcbf29ce484222325ull;
+	int rc;
+
+	if (N < 2)
+		return;
+	for (size_t i = 0; i < w->np; i++) {
+		const unsigned char *b = w->pa[i].out;
+
+		for (size_t j = 0; j < w->pa[i].n * w->os; j++)
+			h = (h ^ b[j]) * 0x100000001b3ull;
+	}
+	mine[0] = res->grad_norm;
+	mine[1] = res->clip_coef;
+	mine[2] = res->loss_scale;
+	mine[3] = res->next_loss_scale;
+	mine[4] = res->applied;
+	mine[5] = (double)(h >> 32);         /* exact in a double */
+	mine[6] = (double)(h & 0xffffffffu);
+	for (int r = 0; r < N; r++)
+		counts[r] = K;
+	rc = comm_allgatherv(TC, mine, all, counts, COMM_F64);
+	ck_assert_msg(rc == 0, "the test's allgatherv: %s", tier_last_error());
+	for (int r = 1; r < N; r++)
+		for (int k = 0; k < K; k++)
+			if (memcmp(&all[r * K + k], &all[k], sizeof(double)))
+				failf(w, "%s: rank %d has %.17g, rank 0 %.17g (not the same bits)",
+				      what[k], r, all[r * K + k], all[k]);
+}
+
 /* One step: the parameters in @mask (bit i: parameter i) get gradients.
  * false when the partitioned step failed (the scenario stops). */
 static bool zstep(struct zworld *w, uint32_t mask)
@@ -832,6 +875,7 @@ static bool zstep(struct zworld *w, uint32_t mask)
 	rc = tier_optim_step(w->ro, TIER_LR_KEEP, avg, rout, &rr);
 	ck_assert_msg(rc == 0, "the reference's step %u: %d: %s", w->step, rc, tier_last_error());
 	step_result_checks(w, &res, &rr);
+	check_across_ranks(w, &res);
 	/* Every rank's full output buffers: the all-gather. */
 	for (size_t i = 0; i < w->np; i++)
 		compare(w, "output", w->pa[i].name, sc->od, w->pa[i].out, w->pa[i].rout, w->pa[i].n,
