@@ -47,29 +47,6 @@ bool step_world_have_mpi(void)
 	return TIER_BENCH_MPI;
 }
 
-/*
- * Under a launcher with more than one rank, TIER_TRACE names one file
- * every rank would write: each rank's gets ".rankR" before its extension
- * (trace.json -> trace.rank1.json).  Before the library reads its options.
- */
-static void trace_per_rank(int rank)
-{
-	const char *t = getenv("TIER_TRACE");
-	const char *dot, *slash;
-	char buf[4096];
-
-	if (!t || !*t)
-		return;
-	dot = strrchr(t, '.');
-	slash = strrchr(t, '/');
-	if (!dot || (slash && dot < slash))
-		dot = t + strlen(t);
-	if (snprintf(buf, sizeof(buf), "%.*s.rank%d%s", (int)(dot - t), t, rank, dot) >=
-	    (int)sizeof(buf))
-		return;
-	setenv("TIER_TRACE", buf, 1);
-}
-
 int step_world_open(const struct step_opts *o, struct step_world *w)
 {
 	const char *lv = launcher_var();
@@ -112,8 +89,6 @@ int step_world_open(const struct step_opts *o, struct step_world *w)
 		}
 		w->backend = "single";
 	}
-	if (w->tr.world_size > 1)
-		trace_per_rank(w->tr.rank);
 #if TIER_BENCH_MPI
 	if (!strcmp(w->backend, "mpi")) {
 		int provided = 0, inited = 0;
