@@ -142,7 +142,7 @@ for want in "partitioned over 2 ranks (mpi)" "world step time" "world bound" \
 		exit 1
 	fi
 done
-if [ "$(grep -c '^ *[01] ' "$T/out.txt")" -lt 2 ]; then
+if [ "$(grep -cE '^ +[01] +[0-9]+ .* equal$' "$T/out.txt")" -ne 2 ]; then
 	echo "FAIL: the text has no row per rank:"; sed 's/^/  /' "$T/out.txt"
 	exit 1
 fi

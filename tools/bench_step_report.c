@@ -293,6 +293,7 @@ static void print_json_ckpt(const struct step_opts *o, const struct step_record 
 struct world_figs;
 static void print_json_world(const struct step_opts *o, const struct step_setup *su,
 			     const struct world_figs *wf);
+static bool world_differs(const struct world_figs *wf);
 
 static void print_json(const struct step_opts *o, const struct step_setup *su,
 		       const struct step_record *rec, const struct step_nvme *nv,
@@ -325,7 +326,7 @@ static void print_json(const struct step_opts *o, const struct step_setup *su,
 	       ", \"verified\": %s, \"steps\": {",
 	       f->cpu, f->last->cpu_shards, f->last->gpu_shards, f->h2d, f->d2h,
 	       st->ss.level[TIER_DRAM].hits, st->ss.level[TIER_DRAM].misses, o->steps,
-	       o->steps - f->first, o->verify ? "true" : "false");
+	       o->steps - f->first, o->verify && !(wf && world_differs(wf)) ? "true" : "false");
 	for (size_t a = 0; a < sizeof(step_arrays) / sizeof(step_arrays[0]); a++) {
 		printf("%s\"%s\": [", a ? ", " : "", step_arrays[a].key);
 		for (uint64_t i = 0; i < o->steps; i++)
@@ -577,6 +578,11 @@ struct world_figs {
 	double per;                        /* ranks x steps counted */
 	int differs;                       /* ranks whose --verify found a difference */
 };
+
+static bool world_differs(const struct world_figs *wf)
+{
+	return wf->differs > 0;
+}
 
 static double overlap_of(double comm_s, double wait_s)
 {
