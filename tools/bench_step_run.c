@@ -126,7 +126,7 @@ static int step_add_params(const struct step_opts *o, const struct step_setup *s
 
 /*
  * A partitioned run's gradient: the same on every rank, and values k/1024
- * with |k| <= 127, so the sum over the ranks is exact in any order (a few
+ * with |k| <= 125, so the sum over the ranks is exact in any order (a few
  * more bits than the value's) and so is the average: the optimizer sees
  * exactly this gradient, and --verify compares bit for bit with
  * tier_adam_step on it.  A pattern of period 251 (prime: no element lines
