@@ -314,8 +314,10 @@ struct tier_optim_params {
 	 * piece of each; a step reduce-scatters (averages) the gradients,
 	 * takes one global norm and overflow decision, updates the piece and
 	 * all-gathers the outputs into every rank's full buffer.  Every rank
-	 * makes the same calls in the same order.  NULL or one rank: not
-	 * partitioned.  The comm must outlive the optimizer. */
+	 * makes the same calls in the same order.  NULL: not partitioned; a
+	 * comm of one rank keeps the whole of each parameter and moves no
+	 * gradient or output through the comm.  The comm must outlive the
+	 * optimizer. */
 	struct tier_comm *comm;
 };
 

@@ -284,6 +284,7 @@ static void optim_free(struct tier_optim *o)
 	free(o->order);
 	if (o->pool)
 		tier_pool_destroy(o->pool);
+	ts_cuda_free(o->xdev);
 	ts_cuda_free(o->dev_grad);
 	ts_cuda_free(o->dev_out);
 	ts_cuda_stream_close(o->stream);

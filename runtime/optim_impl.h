@@ -150,6 +150,8 @@ struct tier_optim {
 	struct tier_comm *comm;
 	int rank, world;
 	bool comm_dev;           /* the comm's buffers are device memory */
+	void *xdev;              /* device comm: the exchanges' staging, */
+	size_t xdev_len;         /* xdev_len bytes */
 	bool layout_dirty;       /* parameters or groups changed: the next begin
 				  * checks that every rank has the same */
 	uint32_t rs_next;        /* the next position to reduce-scatter, in the

@@ -136,7 +136,7 @@ int zero_param_split(struct tier_optim *o, struct param *pp)
 	pp->poff = (size_t)bound[o->rank];
 	pp->pn = pp->counts[o->rank];
 	free(bound);
-	if (pp->pn) {
+	if (pp->pn && o->world > 1) { /* one rank: the pushed gradient is the piece */
 		rc = o->comm_dev ? ts_cuda_alloc(pp->pn * 4, &pp->rbuf)
 				 : ((pp->rbuf = ts_malloc(pp->pn * 4)) ? 0 : -ENOMEM);
 		if (rc) {
@@ -173,6 +173,33 @@ static int zfail(struct tier_optim *o, int rc, const char *what)
 	return rc;
 }
 
+/*
+ * The all-gather of host doubles (@all holds this rank's at its offset):
+ * through the comm, or with a device comm (NCCL) through o->xdev.
+ */
+static int gather_host(struct tier_optim *o, double *all, const size_t *counts, size_t total)
+{
+	size_t off = comm_offset(counts, o->rank), bytes = total * sizeof(*all);
+	int rc;
+
+	if (!o->comm_dev)
+		return comm_allgatherv(o->comm, all + off, all, counts, COMM_F64);
+	if (o->xdev_len < bytes) {
+		ts_cuda_free(o->xdev);
+		o->xdev = NULL;
+		o->xdev_len = 0;
+		if ((rc = ts_cuda_alloc(bytes, &o->xdev)))
+			return ts_err(rc, "optimizer: no device memory for the ranks' exchange (%zu bytes)", bytes);
+		o->xdev_len = bytes;
+	}
+	if ((rc = ts_cuda_copy((double *)o->xdev + off, all + off, counts[o->rank] * sizeof(*all),
+			       o->stream)) ||
+	    (rc = comm_allgatherv(o->comm, (double *)o->xdev + off, o->xdev, counts, COMM_F64)) ||
+	    (rc = ts_cuda_copy(all, o->xdev, bytes, o->stream)))
+		return rc;
+	return 0;
+}
+
 /* Every rank's @n doubles of @mine into @all (world x n), in rank order. */
 static int xchg(struct tier_optim *o, const double *mine, double *all, size_t n, const char *what)
 {
@@ -185,7 +212,7 @@ static int xchg(struct tier_optim *o, const double *mine, double *all, size_t n,
 	for (int r = 0; r < o->world; r++)
 		counts[r] = n;
 	memcpy(all + (size_t)o->rank * n, mine, n * sizeof(*mine));
-	rc = comm_allgatherv(o->comm, all + (size_t)o->rank * n, all, counts, COMM_F64);
+	rc = gather_host(o, all, counts, n * (size_t)o->world);
 	free(counts);
 	t1 = ts_now_ns();
 	o->cst.n++;
@@ -237,7 +264,7 @@ static int layout_mismatch(struct tier_optim *o, const double *fp)
 	for (i = 0; i < o->nparams; i++)
 		layout_words(&o->params[i], mine + 2 * i);
 	memcpy(all + comm_offset(counts, o->rank), mine, o->nparams * 2 * sizeof(*mine));
-	rc = comm_allgatherv(o->comm, all + comm_offset(counts, o->rank), all, counts, COMM_F64);
+	rc = gather_host(o, all, counts, total);
 	free(counts);
 	free(mine);
 	if (rc) {
@@ -306,6 +333,7 @@ int zero_begin(struct tier_optim *o)
 
 static void test_inflight(struct tier_optim *o, bool gather);
 static void ag_done(struct tier_optim *o, uint32_t id, uint64_t t1);
+static int rs_done(struct tier_optim *o, uint32_t id, uint64_t t1);
 
 /* The parameter at position @k of the step's posting order. */
 static uint32_t order_at(const struct tier_optim *o, uint32_t k)
@@ -323,6 +351,11 @@ static int post_rs(struct tier_optim *o, uint32_t id)
 	int rc;
 
 	pp->ready = false;
+	if (o->world == 1) {
+		/* one rank: the average is the gradient itself, read in place */
+		pp->rs_t0 = t0;
+		return rs_done(o, id, t0);
+	}
 	rc = comm_ireduce_scatter(o->comm, pp->gin.ptr, pp->rbuf, pp->counts, comm_dt(pp->gin.dtype),
 				  COMM_AVG, &pp->rs);
 	if (rc) {
@@ -342,21 +375,24 @@ static int rs_done(struct tier_optim *o, uint32_t id, uint64_t t1)
 {
 	struct param *pp = &o->params[id];
 	size_t gsz = tier_dtype_size(pp->gin.dtype);
+	const void *piece = o->world == 1 ? pp->gin.ptr : pp->rbuf;
 	char what[TIERS_NAME_MAX * 4 + 64];
 	int rc;
 
 	pp->rs = NULL;
-	o->cst.ns += t1 - pp->rs_t0;
-	trace_span(o->trace, TRACE_COMM, id, atomic_load(&o->begun), pp->rs_t0, t1,
-		   pp->numel * gsz);
-	pp->grad = (struct tier_tensor){ pp->rbuf, pp->gin.dtype, pp->gin.mem, pp->pn };
+	if (o->world > 1) {
+		o->cst.ns += t1 - pp->rs_t0;
+		trace_span(o->trace, TRACE_COMM, id, atomic_load(&o->begun), pp->rs_t0, t1,
+			   pp->numel * gsz);
+	}
+	pp->grad = (struct tier_tensor){ (void *)piece, pp->gin.dtype, pp->gin.mem, pp->pn };
 	if (pp->fout.ptr)
 		pp->out = (struct tier_tensor){
 			(char *)pp->fout.ptr + pp->poff * tier_dtype_size(pp->fout.dtype),
 			pp->fout.dtype, pp->fout.mem, pp->pn };
 	else
 		memset(&pp->out, 0, sizeof(pp->out));
-	rc = optim_grad_check(o, pp->rbuf, pp->gin.dtype, pp->gin.mem, pp->pn, &pp->sumsq,
+	rc = optim_grad_check(o, piece, pp->gin.dtype, pp->gin.mem, pp->pn, &pp->sumsq,
 			      &pp->nonfinite);
 	if (rc) {
 		snprintf(what, sizeof(what), "parameter '%s': the norm of its piece", pp->name);
@@ -494,7 +530,7 @@ static void post_gathers(struct tier_optim *o, bool all)
 		uint32_t i = ag_order_at(o, o->ag_next);
 		struct param *pp = &o->params[i];
 
-		if (pp->pushed && pp->fout.ptr) {
+		if (pp->pushed && pp->fout.ptr && o->world > 1) {
 			if (!all && atomic_load_explicit(&pp->ag_left, memory_order_acquire))
 				break;
 			if (post_ag(o, i))

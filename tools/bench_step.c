@@ -117,8 +117,10 @@ static void step_usage(FILE *f)
 		   "                       [--hbm-capacity BYTES] [--hbm-bandwidth BYTES/s] [--io-size BYTES]\n"
 		   "                       [--io-passes P] [--update-runs R] [--verify]\n"
 		   "                       [--checkpoint-every K] [--progress|--no-progress]\n"
+		   "                       [--comm auto|none|single|mpi]\n"
 		   "  --manifest          the node (default: $TIER_MANIFEST, else the embedded default)\n"
-		   "  --params            elements of the model (default: the state is 2x the DRAM tier;\n"
+		   "  --params            elements of the model, all ranks' together (default: the\n"
+		   "                      state, or each rank's piece of it, is 2x the DRAM tier;\n"
 		   "                      K/M/G suffixes are binary)\n"
 		   "  --steps             optimizer steps (default 5; with 3 or more the first, warm-up\n"
 		   "                      step is left out of the medians)\n"
@@ -147,6 +149,12 @@ static void step_usage(FILE *f)
 		   "                      wrote home; after the steps one full copy of the state\n"
 		   "                      (tier_optim_export next to the NVMe files, then removed)\n"
 		   "                      for comparison (default 0: none; needs an NVMe tier)\n"
+		   "  --comm              partitioned over ranks: mpi (MPI_COMM_WORLD), single (one\n"
+		   "                      rank), none (not partitioned), auto (default: mpi when an\n"
+		   "                      MPI launcher started it, e.g. mpirun -np 4 tier-bench step,\n"
+		   "                      else none).  Each rank loads the manifest for its rank\n"
+		   "                      (${RANK} in paths); rank 0 prints every rank's figures\n"
+		   "                      and the world's\n"
 		   "Without a GPU in the manifest, the HBM tier is the emulated \"host\" backend when\n"
 		   "asked for (an offload fraction below 1, or --hbm-capacity; its updates then run\n"
 		   "on the CPU too), else there is none and \"auto\" updates everything on the CPU.\n"
@@ -319,8 +327,9 @@ static int step_setup(const struct step_opts *o, const struct tier_manifest *m,
 	if (!o->shard_size && oi.shard_bytes < su->shard_size)
 		su->shard_size = (oi.shard_bytes + (64u << 10) - 1) / (64u << 10) * (64u << 10);
 
-	/* The model: by default its state is twice the DRAM tier. */
-	su->numel = o->params ? o->params : 2 * su->dram / su->bpe;
+	/* The model: by default its state is twice the DRAM tier, on every
+	 * rank (each rank's piece is about 1/world of it). */
+	su->numel = o->params ? o->params : 2 * su->dram / su->bpe * (uint64_t)su->w->world;
 	if (su->numel < 64)
 		return bench_bad_usage(&step_cmd, "--params %" PRIu64 " is too small (at least 64"
 				       " elements)", su->numel);
@@ -358,10 +367,10 @@ static int step_setup(const struct step_opts *o, const struct tier_manifest *m,
 enum {
 	O_MANIFEST = 256, O_PARAMS, O_STEPS, O_DRAM, O_OFFLOAD, O_MOMENTS, O_JSON, O_COPY_OUT,
 	O_THREADS, O_SHARD, O_HBM_CAP, O_HBM_BW, O_IO_SIZE, O_IO_PASSES, O_UPDATE_RUNS, O_VERIFY,
-	O_PROGRESS, O_NO_PROGRESS, O_CKPT_EVERY,
+	O_PROGRESS, O_NO_PROGRESS, O_CKPT_EVERY, O_COMM,
 };
 
-/* --manifest, --offload-fraction, --hbm-bandwidth, --progress and
+/* --manifest, --offload-fraction, --hbm-bandwidth, --comm, --progress and
  * --no-progress (the BENCH_OTHER options of cmd_step). */
 static int step_option(void *ctx, int c, const char *arg)
 {
@@ -381,6 +390,19 @@ static int step_option(void *ctx, int c, const char *arg)
 		if (end == arg || *end || !(o->offload >= 0.0 && o->offload <= 1.0))
 			return bench_bad_usage(&step_cmd, "bad --offload-fraction '%s' (0 to 1, or"
 					       " auto)", arg);
+		return 0;
+	case O_COMM:
+		if (strcmp(arg, "auto") == 0)
+			o->comm = STEP_COMM_AUTO;
+		else if (strcmp(arg, "none") == 0)
+			o->comm = STEP_COMM_NONE;
+		else if (strcmp(arg, "single") == 0)
+			o->comm = STEP_COMM_SINGLE;
+		else if (strcmp(arg, "mpi") == 0)
+			o->comm = STEP_COMM_MPI;
+		else
+			return bench_bad_usage(&step_cmd, "bad --comm '%s' (auto, none, single or mpi)",
+					       arg);
 		return 0;
 	case O_HBM_BW:
 		if (parse_positive(arg, &o->hbm_bandwidth))
@@ -426,8 +448,10 @@ int cmd_step(int argc, char **argv)
 			  "(a positive number of steps, 1 to 100000)"),
 		BENCH_OTHER(O_PROGRESS, "progress", no_argument),
 		BENCH_OTHER(O_NO_PROGRESS, "no-progress", no_argument),
+		BENCH_OTHER(O_COMM, "comm", required_argument),
 	};
-	struct step_setup su = { 0 };
+	struct step_world w;
+	struct step_setup su = { .w = &w };
 	struct tier_manifest *m = NULL;
 	struct progress pg = { 0 };
 	int ret = bench_options(&step_cmd, argc, argv, args, sizeof(args) / sizeof(args[0]),
@@ -435,13 +459,23 @@ int cmd_step(int argc, char **argv)
 
 	if (ret)
 		return ret == BENCH_HELP ? 0 : ret;
-	if (load_manifest(o.manifest, &m))
-		return EXIT_USAGE;
+	ret = step_world_open(&o, &w);
+	if (ret)
+		return ret;
+	if (w.active && o.checkpoint_every) {
+		ret = bench_bad_usage(&step_cmd, "--checkpoint-every is not measured in a"
+				      " partitioned run yet (--comm none for one store)");
+		goto out;
+	}
+	ret = step_world_manifest(&o, &w, &m);
+	if (ret)
+		goto out;
 	ret = step_setup(&o, m, &su);
 	if (ret)
 		goto out;
-	pg.tty = o.progress != 0 && isatty(STDERR_FILENO);
-	pg.lines = !pg.tty && (o.progress == 1 || (o.progress < 0 && !o.json));
+	/* Rank 0 alone speaks: the others' progress is quiet. */
+	pg.tty = o.progress != 0 && isatty(STDERR_FILENO) && w.rank == 0;
+	pg.lines = !pg.tty && w.rank == 0 && (o.progress == 1 || (o.progress < 0 && !o.json));
 	if (!o.json && su.dram_capped) {
 		char a[32];
 
@@ -451,5 +485,9 @@ int cmd_step(int argc, char **argv)
 	ret = step_run(&o, m, &su, &pg);
 out:
 	tier_manifest_free(m);
-	return ret;
+	if (ret && ret != STEP_EXIT_VERIFY)
+		step_world_abort(&w, ret); /* the others would wait for this rank */
+	if (step_world_close(&w) && !ret)
+		ret = 1;
+	return ret == STEP_EXIT_VERIFY ? 1 : ret;
 }

@@ -16,6 +16,17 @@
 
 #define STEP_WHO "tier-bench step"
 #define STEP_NPARAMS 8
+/* step_run's return when --verify found a difference on some rank (every
+ * rank returns it, after the report): the command exits 1 */
+#define STEP_EXIT_VERIFY 101
+
+/* --comm: which run (bench_step_world.c) */
+enum step_comm {
+	STEP_COMM_AUTO,         /* partitioned when an MPI launcher started us */
+	STEP_COMM_NONE,         /* not partitioned (one store, the whole model) */
+	STEP_COMM_SINGLE,       /* partitioned on the single backend: one rank */
+	STEP_COMM_MPI,          /* partitioned over MPI_COMM_WORLD */
+};
 
 struct step_opts {
 	const char *manifest;
@@ -34,6 +45,20 @@ struct step_opts {
 	uint64_t checkpoint_every; /* tier_optim_checkpoint after every K-th step; 0: none */
 	bool json, verify;
 	int progress;           /* -1 auto, 0 off */
+	int comm;               /* enum step_comm */
+};
+
+/*
+ * The ranks of a partitioned run (bench_step_world.c).  Not active: the
+ * run of one process over the whole model, as before --comm existed.
+ */
+struct step_world {
+	bool active;            /* partitioned: a comm for the optimizer */
+	bool mpi;               /* the tool initialised MPI (and finalises it) */
+	const char *backend;    /* "mpi", "single" */
+	int rank, world;        /* the comm's (0 of 1 when not active) */
+	struct tier_rank tr;    /* tier_rank_from_env: the manifest's variables */
+	struct tier_comm *comm;
 };
 
 /*
@@ -53,8 +78,13 @@ struct step_setup {
 	enum tier_dtype moments;
 	size_t bpe;
 	uint64_t shard_elems, lookahead;
-	uint64_t numel, state_bytes;
+	uint64_t numel, state_bytes;    /* the whole model's (every rank's) */
 	size_t sizes[STEP_NPARAMS], max_size;
+	/* this rank's piece (tier_optim_info after the parameters are added;
+	 * the whole model when not partitioned), and each parameter's */
+	uint64_t part_elems, part_state_bytes;
+	size_t part_off[STEP_NPARAMS], part_numel[STEP_NPARAMS];
+	struct step_world *w;
 	const char *hbm_backend; /* NULL: cuda */
 	char offload_text[96];
 	double offload;
@@ -72,6 +102,20 @@ struct step_record {
 	uint64_t ckpt_written;                /* NVMe tier bytes written during it */
 	uint64_t ckpt_table;                  /* its commit's object table (bytes) */
 	uint64_t ckpt_gen;                    /* its commit's generation */
+};
+
+/* One rank's figures, gathered by rank 0 (fixed size: MPI_Gather of
+ * bytes; its per-step records are gathered beside it). */
+struct step_rank_figs {
+	int32_t rank;
+	int32_t verified;             /* 1 equal, 0 differs, -1 not verified */
+	uint64_t part_elems, part_state_bytes;
+	double step_s, rd_b, wr_b;    /* medians over the steps counted */
+	double bound_s, nvme_s, update_s, read_Bps, write_Bps;
+	double mixed_bound_s;         /* 0: none */
+	double stall;                 /* stall_s / step_s */
+	double collectives, comm_bytes, comm_s, comm_wait_s; /* medians */
+	double sum_step_s, sum_comm_s, sum_wait_s;  /* over the steps counted */
 };
 
 /* ----------------------------------------------- bench_step.c: helpers */
@@ -143,7 +187,7 @@ void step_nvme_after(const struct step_opts *o, const struct tier_manifest *m,
 		     const struct step_setup *su, struct progress *pg, double rd_b, double wr_b,
 		     struct step_nvme *nv);
 int step_update_time(const struct step_opts *o, const struct step_setup *su,
-		     struct tier_pool *pool, double *out);
+		     struct tier_pool *pool, uint64_t numel, double *out);
 void step_bounds(const struct step_setup *su, const struct step_nvme *nv, double update_s,
 		 double rd_b, double wr_b, struct step_bound *b);
 
@@ -169,5 +213,37 @@ struct step_store_summary {
 void step_report(const struct step_opts *o, const struct step_setup *su,
 		 const struct step_record *rec, const struct step_nvme *nv,
 		 const struct step_bound *b, const struct step_store_summary *st);
+
+/* A partitioned run: this rank's figures (@verified as step_rank_figs);
+ * then rank 0 gathers every rank's, and prints the report with the table
+ * of ranks and the world's figures (the others print nothing).  0, or 1
+ * after a message. */
+int step_report_world(const struct step_opts *o, const struct step_setup *su,
+		      const struct step_record *rec, const struct step_nvme *nv,
+		      const struct step_bound *b, const struct step_store_summary *st,
+		      int verified);
+
+/* ------------------------------ bench_step_world.c: ranks, MPI, manifest */
+
+/* Which run (o->comm, the launcher's variables), MPI initialised, the comm
+ * opened.  0, or an exit code after a message. */
+int step_world_open(const struct step_opts *o, struct step_world *w);
+/* The comm closed, MPI finalised.  0, or 1 after a message. */
+int step_world_close(struct step_world *w);
+bool step_world_have_mpi(void);
+/* MPI_Barrier (nothing on one rank). */
+void step_world_barrier(const struct step_world *w);
+/* @bytes of each rank's @mine into rank 0's @all (world x bytes).  0 or 1. */
+int step_world_gather(const struct step_world *w, const void *mine, size_t bytes, void *all);
+/* The largest @v of every rank. */
+int step_world_max(const struct step_world *w, int v);
+/* MPI_Abort with @code when more than one rank runs (one that fails would
+ * leave the others waiting); returns otherwise. */
+void step_world_abort(const struct step_world *w, int code);
+/* The manifest of this rank: --manifest, else $TIER_MANIFEST, with the
+ * rank's variables (tier_manifest_load_rank), else the embedded default
+ * with a directory of its own per rank.  0, or an exit code. */
+int step_world_manifest(const struct step_opts *o, const struct step_world *w,
+			struct tier_manifest **m);
 
 #endif /* TIER_BENCH_STEP_H */

@@ -18,20 +18,26 @@
 #define STEP_UPDATE_CHUNK (64ull << 20)
 
 /*
- * The in-memory update: tier_adam_step over su->numel elements in chunks
+ * The in-memory update: tier_adam_step over @numel elements in chunks
  * of arrays reused, warm-up pass untimed, then o->update_runs timed
  * passes; the median pass time in *out.
  */
 int step_update_time(const struct step_opts *o, const struct step_setup *su,
-		     struct tier_pool *pool, double *out)
+		     struct tier_pool *pool, uint64_t numel, double *out)
 {
-	size_t chunk = su->numel < STEP_UPDATE_CHUNK ? (size_t)su->numel : STEP_UPDATE_CHUNK;
+	size_t chunk = numel < STEP_UPDATE_CHUNK ? (size_t)numel : STEP_UPDATE_CHUNK;
 	struct tier_adam_tensors t = { 0 };
 	struct tier_adam_params hp;
 	double *times = calloc(o->update_runs, sizeof(double));
 	int rc, ret = 1;
 
 	tier_adam_params_init(&hp);
+	if (numel == 0) {
+		/* a rank that keeps no piece */
+		free(times);
+		*out = 0;
+		return 0;
+	}
 	if (!times || adam_arrays(&t, chunk, su->moments, TIER_FP32, o->copy_out)) {
 		fprintf(stderr, STEP_WHO ": out of memory for the in-memory update of %zu elements\n",
 			chunk);
@@ -46,8 +52,8 @@ int step_update_time(const struct step_opts *o, const struct step_setup *su,
 		uint64_t t0 = now_ns();
 
 		hp.step++;
-		for (uint64_t off = 0; off < su->numel; off += chunk) {
-			t.n = su->numel - off < chunk ? (size_t)(su->numel - off) : chunk;
+		for (uint64_t off = 0; off < numel; off += chunk) {
+			t.n = numel - off < chunk ? (size_t)(numel - off) : chunk;
 			rc = tier_adam_step(pool, &hp, &t);
 			if (rc) {
 				ret = step_fail("in-memory update", rc);

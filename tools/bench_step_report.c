@@ -10,6 +10,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "bench_step.h"
 
@@ -30,6 +31,10 @@ static double get_rbps(const struct step_record *r) { return r->res.nvme_read_Bp
 static double get_wbps(const struct step_record *r) { return r->res.nvme_write_Bps; }
 static double get_cpu(const struct step_record *r) { return r->res.cpu_fraction; }
 static double get_norm(const struct step_record *r) { return r->res.grad_norm; }
+static double get_coll(const struct step_record *r) { return (double)r->res.collectives; }
+static double get_cbytes(const struct step_record *r) { return (double)r->res.comm_bytes; }
+static double get_comm(const struct step_record *r) { return r->res.comm_s; }
+static double get_cwait(const struct step_record *r) { return r->res.comm_wait_s; }
 
 /* The per-step arrays of the JSON object, in order. */
 static const struct {
@@ -51,6 +56,10 @@ static const struct {
 	{ "nvme_write_Bps", get_wbps },
 	{ "cpu_fraction", get_cpu },
 	{ "grad_norm", get_norm },
+	{ "collectives", get_coll },
+	{ "comm_bytes", get_cbytes },
+	{ "comm_s", get_comm },
+	{ "comm_wait_s", get_cwait },
 };
 
 /* The median of a field over the steps counted. */
@@ -281,10 +290,16 @@ static void print_json_ckpt(const struct step_opts *o, const struct step_record 
 	printf("}");
 }
 
+struct world_figs;
+static void print_json_world(const struct step_opts *o, const struct step_setup *su,
+			     const struct world_figs *wf);
+static bool world_differs(const struct world_figs *wf);
+
 static void print_json(const struct step_opts *o, const struct step_setup *su,
 		       const struct step_record *rec, const struct step_nvme *nv,
 		       const struct step_bound *b, const struct step_store_summary *st,
-		       const struct step_figs *f, const struct ckpt_figs *c)
+		       const struct step_figs *f, const struct ckpt_figs *c,
+		       const struct world_figs *wf)
 {
 	bool emulated = st->has_hbm && su->hbm_backend;
 
@@ -311,14 +326,19 @@ static void print_json(const struct step_opts *o, const struct step_setup *su,
 	       ", \"verified\": %s, \"steps\": {",
 	       f->cpu, f->last->cpu_shards, f->last->gpu_shards, f->h2d, f->d2h,
 	       st->ss.level[TIER_DRAM].hits, st->ss.level[TIER_DRAM].misses, o->steps,
-	       o->steps - f->first, o->verify ? "true" : "false");
+	       o->steps - f->first, o->verify && !(wf && world_differs(wf)) ? "true" : "false");
 	for (size_t a = 0; a < sizeof(step_arrays) / sizeof(step_arrays[0]); a++) {
 		printf("%s\"%s\": [", a ? ", " : "", step_arrays[a].key);
 		for (uint64_t i = 0; i < o->steps; i++)
 			printf("%s%.9g", i ? ", " : "", step_arrays[a].get(&rec[i]));
 		printf("]");
 	}
-	printf("}}\n");
+	printf("}");
+	if (wf)
+		print_json_world(o, su, wf);
+	else
+		printf(", \"comm\": null");
+	printf("}\n");
 }
 
 /* ---------------------------------------------------------------- text */
@@ -354,6 +374,11 @@ static void print_text_setup(const struct step_opts *o, const struct step_setup 
 		       o->hbm_bandwidth * 1e-9);
 	else
 		printf("  HBM backend: cuda (the manifest's GPU)\n");
+	if (su->w->active)
+		printf("  partitioned over %d rank%s (%s): rank %d's piece %" PRIu64 " elements,"
+		       " state %" PRIu64 " bytes (%s); the figures down to the table of ranks are"
+		       " rank %d's\n", su->w->world, su->w->world == 1 ? "" : "s", su->w->backend, su->w->rank, su->part_elems,
+		       su->part_state_bytes, human(su->part_state_bytes, a, sizeof(a)), su->w->rank);
 	if (su->have_nvme)
 		printf("  NVMe measured in this run (%s requests, %" PRIu64 " in flight, %s,"
 		       " fastest of %u passes before and after the steps, averaged):"
@@ -362,9 +387,10 @@ static void print_text_setup(const struct step_opts *o, const struct step_setup 
 		       (unsigned)o->io_passes, nv->read_Bps * 1e-9, nv->write_Bps * 1e-9);
 	else
 		printf("  no NVMe tier in the manifest: DRAM is the home\n");
-	printf("  in-memory update (tier_adam_step, %" PRIu64 " elements, %u threads): "
-	       "%.4f s (median of %" PRIu64 ")\n", su->numel, su->threads, b->update_s,
-	       o->update_runs);
+	printf("  in-memory update (tier_adam_step, %" PRIu64 " elements%s, %u threads): "
+	       "%.4f s (median of %" PRIu64 ")\n", su->w->active ? su->part_elems : su->numel,
+	       su->w->active ? ": this rank's piece, every rank at once" : "", su->threads,
+	       b->update_s, o->update_runs);
 }
 
 /* "12 ms", "3.4 ms", "1.25 s" (negative: its magnitude). */
@@ -445,10 +471,14 @@ static void print_summary(const struct step_bound *b, const struct step_figs *f)
 	       nvme ? b->update_s : b->nvme_s);
 }
 
+static void print_text_world(const struct step_opts *o, const struct step_setup *su,
+			     const struct world_figs *wf);
+
 static void print_text(const struct step_opts *o, const struct step_setup *su,
 		       const struct step_record *rec, const struct step_nvme *nv,
 		       const struct step_bound *b, const struct step_store_summary *st,
-		       const struct step_figs *f, const struct ckpt_figs *c)
+		       const struct step_figs *f, const struct ckpt_figs *c,
+		       const struct world_figs *wf)
 {
 	char c1[32], c2[32];
 
@@ -494,6 +524,10 @@ static void print_text(const struct step_opts *o, const struct step_setup *su,
 			       rec[k].ckpt_written);
 		printf("\n");
 	}
+	if (wf) {
+		print_text_world(o, su, wf);
+		return;
+	}
 	if (o->verify)
 		printf("  every parameter's state and copy-out equal tier_adam_step in"
 		       " memory, bit for bit%s\n", o->checkpoint_every ? " (checkpoints taken)" : "");
@@ -512,7 +546,303 @@ void step_report(const struct step_opts *o, const struct step_setup *su,
 	step_figs(o, su, rec, st->has_hbm, &f);
 	ckpt_figs(o, nv, st, rec, f.first, &c);
 	if (o->json)
-		print_json(o, su, rec, nv, b, st, &f, &c);
+		print_json(o, su, rec, nv, b, st, &f, &c, NULL);
 	else
-		print_text(o, su, rec, nv, b, st, &f, &c);
+		print_text(o, su, rec, nv, b, st, &f, &c, NULL);
+}
+
+/* ------------------------------------------------- a partitioned run */
+
+/*
+ * The world's figures, from every rank's (rank 0 gathers them):
+ *   step time     per step the slowest rank's (the step of a job ends when
+ *                 its last rank's does), then the median over the steps
+ *                 counted;
+ *   NVMe bytes    per step the sum over the ranks, then the median;
+ *   bound         the largest of the ranks' bounds (each its own bytes at
+ *                 its own NVMe rate, measured with every rank at once, and
+ *                 its own piece's update): no rank can finish before its
+ *                 bound, so neither can the world's step;
+ *   collectives   summed over the ranks and the steps counted: time in
+ *                 flight, time waited, and overlap = 1 - waited / in flight;
+ *                 reported per rank and step (the sums over ranks x steps).
+ */
+struct world_figs {
+	int world;
+	const struct step_rank_figs *rf;   /* [world] */
+	const struct step_record *rec;     /* [world][steps] */
+	double step_s, rd_b, wr_b, comm_bytes;
+	double bound_s, eff;
+	int bound_rank;
+	double comm_s, wait_s, sum_step_s; /* sums over ranks and steps counted */
+	double per;                        /* ranks x steps counted */
+	int differs;                       /* ranks whose --verify found a difference */
+};
+
+static bool world_differs(const struct world_figs *wf)
+{
+	return wf->differs > 0;
+}
+
+static double overlap_of(double comm_s, double wait_s)
+{
+	return comm_s > 0 ? 1.0 - wait_s / comm_s : 0.0;
+}
+
+static void rank_figs(const struct step_opts *o, const struct step_setup *su,
+		      const struct step_record *rec, const struct step_nvme *nv,
+		      const struct step_bound *b, int verified, struct step_rank_figs *rf)
+{
+	uint64_t first = step_first_counted(o);
+
+	memset(rf, 0, sizeof(*rf));
+	rf->rank = su->w->rank;
+	rf->verified = verified;
+	rf->part_elems = su->part_elems;
+	rf->part_state_bytes = su->part_state_bytes;
+	rf->step_s = med_of(rec, first, o->steps, get_step);
+	step_bytes(o, rec, &rf->rd_b, &rf->wr_b);
+	rf->bound_s = b->bound_s;
+	rf->nvme_s = b->nvme_s;
+	rf->update_s = b->update_s;
+	rf->read_Bps = nv->read_Bps;
+	rf->write_Bps = nv->write_Bps;
+	rf->mixed_bound_s = b->mixed_Bps > 0 ? b->mixed_bound_s : 0;
+	rf->collectives = med_of(rec, first, o->steps, get_coll);
+	rf->comm_bytes = med_of(rec, first, o->steps, get_cbytes);
+	rf->comm_s = med_of(rec, first, o->steps, get_comm);
+	rf->comm_wait_s = med_of(rec, first, o->steps, get_cwait);
+	for (uint64_t k = first; k < o->steps; k++) {
+		rf->sum_step_s += rec[k].res.step_s;
+		rf->stall += rec[k].res.stall_s;
+		rf->sum_comm_s += rec[k].res.comm_s;
+		rf->sum_wait_s += rec[k].res.comm_wait_s;
+	}
+	rf->stall = rf->sum_step_s > 0 ? rf->stall / rf->sum_step_s : 0;
+}
+
+/* The world's figures from the gathered ones.  0, or 1 out of memory. */
+static int world_figs(const struct step_opts *o, const struct step_rank_figs *rf,
+		      const struct step_record *all, int world, struct world_figs *wf)
+{
+	uint64_t first = step_first_counted(o), n = o->steps - first;
+	double *st = calloc(n, sizeof(double)), *rd = calloc(n, sizeof(double));
+	double *wr = calloc(n, sizeof(double)), *cb = calloc(n, sizeof(double));
+	int ret = 1;
+
+	memset(wf, 0, sizeof(*wf));
+	wf->world = world;
+	wf->rf = rf;
+	wf->rec = all;
+	if (!st || !rd || !wr || !cb) {
+		fprintf(stderr, STEP_WHO ": out of memory\n");
+		goto out;
+	}
+	for (uint64_t k = first; k < o->steps; k++) {
+		for (int r = 0; r < world; r++) {
+			const struct tier_step_result *res = &all[(size_t)r * o->steps + k].res;
+
+			st[k - first] = res->step_s > st[k - first] ? res->step_s : st[k - first];
+			rd[k - first] += (double)res->nvme_read_bytes;
+			wr[k - first] += (double)res->nvme_write_bytes;
+			cb[k - first] += (double)res->comm_bytes;
+		}
+	}
+	wf->step_s = median(st, n);
+	wf->rd_b = median(rd, n);
+	wf->wr_b = median(wr, n);
+	wf->comm_bytes = median(cb, n);
+	for (int r = 0; r < world; r++) {
+		if (r == 0 || rf[r].bound_s > wf->bound_s) {
+			wf->bound_s = rf[r].bound_s;
+			wf->bound_rank = r;
+		}
+		wf->comm_s += rf[r].sum_comm_s;
+		wf->wait_s += rf[r].sum_wait_s;
+		wf->sum_step_s += rf[r].sum_step_s;
+		wf->differs += rf[r].verified == 0;
+	}
+	wf->eff = wf->step_s > 0 ? wf->bound_s / wf->step_s : 0;
+	wf->per = (double)world * (double)n;
+	ret = 0;
+out:
+	free(st);
+	free(rd);
+	free(wr);
+	free(cb);
+	return ret;
+}
+
+static void print_json_world(const struct step_opts *o, const struct step_setup *su,
+			     const struct world_figs *wf)
+{
+	uint64_t first = step_first_counted(o);
+
+	printf(", \"comm\": {\"backend\": \"%s\", \"world_size\": %d, \"numel\": %" PRIu64
+	       ", \"state_bytes\": %" PRIu64 ", \"nvme_measured_together\": true, \"ranks\": [",
+	       su->w->backend, wf->world, su->numel, su->state_bytes);
+	for (int r = 0; r < wf->world; r++) {
+		const struct step_rank_figs *f = &wf->rf[r];
+		const struct step_record *rec = wf->rec + (size_t)r * o->steps;
+
+		printf("%s{\"rank\": %d, \"part_elems\": %" PRIu64 ", \"part_state_bytes\": %"
+		       PRIu64 ", \"step_s\": %.6f, \"nvme_read_bytes_per_step\": %.0f"
+		       ", \"nvme_write_bytes_per_step\": %.0f, \"bound_s\": %.6f"
+		       ", \"bound_by\": \"%s\", \"efficiency\": %.4f, \"nvme_s\": %.6f"
+		       ", \"update_s\": %.6f, \"read_GBps\": %.4f, \"write_GBps\": %.4f",
+		       r ? ", " : "", f->rank, f->part_elems, f->part_state_bytes, f->step_s,
+		       f->rd_b, f->wr_b, f->bound_s, f->nvme_s >= f->update_s ? "nvme" : "update",
+		       f->step_s > 0 ? f->bound_s / f->step_s : 0, f->nvme_s, f->update_s,
+		       f->read_Bps * 1e-9, f->write_Bps * 1e-9);
+		if (f->mixed_bound_s > 0)
+			printf(", \"mixed_bound_s\": %.6f", f->mixed_bound_s);
+		else
+			printf(", \"mixed_bound_s\": null");
+		printf(", \"stall_frac\": %.4f, \"collectives_per_step\": %.0f"
+		       ", \"comm_bytes_per_step\": %.0f, \"comm_s\": %.6f, \"comm_wait_s\": %.6f"
+		       ", \"overlap\": %.4f, \"comm_share\": %.4f, \"comm_wait_share\": %.4f"
+		       ", \"verified\": %s, \"steps\": {",
+		       f->stall, f->collectives, f->comm_bytes, f->comm_s, f->comm_wait_s,
+		       overlap_of(f->sum_comm_s, f->sum_wait_s),
+		       f->sum_step_s > 0 ? f->sum_comm_s / f->sum_step_s : 0,
+		       f->sum_step_s > 0 ? f->sum_wait_s / f->sum_step_s : 0,
+		       f->verified < 0 ? "null" : f->verified ? "true" : "false");
+		for (size_t a = 0; a < sizeof(step_arrays) / sizeof(step_arrays[0]); a++) {
+			printf("%s\"%s\": [", a ? ", " : "", step_arrays[a].key);
+			for (uint64_t i = 0; i < o->steps; i++)
+				printf("%s%.9g", i ? ", " : "", step_arrays[a].get(&rec[i]));
+			printf("]");
+		}
+		printf("}}");
+	}
+	printf("], \"world\": {\"step_s\": %.6f, \"step_s_per_step\": [", wf->step_s);
+	for (uint64_t k = 0; k < o->steps; k++) {
+		double m = 0;
+
+		for (int r = 0; r < wf->world; r++) {
+			double v = wf->rec[(size_t)r * o->steps + k].res.step_s;
+
+			m = v > m ? v : m;
+		}
+		printf("%s%.9g", k ? ", " : "", m);
+	}
+	printf("], \"nvme_read_bytes_per_step\": %.0f, \"nvme_write_bytes_per_step\": %.0f"
+	       ", \"bound_s\": %.6f, \"bound_rank\": %d, \"efficiency\": %.4f"
+	       ", \"comm_bytes_per_step\": %.0f, \"comm_s\": %.6f, \"comm_wait_s\": %.6f"
+	       ", \"overlap\": %.4f, \"comm_share\": %.4f, \"comm_wait_share\": %.4f"
+	       ", \"steps_counted\": %" PRIu64 ", \"verified\": %s}}",
+	       wf->rd_b, wf->wr_b, wf->bound_s, wf->bound_rank, wf->eff, wf->comm_bytes,
+	       wf->comm_s / wf->per, wf->wait_s / wf->per, overlap_of(wf->comm_s, wf->wait_s),
+	       wf->sum_step_s > 0 ? wf->comm_s / wf->sum_step_s : 0,
+	       wf->sum_step_s > 0 ? wf->wait_s / wf->sum_step_s : 0, o->steps - first,
+	       !o->verify ? "null" : wf->differs ? "false" : "true");
+}
+
+static void print_text_world(const struct step_opts *o, const struct step_setup *su,
+			     const struct world_figs *wf)
+{
+	char a[32], c[32];
+	const struct step_rank_figs *bf = &wf->rf[wf->bound_rank];
+	bool nvme = bf->nvme_s >= bf->update_s;
+
+	printf("  ranks (every phase on every rank at once: they share this node's disk and"
+	       " CPUs; NVMe measured with every rank at once too)\n");
+	printf("  %4s %12s %9s %10s %10s %9s %6s %6s %5s %10s %8s %8s %7s %6s %6s%s\n", "rank",
+	       "piece", "step_s", "read/step", "write/step", "bound_s", "by", "eff", "coll",
+	       "comm_B", "comm_s", "wait_s", "overlap", "comm%", "wait%",
+	       o->verify ? " verify" : "");
+	for (int r = 0; r < wf->world; r++) {
+		const struct step_rank_figs *f = &wf->rf[r];
+
+		printf("  %4d %12" PRIu64 " %9.4f %10s %10s %9.4f %6s %6.3f %5.0f %10.0f %8.4f %8.4f"
+		       " %7.3f %5.1f%% %5.1f%%%s\n", f->rank, f->part_elems, f->step_s,
+		       human((uint64_t)f->rd_b, a, sizeof(a)), human((uint64_t)f->wr_b, c, sizeof(c)),
+		       f->bound_s, f->nvme_s >= f->update_s ? "NVMe" : "update",
+		       f->step_s > 0 ? f->bound_s / f->step_s : 0, f->collectives, f->comm_bytes,
+		       f->comm_s, f->comm_wait_s, overlap_of(f->sum_comm_s, f->sum_wait_s),
+		       f->sum_step_s > 0 ? 100 * f->sum_comm_s / f->sum_step_s : 0,
+		       f->sum_step_s > 0 ? 100 * f->sum_wait_s / f->sum_step_s : 0,
+		       !o->verify ? "" : f->verified ? " equal" : " DIFFERS");
+	}
+	printf("  (step_s, read/write, coll, comm_B, comm_s, wait_s: medians per step; comm_s"
+	       " is the collectives' time in flight, summed, so it can pass the step time;"
+	       " wait_s the time the step was blocked on them; overlap = 1 - wait_s/comm_s;"
+	       " comm%% and wait%% of the step time)\n");
+	printf("  world: %d rank%s, %" PRIu64 " elements, state %s\n", wf->world,
+	       wf->world == 1 ? "" : "s", su->numel, human(su->state_bytes, a, sizeof(a)));
+	printf("  %-20s %10.4f s   median over the steps of the slowest rank's step\n",
+	       "world step time", wf->step_s);
+	printf("  %-20s read %.0f B (%s), write %.0f B (%s): every rank's, summed\n",
+	       "world NVMe per step", wf->rd_b, human((uint64_t)wf->rd_b, a, sizeof(a)), wf->wr_b,
+	       human((uint64_t)wf->wr_b, c, sizeof(c)));
+	printf("  %-20s %10.4f s   the largest rank's (rank %d, %s bound)\n", "world bound",
+	       wf->bound_s, wf->bound_rank, nvme ? "NVMe" : "update");
+	printf("  %-20s %10.4f\n", "world efficiency", wf->eff);
+	printf("  %-20s %.0f B per step sent, every rank's; per rank and step in flight"
+	       " %.4f s, waited %.4f s (%.1f%% of the ranks' step time), overlap %.3f\n",
+	       "collectives", wf->comm_bytes, wf->comm_s / wf->per, wf->wait_s / wf->per,
+	       wf->sum_step_s > 0 ? 100 * wf->wait_s / wf->sum_step_s : 0,
+	       overlap_of(wf->comm_s, wf->wait_s));
+	if (o->verify) {
+		if (wf->differs)
+			printf("  --verify: %d of %d ranks differ from tier_adam_step in memory"
+			       " (their messages above)\n", wf->differs, wf->world);
+		else
+			printf("  every rank's piece of every parameter's state, and every rank's"
+			       " gathered copy-out, equal tier_adam_step in memory, bit for bit\n");
+	}
+	printf("In short: a world step took %.3f s (the slowest of %d rank%s), and %s takes"
+	       " %.3f s, so the steps ran at %.0f%% of what %s allows; the ranks were blocked"
+	       " on collectives for %.1f%% of their step time.\n", wf->step_s, wf->world,
+	       wf->world == 1 ? "" : "s",
+	       nvme ? "moving the busiest rank's bytes over NVMe at the rate it measured with"
+		      " every rank at once"
+		    : "the busiest rank's update in memory alone",
+	       wf->bound_s, wf->eff > 0 ? 100 * wf->eff : 0, nvme ? "the disk" : "the CPU",
+	       wf->sum_step_s > 0 ? 100 * wf->wait_s / wf->sum_step_s : 0);
+}
+
+int step_report_world(const struct step_opts *o, const struct step_setup *su,
+		      const struct step_record *rec, const struct step_nvme *nv,
+		      const struct step_bound *b, const struct step_store_summary *st,
+		      int verified)
+{
+	const struct step_world *w = su->w;
+	struct step_rank_figs mine, *all_f = NULL;
+	struct step_record *all_r = NULL;
+	struct world_figs wf;
+	struct step_figs f;
+	struct ckpt_figs c;
+	int bad = 0, ret = 1;
+
+	rank_figs(o, su, rec, nv, b, verified, &mine);
+	if (w->rank == 0) {
+		all_f = calloc((size_t)w->world, sizeof(*all_f));
+		all_r = calloc((size_t)w->world * o->steps, sizeof(*all_r));
+		bad = !all_f || !all_r;
+		if (bad)
+			fprintf(stderr, STEP_WHO ": out of memory for the ranks' records\n");
+	}
+	/* every rank takes part in both gathers, whatever rank 0 could do */
+	if (step_world_gather(w, &mine, sizeof(mine), all_f) ||
+	    step_world_gather(w, rec, o->steps * sizeof(*rec), all_r))
+		bad = 1;
+	if (w->rank != 0) {
+		ret = bad;
+		goto out;
+	}
+	if (bad || world_figs(o, all_f, all_r, w->world, &wf))
+		goto out;
+	step_figs(o, su, rec, st->has_hbm, &f);
+	ckpt_figs(o, nv, st, rec, f.first, &c);
+	if (o->json)
+		print_json(o, su, rec, nv, b, st, &f, &c, &wf);
+	else
+		print_text(o, su, rec, nv, b, st, &f, &c, &wf);
+	fflush(stdout);
+	ret = 0;
+out:
+	free(all_f);
+	free(all_r);
+	return ret;
 }

@@ -124,16 +124,57 @@ static int step_add_params(const struct step_opts *o, const struct step_setup *s
 	return 0;
 }
 
+/*
+ * A partitioned run's gradient: the same on every rank, and values k/1024
+ * with |k| <= 125, so the sum over the ranks is exact in any order (a few
+ * more bits than the value's) and so is the average: the optimizer sees
+ * exactly this gradient, and --verify compares bit for bit with
+ * tier_adam_step on it.  A pattern of period 251 (prime: no element lines
+ * up with a shard or a piece).
+ */
+static void grad_fill_exact(float *g, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		g[i] = (float)((int)((i * 37 + 11) % 251) - 125) / 1024.0f;
+}
+
+/* This rank's piece of each parameter and of the model (tier_optim_info,
+ * tier_optim_param_info).  0, or 1. */
+static int step_pieces(struct step_setup *su, struct step_model *sm)
+{
+	struct tier_optim_info oi;
+	int rc = tier_optim_info(sm->opt, &oi);
+
+	if (rc)
+		return step_fail("the optimizer's configuration", rc);
+	su->part_elems = oi.part_elems;
+	su->part_state_bytes = oi.part_elems * su->bpe;
+	for (uint32_t i = 0; i < STEP_NPARAMS; i++) {
+		struct tier_param_info pi;
+
+		rc = tier_optim_param_info(sm->opt, i, &pi);
+		if (rc)
+			return step_fail("a parameter's piece", rc);
+		su->part_off[i] = pi.part_off;
+		su->part_numel[i] = pi.part_numel;
+	}
+	return 0;
+}
+
 /* The store, the optimizer and the model.  0, or 1 after a message. */
 static int step_open(const struct step_opts *o, const struct tier_manifest *m,
-		     const struct step_setup *su, struct progress *pg, struct step_model *sm)
+		     struct step_setup *su, struct progress *pg, struct step_model *sm)
 {
 	struct tier_store_params sp;
 	char a[32];
 	int rc;
 
-	progress_note(pg, "opening the store and writing the initial state (%s)...",
-		      human(su->state_bytes, a, sizeof(a)));
+	if (su->w->active)
+		progress_note(pg, "opening the store and writing the initial state (%s over %d"
+			      " ranks)...", human(su->state_bytes, a, sizeof(a)), su->w->world);
+	else
+		progress_note(pg, "opening the store and writing the initial state (%s)...",
+			      human(su->state_bytes, a, sizeof(a)));
 	step_store_params(o, su, &sp);
 	rc = tier_store_open(m, &sp, &sm->s);
 	if (rc) {
@@ -142,6 +183,7 @@ static int step_open(const struct step_opts *o, const struct tier_manifest *m,
 	}
 	sm->st.has_hbm = tier_store_has_level(sm->s, TIER_HBM);
 	step_optim_params(o, &sm->op);
+	sm->op.comm = su->w->comm;
 	rc = tier_optim_create(sm->s, &sm->op, &sm->opt);
 	if (rc) {
 		sm->opt = NULL;
@@ -154,8 +196,11 @@ static int step_open(const struct step_opts *o, const struct tier_manifest *m,
 		return 1;
 	}
 	adam_fill(sm->init, su->max_size, TIER_FP32, FILL_PARAM, 11);
-	adam_fill(sm->grad, su->max_size, TIER_FP32, FILL_GRAD, 12);
-	if (step_add_params(o, su, sm))
+	if (su->w->active)
+		grad_fill_exact(sm->grad, su->max_size);
+	else
+		adam_fill(sm->grad, su->max_size, TIER_FP32, FILL_GRAD, 12);
+	if (step_add_params(o, su, sm) || step_pieces(su, sm))
 		return 1;
 	if (!o->verify) {
 		free(sm->init);
@@ -406,6 +451,7 @@ static int verify_param(const struct step_opts *o, const struct step_setup *su,
 			size_t *at)
 {
 	size_t k = su->sizes[id], ms = dtype_size((int)su->moments), os = dtype_size(o->copy_out);
+	size_t off = su->part_off[id], pn = su->part_numel[id];
 	struct tier_adam_tensors t = {
 		.n = k, .param = vb->master, .exp_avg = vb->m, .exp_avg_sq = vb->v,
 		.moment_dtype = su->moments, .grad = sm->grad, .grad_dtype = TIER_FP32,
@@ -434,19 +480,22 @@ static int verify_param(const struct step_opts *o, const struct step_setup *su,
 		if (rc)
 			return step_fail("--verify: the in-memory reference", rc);
 	}
+	/* The state read back is this rank's piece: [off, off + pn) of it
+	 * (the whole parameter when not partitioned).  The copy-out is the
+	 * whole parameter on every rank (the all-gather's). */
 	rc = tier_optim_read(sm->opt, id, vb->got_master, vb->got_m, vb->got_v);
 	if (rc)
 		return step_fail("--verify: read the state back", rc);
 	*what = NULL;
-	if (memcmp(vb->master, vb->got_master, k * 4)) {
+	if (memcmp(vb->master + off, vb->got_master, pn * 4)) {
 		*what = "master weights";
-		*at = first_diff(vb->master, vb->got_master, 4);
-	} else if (memcmp(vb->m, vb->got_m, k * ms)) {
+		*at = off + first_diff(vb->master + off, vb->got_master, 4);
+	} else if (memcmp((char *)vb->m + off * ms, vb->got_m, pn * ms)) {
 		*what = "exp_avg";
-		*at = first_diff(vb->m, vb->got_m, ms);
-	} else if (memcmp(vb->v, vb->got_v, k * ms)) {
+		*at = off + first_diff((char *)vb->m + off * ms, vb->got_m, ms);
+	} else if (memcmp((char *)vb->v + off * ms, vb->got_v, pn * ms)) {
 		*what = "exp_avg_sq";
-		*at = first_diff(vb->v, vb->got_v, ms);
+		*at = off + first_diff((char *)vb->v + off * ms, vb->got_v, ms);
 	} else if (os && memcmp(vb->out, sm->outs[id], k * os)) {
 		*what = "the copy-out";
 		*at = first_diff(vb->out, sm->outs[id], os);
@@ -455,9 +504,10 @@ static int verify_param(const struct step_opts *o, const struct step_setup *su,
 }
 
 /*
- * Compares every parameter's state and copy-out with tier_adam_step run in
- * memory on the same data for the steps that were applied.  0, 1 after a
- * message (a difference or an error).
+ * Compares every parameter's state (this rank's piece of it) and copy-out
+ * with tier_adam_step run in memory on the same data for the steps that
+ * were applied.  0, 1 after a message (an error), 2 after a message (a
+ * difference).
  */
 static int step_verify(const struct step_opts *o, const struct step_setup *su,
 		       const struct step_model *sm, struct tier_pool *pool,
@@ -487,9 +537,15 @@ static int step_verify(const struct step_opts *o, const struct step_setup *su,
 				" differs from tier_adam_step in memory first at element %zu",
 				id, tier_optim_param_name(sm->opt, id), su->sizes[id], what, at);
 			if (strcmp(what, "master weights") == 0)
-				fprintf(stderr, " (%.9g, expected %.9g)", (double)vb.got_master[at],
+				fprintf(stderr, " (%.9g, expected %.9g)",
+					(double)vb.got_master[at - su->part_off[id]],
 					(double)vb.master[at]);
+			if (su->w->active)
+				fprintf(stderr, " (rank %d of %d, its piece [%zu, %zu))",
+					su->w->rank, su->w->world, su->part_off[id],
+					su->part_off[id] + su->part_numel[id]);
 			fprintf(stderr, "\n");
+			ret = 2;
 			goto done;
 		}
 	}
@@ -507,24 +563,36 @@ done:
 
 /* ------------------------------------------------------------- the run */
 
+/*
+ * A partitioned run (su->w->active) differs in four places: every rank
+ * runs each phase at once, between barriers (the NVMe measurements too:
+ * the ranks of a node share its disk, as they do in the steps); the
+ * in-memory update is measured after the steps, over this rank's piece
+ * (known once the parameters are added); a difference --verify finds is
+ * reported with the figures rather than instead of them; and rank 0
+ * gathers every rank's records and prints the report.
+ */
 int step_run(const struct step_opts *o, const struct tier_manifest *m, struct step_setup *su,
 	     struct progress *pg)
 {
 	struct step_record *rec = calloc(o->steps, sizeof(*rec));
+	const struct step_world *w = su->w;
 	struct step_model sm = { 0 };
 	struct step_nvme nv = { 0 };
 	struct step_bound b;
 	struct tier_pool *pool = NULL;
 	double update_s = 0, rd_b, wr_b;
-	int rc, ret = 1;
+	int rc, ret = 1, verified = o->verify ? 1 : -1;
 
 	if (!rec) {
 		fprintf(stderr, STEP_WHO ": out of memory\n");
 		return 1;
 	}
 	/* 1. The NVMe tier's bandwidth, before the store holds its files. */
+	step_world_barrier(w);
 	if (su->have_nvme && step_nvme_before(o, m, su, pg, &nv))
 		goto out;
+	step_world_barrier(w);
 	/* 2. The in-memory update over the same elements, same threads. */
 	rc = tier_pool_create((unsigned)o->threads, &pool);
 	if (rc) {
@@ -533,35 +601,58 @@ int step_run(const struct step_opts *o, const struct tier_manifest *m, struct st
 		goto out;
 	}
 	su->threads = tier_pool_size(pool);
-	progress_note(pg, "measuring the in-memory update (%" PRIu64 " elements, %u threads)...",
-		      su->numel, su->threads);
-	if (step_update_time(o, su, pool, &update_s))
-		goto out;
-	if (!o->verify) {
-		tier_pool_destroy(pool);
-		pool = NULL;
+	if (!w->active) {
+		progress_note(pg, "measuring the in-memory update (%" PRIu64 " elements, %u"
+			      " threads)...", su->numel, su->threads);
+		if (step_update_time(o, su, pool, su->numel, &update_s))
+			goto out;
+		if (!o->verify) {
+			tier_pool_destroy(pool);
+			pool = NULL;
+		}
 	}
 	/* 3. The store, the optimizer and the model; 4. the steps. */
-	if (step_open(o, m, su, pg, &sm) || step_steps(o, &sm, rec, pg))
+	if (step_open(o, m, su, pg, &sm))
+		goto out;
+	step_world_barrier(w);
+	if (step_steps(o, &sm, rec, pg))
 		goto out;
 	/* With --checkpoint-every, the full copy they are compared with. */
 	if (o->checkpoint_every && step_export(m, &sm, pg))
 		goto out;
 	if (o->verify) {
 		progress_note(pg, "verifying against tier_adam_step in memory...");
-		if (step_verify(o, su, &sm, pool, rec))
+		rc = step_verify(o, su, &sm, pool, rec);
+		if (rc == 1 || (rc && !w->active))
 			goto out;
+		verified = rc ? 0 : 1;
 	}
 	progress_done(pg);
 	if (step_close(&sm))
 		goto out;
+	step_world_barrier(w);
+	if (w->active) {
+		progress_note(pg, "measuring the in-memory update (this rank's piece, %" PRIu64
+			      " elements, %u threads, every rank at once)...", su->part_elems,
+			      su->threads);
+		if (step_update_time(o, su, pool, su->part_elems, &update_s))
+			goto out;
+		step_world_barrier(w);
+	}
 	/* 5. The NVMe bandwidth again, and mixed; the bounds; the figures. */
 	step_bytes(o, rec, &rd_b, &wr_b);
 	if (su->have_nvme)
 		step_nvme_after(o, m, su, pg, rd_b, wr_b, &nv);
+	step_world_barrier(w);
 	step_bounds(su, &nv, update_s, rd_b, wr_b, &b);
-	step_report(o, su, rec, &nv, &b, &sm.st);
-	ret = 0;
+	if (!w->active) {
+		step_report(o, su, rec, &nv, &b, &sm.st);
+		ret = 0;
+	} else {
+		if (step_report_world(o, su, rec, &nv, &b, &sm.st, verified))
+			goto out;
+		ret = step_world_max(w, verified == 0) ? STEP_EXIT_VERIFY : 0;
+	}
 out:
 	progress_done(pg);
 	step_model_free(&sm);
