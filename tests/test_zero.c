@@ -303,8 +303,8 @@ static void agree(long mine, const char *what)
 		total += x[i];
 		snprintf(ranks + l, sizeof(ranks) - l, "%s%.0f", i ? ", " : "", x[i]);
 	}
-	ck_assert_msg(total == 0, "%s: mismatches or failures per rank: %s (the details are on "
-		      "stderr, 'test_zero: %s: rank R ...')", what, ranks, what);
+	ck_assert_msg(total == 0, "%s: mismatches or failures per rank: %s (each rank's are on "
+		      "its stderr, 'test_zero: ...: rank R of N: ...')", what, ranks);
 }
 
 static void open_store(struct zworld *w, const char *name)
@@ -335,8 +335,7 @@ static void open_store(struct zworld *w, const char *name)
 }
 
 /* The reference's store: DRAM only, the whole state. */
-static void open_ref_store(struct zworld *w, const char *name, struct tier_manifest **man,
-			   struct tier_store **s)
+static void open_ref_store(const char *name, struct tier_manifest **man, struct tier_store **s)
 {
 	struct tier_store_params sp;
 	char text[512];
@@ -351,7 +350,6 @@ static void open_ref_store(struct zworld *w, const char *name, struct tier_manif
 	sp.hbm_backend = "none";
 	rc = tier_store_open(*man, &sp, s);
 	ck_assert_msg(rc == 0, "reference store open: %d: %s", rc, tier_last_error());
-	(void)w;
 }
 
 static void hp_of(const struct zworld *w, struct tier_optim_params *hp, struct tier_comm *c)
@@ -510,7 +508,7 @@ static void world_init(struct zworld *w, const struct scen *sc, unsigned salt, e
 	w->os = tier_dtype_size(sc->od);
 	comm_open_opt(w, OPT_TIMEOUT_S);
 	open_store(w, sc->name);
-	open_ref_store(w, sc->name, &w->rman, &w->rs);
+	open_ref_store(sc->name, &w->rman, &w->rs);
 	hp_of(w, &hp, w->oc);
 	rc = tier_optim_create(w->s, &hp, &w->o);
 	ck_assert_msg(rc == 0, "rank %d: create: %d: %s", R, rc, tier_last_error());
@@ -1321,7 +1319,7 @@ START_TEST(misuse_export)
 	/* An import into a partitioned optimizer, of the reference's export. */
 	rc = tier_optim_export(w.ro, rpath);
 	ck_assert_msg(rc == 0, "reference export: %s", tier_last_error());
-	open_ref_store(&w, "import", &im, &is);
+	open_ref_store("import", &im, &is);
 	hp_of(&w, &hp, w.oc);
 	rc = tier_optim_import(is, rpath, &hp, &io);
 	if (N > 1 && (rc != -ENOTSUP || io))
@@ -1370,7 +1368,7 @@ START_TEST(dead_rank)
 	g_dir = t_mkdtemp();
 	comm_open_opt(&w, DEAD_TIMEOUT_S);
 	open_store(&w, "dead");
-	open_ref_store(&w, "dead", &w.rman, &w.rs);
+	open_ref_store("dead", &w.rman, &w.rs);
 	hp_of(&w, &hp, w.oc);
 	rc = tier_optim_create(w.s, &hp, &w.o);
 	if (!rc) {
