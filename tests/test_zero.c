@@ -765,6 +765,34 @@ static void step_result_checks(struct zworld *w, const struct tier_step_result *
 }
 
 /*
+ * Whether @ok on every rank (over the test's comm, so that the ranks
+ * leave a scenario together and their next collectives match).  A rank
+ * that succeeded where another failed says so: a step fails everywhere
+ * or nowhere.
+ */
+static bool all_ranks_ok(struct zworld *w, bool ok, const char *what)
+{
+	double f[MAXR] = { 0 };
+	char bad[256] = "";
+	int rc;
+
+	f[R] = ok ? 0 : 1;
+	rc = comm_allreduce(TC, f, (size_t)N, COMM_F64);
+	ck_assert_msg(rc == 0, "rank %d: the test's allreduce: %s", R, tier_last_error());
+	for (int r = 0; r < N; r++)
+		if (f[r] != 0) {
+			size_t l = strlen(bad);
+
+			snprintf(bad + l, sizeof(bad) - l, " %d", r);
+		}
+	if (!bad[0])
+		return true;
+	if (ok)
+		failf(w, "%s failed on rank(s)%s, and succeeded here", what, bad);
+	return false;
+}
+
+/*
  * What must be the same bits on every rank after a step: the global norm,
  * the clip coefficient, the loss scales and the skip decision (one norm
  * summed in rank order everywhere), and every output buffer (one piece
@@ -867,10 +895,10 @@ static bool zstep(struct zworld *w, uint32_t mask)
 		if (!rc)
 			rc = tier_optim_end(w->o, &res);
 	}
-	if (rc) {
+	if (rc)
 		failf(w, "the partitioned step: %d: %s", rc, tier_last_error());
+	if (!all_ranks_ok(w, rc == 0, "the partitioned step") || rc)
 		return false;
-	}
 	rc = tier_optim_step(w->ro, TIER_LR_KEEP, avg, rout, &rr);
 	ck_assert_msg(rc == 0, "the reference's step %u: %d: %s", w->step, rc, tier_last_error());
 	step_result_checks(w, &res, &rr);
@@ -892,10 +920,10 @@ static bool zresume(struct zworld *w)
 	int rc;
 
 	rc = tier_optim_checkpoint(w->o, &gen);
-	if (rc || !gen) {
+	if (rc || !gen)
 		failf(w, "checkpoint: %d (generation %" PRIu64 "): %s", rc, gen, tier_last_error());
+	if (!all_ranks_ok(w, rc == 0 && gen, "the checkpoint"))
 		return false;
-	}
 	rc = tier_optim_destroy(w->o);
 	w->o = NULL;
 	if (rc)
@@ -910,8 +938,9 @@ static bool zresume(struct zworld *w)
 	if (rc) {
 		w->o = NULL;
 		failf(w, "resume: %d: %s", rc, tier_last_error());
-		return false;
 	}
+	if (!all_ranks_ok(w, rc == 0, "the resume"))
+		return false;
 	check_state(w);
 	return true;
 }
