@@ -168,7 +168,7 @@ int tier_optim_export(struct tier_optim *o, const char *path)
 	size_t nt = (size_t)o->nparams * 3;
 	int rc = 0;
 
-	if (o->comm)
+	if (o->comm && o->world > 1)
 		return ts_err(-ENOTSUP, "tier_optim_export: the optimizer is partitioned (rank %d of %d keeps a piece of each parameter); export is of a whole optimizer: checkpoint each rank instead",
 			      o->rank, o->world);
 	if (atomic_load(&o->in_step))
@@ -472,7 +472,7 @@ int tier_optim_import(struct tier_store *s, const char *path, const struct tier_
 	*out = NULL;
 	if (rt && ts_params_size("tier_optim_import: struct tier_optim_params", rt->size, sizeof(*rt)))
 		return -EINVAL;
-	if (rt && rt->comm)
+	if (rt && rt->comm && tier_comm_size(rt->comm) > 1)
 		return ts_err(-ENOTSUP, "tier_optim_import: a communicator was passed: import builds a whole optimizer, not a rank's piece of a partitioned one");
 	rc = st_reader_open(path, &im.r);
 	if (rc)
@@ -485,6 +485,7 @@ int tier_optim_import(struct tier_store *s, const char *path, const struct tier_
 		p.threads = rt->threads;
 		p.offload_fraction = rt->offload_fraction;
 		p.shard_size = rt->shard_size;
+		p.comm = rt->comm; /* one rank at most (above) */
 	}
 	rc = tier_optim_create(s, &p, &o);
 	if (rc)

@@ -519,7 +519,8 @@ int tier_store_set_schedule(struct tier_store *s, struct tier_obj *const *objs, 
 		sched = s->sched;
 		n = s->nsched;
 	} else {
-		memcpy(sched, objs, n * sizeof(*sched));
+		if (n) /* an empty schedule may come with objs NULL */
+			memcpy(sched, objs, n * sizeof(*sched));
 		free(s->sched);
 	}
 	s->sched = sched;
