@@ -112,6 +112,10 @@ void ts_err_prefix(const char *fmt, ...)
 	va_end(ap);
 	if (n < 0)
 		return;
+	/* "what: " and "what" read the same: the ": " is added below */
+	n = (int)strlen(pre);
+	while (n > 0 && (pre[n - 1] == ' ' || pre[n - 1] == ':'))
+		pre[--n] = '\0';
 	memcpy(old, t_err, sizeof(old));
 	n = snprintf(t_err, sizeof(t_err), "%s: %s", pre, old);
 	if (n >= (int)sizeof(t_err))

@@ -33,7 +33,8 @@ void ts_err_clear(void);
 
 /*
  * Prefixes the current detail message with "prefix: ", for a caller adding
- * context to a failure reported deeper down.
+ * context to a failure reported deeper down (a trailing ": " in @fmt is
+ * not doubled).
  */
 void ts_err_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -175,6 +175,9 @@ START_TEST(err_prefix)
 	ck_assert_str_eq(tier_last_error(), "a.yaml:3: open failed");
 	ts_err_prefix("loading");
 	ck_assert_str_eq(tier_last_error(), "loading: a.yaml:3: open failed");
+	/* a prefix written with its own ": " is not doubled */
+	ts_err_prefix("%s: ", "tier_optim_resume");
+	ck_assert_str_eq(tier_last_error(), "tier_optim_resume: loading: a.yaml:3: open failed");
 }
 END_TEST
 
