@@ -1189,6 +1189,7 @@ END_TEST
 
 /* ------------------------------------------------------- dead peers */
 
+#if TIER_HAVE_MPI
 /* Rank 2 never calls (absent) or dies (kill); ranks 0 and 1 report. */
 static int dead_peer(bool kill_it)
 {
@@ -1234,6 +1235,7 @@ static int dead_peer(bool kill_it)
 	/* Leaves without MPI_Finalize: it would wait on rank 2. */
 	_exit(rc);
 }
+#endif
 
 /* -------------------------------------------------------------- suite */
 
