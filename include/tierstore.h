@@ -183,6 +183,9 @@ struct tier_manifest_info {
 	uint32_t write_behind;     /* prefetch.write_behind */
 	double offload_fraction;   /* optimizer.offload_fraction; TIER_OFFLOAD_AUTO: auto */
 	enum tier_dtype moment_dtype;
+	int rounding;              /* optimizer.rounding: enum tier_rounding */
+	int out_rounding;          /* optimizer.out_rounding */
+	uint64_t seed;             /* optimizer.seed */
 	uint64_t shard_size;       /* optimizer.shard_size, bytes */
 	struct tier_rank rank;     /* the rank the manifest was resolved for */
 };
@@ -273,6 +276,11 @@ struct tier_tensor {
 
 /* moment_dtype: the manifest's optimizer.moment_dtype. */
 #define TIER_DTYPE_MANIFEST (-1)
+/* rounding, out_rounding: the manifest's optimizer.rounding, .out_rounding;
+ * seed: its optimizer.seed. */
+#define TIER_ROUND_MANIFEST (-1)
+#define TIER_SEED_MANIFEST UINT64_MAX
+
 /* offload_fraction: the manifest's optimizer.offload_fraction. */
 #define TIER_OFFLOAD_MANIFEST (-2.0)
 /* The lr of tier_optim_step / tier_optim_begin that keeps each group's
@@ -291,6 +299,13 @@ struct tier_optim_params {
 	bool decoupled;
 	/* moments: TIER_FP32, TIER_BF16, or TIER_DTYPE_MANIFEST */
 	int moment_dtype;
+	/* how bf16 moments (rounding) and bf16 parameter copies
+	 * (out_rounding) are rounded: enum tier_rounding or
+	 * TIER_ROUND_MANIFEST; and the seed of stochastic rounding's random
+	 * stream (each parameter's is this mixed with its id), or
+	 * TIER_SEED_MANIFEST.  docs/kernels.md, "Rounding". */
+	int rounding, out_rounding;
+	uint64_t seed;
 	/* share of the shards updated on the CPU, in [0, 1] (the rest on the
 	 * HBM tier; 1 without one); TIER_OFFLOAD_AUTO measures both rates in
 	 * the first steps and picks the split that minimises step time;
@@ -337,6 +352,9 @@ static inline void tier_optim_params_init(struct tier_optim_params *p)
 	p->weight_decay = 0.01;
 	p->decoupled = true;
 	p->moment_dtype = TIER_DTYPE_MANIFEST;
+	p->rounding = TIER_ROUND_MANIFEST;
+	p->out_rounding = TIER_ROUND_MANIFEST;
+	p->seed = TIER_SEED_MANIFEST;
 	p->offload_fraction = TIER_OFFLOAD_MANIFEST;
 	p->loss_scale = 1.0;
 	p->min_loss_scale = 1.0;
@@ -596,6 +614,8 @@ struct tier_optim_info {
 	int rank, world;           /* partitioned: this rank of world (else 0 of 1) */
 	uint64_t part_elems;       /* elements whose state this rank keeps */
 	uint64_t total_elems;      /* elements of every parameter */
+	int rounding, out_rounding; /* enum tier_rounding, as in effect */
+	uint64_t seed;             /* stochastic rounding's seed, as in effect */
 };
 
 /* Fills @out.  0, or -EINVAL (NULL). */

@@ -51,6 +51,12 @@ struct adam_consts {
 	float neg_step_size;   /* -lr / (1 - beta1^step) */
 	float eps;
 	float grad_scale;
+	/* stochastic rounding (docs/kernels.md, "Rounding"): the key of this
+	 * call's random stream (seed and step), and whether the bf16 moments
+	 * and the bf16 parameter copy round stochastically (1) or to nearest
+	 * even (0) */
+	uint64_t sr_base;
+	uint32_t sr_moments, sr_out;
 };
 
 /*
@@ -63,6 +69,53 @@ struct adam_consts {
 extern "C"
 #endif
 int adam_params_check(const struct tier_adam_params *p, const char *who);
+
+/*
+ * Stochastic rounding's random stream: counter-based, so that the bits an
+ * element gets depend only on (seed, step, its index in the parameter),
+ * never on the shard, the tile, the thread or the device that updates it.
+ * sr_mix64 is SplitMix64's finaliser (Steele, Lea and Flood, "Fast
+ * splittable pseudorandom number generators", OOPSLA 2014); sr_hash32 is
+ * "lowbias32" (C. Wellons, hash-prospector), one 32-bit hash per element,
+ * cheap in SIMD (two 32-bit multiplies).  Per step and per 2^32 elements
+ * of index: key = sr_key(sr_base, index >> 32); per element:
+ * r = sr_hash32(key ^ (uint32_t)index).  exp_avg takes the low 16 bits of
+ * r, exp_avg_sq the high 16, the parameter copy the high 16 of
+ * r * 0x9e3779b1.
+ */
+ADAM_HD uint64_t sr_mix64(uint64_t z)
+{
+	z += 0x9e3779b97f4a7c15ull;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+ADAM_HD uint32_t sr_key(uint64_t sr_base, uint32_t index_hi)
+{
+	return (uint32_t)sr_mix64(sr_base + index_hi);
+}
+
+ADAM_HD uint32_t sr_hash32(uint32_t x)
+{
+	x ^= x >> 16;
+	x *= 0x7feb352du;
+	x ^= x >> 15;
+	x *= 0x846ca68bu;
+	x ^= x >> 16;
+	return x;
+}
+
+/* The seed of parameter @id's stream in an optimizer seeded @seed. */
+ADAM_HD uint64_t sr_param_seed(uint64_t seed, uint32_t id)
+{
+	return sr_mix64(seed ^ sr_mix64(0x7a11ull << 32 | id));
+}
+
+ADAM_HD uint32_t sr_out_bits(uint32_t r)
+{
+	return (r * 0x9e3779b1u) >> 16;
+}
 
 /* torch's scalars: computed in double (Python floats), used as fp32. */
 static inline void adam_consts_init(const struct tier_adam_params *h, struct adam_consts *c)
@@ -81,6 +134,9 @@ static inline void adam_consts_init(const struct tier_adam_params *h, struct ada
 	c->neg_step_size = (float)(-(h->lr / bc1));
 	c->eps = (float)h->eps;
 	c->grad_scale = (float)h->grad_scale;
+	c->sr_base = sr_mix64(h->seed ^ sr_mix64(h->step));
+	c->sr_moments = h->rounding == TIER_ROUND_STOCHASTIC;
+	c->sr_out = h->out_rounding == TIER_ROUND_STOCHASTIC;
 }
 
 /*
@@ -129,6 +185,28 @@ ADAM_HD uint16_t f32_to_bf16(float f)
 		return (uint16_t)((x.u >> 16) | 0x0040u);
 	x.u += 0x7fffu + ((x.u >> 16) & 1u);
 	return (uint16_t)(x.u >> 16);
+}
+
+/*
+ * To bf16, rounded stochastically: up (away from zero) with probability
+ * equal to the distance from the value below, in units of its last place,
+ * using the 16 random bits @r (the low half; the high half must be 0).  The
+ * expected result is the fp32 value, so a moment multiplied by beta2 =
+ * 0.999 decays on average where round to nearest would keep it.  A NaN
+ * stays a quiet NaN as f32_to_bf16() makes it; an inf stays an inf; the
+ * largest finite values may round to inf with their probability.
+ */
+ADAM_HD uint16_t f32_to_bf16_sr(float f, uint32_t r)
+{
+	union {
+		uint32_t u;
+		float f;
+	} x;
+
+	x.f = f;
+	if ((x.u & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((x.u >> 16) | 0x0040u);
+	return (uint16_t)((x.u + r) >> 16);
 }
 
 /*

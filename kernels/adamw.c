@@ -373,6 +373,12 @@ int adam_params_check(const struct tier_adam_params *p, const char *who)
 		return ts_err(-EINVAL, "%s: grad_scale %g is not finite", who, p->grad_scale);
 	if (p->step == 0)
 		return ts_err(-EINVAL, "%s: step 0 (the first step is 1)", who);
+	if (p->rounding != TIER_ROUND_NEAREST && p->rounding != TIER_ROUND_STOCHASTIC)
+		return ts_err(-EINVAL, "%s: rounding %d is not TIER_ROUND_NEAREST or TIER_ROUND_STOCHASTIC",
+				who, p->rounding);
+	if (p->out_rounding != TIER_ROUND_NEAREST && p->out_rounding != TIER_ROUND_STOCHASTIC)
+		return ts_err(-EINVAL, "%s: out_rounding %d is not TIER_ROUND_NEAREST or TIER_ROUND_STOCHASTIC",
+				who, p->out_rounding);
 	return 0;
 }
 

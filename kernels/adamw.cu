@@ -186,6 +186,37 @@ __device__ __forceinline__ unsigned find_piece(const unsigned *end, unsigned n, 
 
 /* ----------------------------------------------------------------- update */
 
+/* The random bits of element @i of @k (adam_math.h, sr_hash32). */
+__device__ __forceinline__ uint32_t sr_bits(const struct adam_consts &c, const struct adamw_chunk &k,
+					    size_t i)
+{
+	uint64_t idx = k.index0 + i;
+
+	return sr_hash32(sr_key(c.sr_base, (uint32_t)(idx >> 32)) ^ (uint32_t)idx);
+}
+
+/* Stores the moments and the copy of element @i, rounded as @c says. */
+template <int MT, int OT>
+__device__ __forceinline__ void store1(const struct adam_consts &c, const struct adamw_chunk &k,
+				       size_t i, float p, float m, float v)
+{
+	const bool srm = MT == TIER_BF16 && c.sr_moments;
+	const bool sro = OT == TIER_BF16 && c.sr_out && k.param_out;
+	uint32_t r = srm || sro ? sr_bits(c, k, i) : 0;
+
+	if (srm) {
+		((uint16_t *)k.exp_avg)[i] = f32_to_bf16_sr(m, r & 0xffffu);
+		((uint16_t *)k.exp_avg_sq)[i] = f32_to_bf16_sr(v, r >> 16);
+	} else {
+		io<MT>::st(k.exp_avg, i, m);
+		io<MT>::st(k.exp_avg_sq, i, v);
+	}
+	if (sro)
+		((uint16_t *)k.param_out)[i] = f32_to_bf16_sr(p, sr_out_bits(r));
+	else if (k.param_out)
+		io<OT>::st(k.param_out, i, p);
+}
+
 template <int MT, int GT, int OT>
 __device__ __forceinline__ void step1(const struct adam_consts &c, const struct adamw_chunk &k,
 				      size_t i)
@@ -195,10 +226,7 @@ __device__ __forceinline__ void step1(const struct adam_consts &c, const struct 
 
 	adam_elem(&c, g, &p, &m, &v);
 	k.param[i] = p;
-	io<MT>::st(k.exp_avg, i, m);
-	io<MT>::st(k.exp_avg_sq, i, v);
-	if (k.param_out)
-		io<OT>::st(k.param_out, i, p);
+	store1<MT, OT>(c, k, i, p, m, v);
 }
 
 template <int MT, int GT, int OT>
@@ -215,6 +243,12 @@ __device__ __forceinline__ void step4(const struct adam_consts &c, const struct 
 	for (int j = 0; j < 4; j++)
 		adam_elem(&c, g[j], &p[j], &m[j], &v[j]);
 	io<TIER_FP32>::st4(k.param, i, p);
+	if ((MT == TIER_BF16 && c.sr_moments) || (OT == TIER_BF16 && c.sr_out && k.param_out)) {
+#pragma unroll
+		for (int j = 0; j < 4; j++)
+			store1<MT, OT>(c, k, i + j, p[j], m[j], v[j]);
+		return;
+	}
 	io<MT>::st4(k.exp_avg, i, m);
 	io<MT>::st4(k.exp_avg_sq, i, v);
 	if (k.param_out)
@@ -276,6 +310,7 @@ static struct adamw_chunk chunk_slice(const struct adamw_chunk &k, size_t off, s
 	s.grad = (const char *)k.grad + off * gsz;
 	s.param_out = k.param_out ? (char *)k.param_out + off * osz : NULL;
 	s.n = n;
+	s.index0 = k.index0 + off;
 	return s;
 }
 

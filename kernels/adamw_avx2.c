@@ -107,6 +107,54 @@ ADAMW_INLINE void v_st(int dt, void *base, size_t i, vf x)
 	}
 }
 
+/* ---------------------------------------------- stochastic rounding */
+
+typedef __m256i vi;
+
+ADAMW_INLINE vi v_mullo(vi x, uint32_t k)
+{
+	return _mm256_mullo_epi32(x, _mm256_set1_epi32((int)k));
+}
+
+/* sr_hash32(key ^ (lo + lane)) */
+ADAMW_INLINE vi v_sr_bits(uint32_t key, uint32_t lo)
+{
+	vi x = _mm256_add_epi32(_mm256_set1_epi32((int)lo), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+
+	x = _mm256_xor_si256(x, _mm256_set1_epi32((int)key));
+	x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+	x = v_mullo(x, 0x7feb352du);
+	x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 15));
+	x = v_mullo(x, 0x846ca68bu);
+	return _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+}
+
+ADAMW_INLINE vi v_lo16(vi r)
+{
+	return _mm256_and_si256(r, _mm256_set1_epi32(0xffff));
+}
+
+ADAMW_INLINE vi v_hi16(vi r)
+{
+	return _mm256_srli_epi32(r, 16);
+}
+
+ADAMW_INLINE vi v_out_bits(vi r)
+{
+	return _mm256_srli_epi32(v_mullo(r, 0x9e3779b1u), 16);
+}
+
+/* f32_to_bf16_sr() on 8 lanes of x, an arithmetic result (a NaN in it is
+ * quiet, so adding nothing to it leaves what f32_to_bf16_sr() returns). */
+ADAMW_INLINE void v_st_bf16_sr(void *base, size_t i, vf x, vi r16)
+{
+	__m256i u = _mm256_castps_si256(x);
+	__m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+	__m256i h = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_andnot_si256(nan, r16)), 16);
+
+	st_u16x8(base, i, _mm_packus_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+}
+
 #define ADAMW_SIMD_KERNEL adamw_avx2_kernel
 #define ADAMW_SIMD_ROOFLINE adamw_avx2_roofline
 #include "kernels/adamw_simd.h"

@@ -100,6 +100,55 @@ ADAMW_INLINE void v_st(int dt, void *base, size_t i, vf x)
 	}
 }
 
+/* ---------------------------------------------- stochastic rounding */
+
+typedef __m512i vi;
+
+ADAMW_INLINE vi v_mullo(vi x, uint32_t k)
+{
+	return _mm512_mullo_epi32(x, _mm512_set1_epi32((int)k));
+}
+
+/* sr_hash32(key ^ (lo + lane)) */
+ADAMW_INLINE vi v_sr_bits(uint32_t key, uint32_t lo)
+{
+	vi x = _mm512_add_epi32(_mm512_set1_epi32((int)lo),
+				_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+
+	x = _mm512_xor_si512(x, _mm512_set1_epi32((int)key));
+	x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
+	x = v_mullo(x, 0x7feb352du);
+	x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 15));
+	x = v_mullo(x, 0x846ca68bu);
+	return _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
+}
+
+ADAMW_INLINE vi v_lo16(vi r)
+{
+	return _mm512_and_si512(r, _mm512_set1_epi32(0xffff));
+}
+
+ADAMW_INLINE vi v_hi16(vi r)
+{
+	return _mm512_srli_epi32(r, 16);
+}
+
+ADAMW_INLINE vi v_out_bits(vi r)
+{
+	return _mm512_srli_epi32(v_mullo(r, 0x9e3779b1u), 16);
+}
+
+/* f32_to_bf16_sr() on 16 lanes: a NaN keeps its high half, quiet bit set. */
+ADAMW_INLINE void v_st_bf16_sr(void *base, size_t i, vf x, vi r16)
+{
+	__m512i u = _mm512_castps_si512(x);
+	__mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+	__m512i r = _mm512_add_epi32(u, r16);
+
+	r = _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x00400000));
+	st_u16x16(base, i, _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
+}
+
 #define ADAMW_SIMD_KERNEL adamw_avx512_kernel
 #define ADAMW_SIMD_ROOFLINE adamw_avx512_roofline
 #include "kernels/adamw_simd.h"

@@ -35,6 +35,7 @@
 #define TIER_KERNELS_ADAMW_CUDA_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "tierstore/kernels.h"
 
@@ -53,6 +54,7 @@ struct adamw_chunk {
 	const void *grad;
 	void *param_out;
 	size_t n;
+	uint64_t index0; /* the index of element 0 in its tensor (stochastic rounding) */
 };
 
 /*

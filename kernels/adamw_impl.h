@@ -105,7 +105,11 @@ ADAMW_INLINE void adamw_st(int dt, void *base, size_t i, float x)
 
 /* ------------------------------------------------------- scalar bodies */
 
-/* The update of elements [begin, end): adam_elem() on each. */
+/*
+ * The update of elements [begin, end): adam_elem() on each, the bf16
+ * moments (and a bf16 copy) rounded as c says: stochastically with the
+ * element's random bits (adam_math.h, sr_hash32), else to nearest even.
+ */
 ADAMW_INLINE void adamw_scalar_range(const struct adam_consts *c, const struct tier_adam_tensors *a,
 				     size_t begin, size_t end, int md, int gd, int od)
 {
@@ -114,18 +118,35 @@ ADAMW_INLINE void adamw_scalar_range(const struct adam_consts *c, const struct t
 	void *const param_out = a->param_out;
 	const void *const grad = a->grad;
 	const struct adam_consts k = *c;
+	const bool srm = md == TIER_BF16 && k.sr_moments, sro = od == TIER_BF16 && k.sr_out;
+	uint64_t idx = a->index0 + begin;
+	uint32_t key = srm || sro ? sr_key(k.sr_base, (uint32_t)(idx >> 32)) : 0;
 
-	for (size_t i = begin; i < end; i++) {
+	for (size_t i = begin; i < end; i++, idx++) {
 		float g = adamw_ld(gd, grad, i);
 		float p = adamw_ld_f32(param, i);
 		float m = adamw_ld(md, exp_avg, i);
 		float v = adamw_ld(md, exp_avg_sq, i);
+		uint32_t r = 0;
 
 		adam_elem(&k, g, &p, &m, &v);
+		if (srm || sro) {
+			if ((uint32_t)idx == 0)
+				key = sr_key(k.sr_base, (uint32_t)(idx >> 32));
+			r = sr_hash32(key ^ (uint32_t)idx);
+		}
 		adamw_st_f32(param, i, p);
-		adamw_st(md, exp_avg, i, m);
-		adamw_st(md, exp_avg_sq, i, v);
-		adamw_st(od, param_out, i, p);
+		if (srm) {
+			adamw_st_u16(exp_avg, i, f32_to_bf16_sr(m, r & 0xffffu));
+			adamw_st_u16(exp_avg_sq, i, f32_to_bf16_sr(v, r >> 16));
+		} else {
+			adamw_st(md, exp_avg, i, m);
+			adamw_st(md, exp_avg_sq, i, v);
+		}
+		if (sro)
+			adamw_st_u16(param_out, i, f32_to_bf16_sr(p, sr_out_bits(r)));
+		else
+			adamw_st(od, param_out, i, p);
 	}
 }
 

@@ -18,6 +18,12 @@
  *                               always the result of an arithmetic
  *                               operation, so a NaN in it is quiet
  *                               (v_st may rely on that)
+ *   vi                          the 32-bit integer vector type
+ *   v_sr_bits(key, lo)          sr_hash32(key ^ (lo + lane)) in each lane
+ *   v_lo16(r), v_hi16(r), v_out_bits(r)
+ *                               r & 0xffff, r >> 16, sr_out_bits(r)
+ *   v_st_bf16_sr(base, i, x, r) f32_to_bf16_sr() of each lane of x with
+ *                               the bits of r (each lane < 2^16), stored
  *   ADAMW_SIMD_KERNEL, ADAMW_SIMD_ROOFLINE
  *                               the names of the two bodies to define
  *
@@ -30,7 +36,11 @@
 #endif
 
 /*
- * The update of elements [begin, end), for one dtype combination.  @l2:
+ * The update of elements [begin, end), for one dtype combination.  @sr:
+ * the bf16 moments round stochastically (c->sr_moments, md bf16); @sro the
+ * bf16 copy (c->sr_out, od bf16); @key: the random stream's key for the
+ * elements' index >> 32, the same for all of them (the caller splits the
+ * range where it changes).  @l2:
  * c->l2 != 0 (Adam's L2 term, as adam_elem() tests it).  @unit_bc2:
  * c->inv_bc2_sqrt == 1, which it becomes once beta2^step < 2^-24 (after
  * 16.6k steps with beta2 = 0.999, 325 with 0.95): x * 1 is x exactly (a
@@ -38,7 +48,7 @@
  */
 ADAMW_INLINE void simd_range(const struct adam_consts *c, const struct tier_adam_tensors *a,
 			     size_t begin, size_t end, int md, int gd, int od, bool l2,
-			     bool unit_bc2)
+			     bool unit_bc2, bool sr, bool sro, uint32_t key)
 {
 	const vf grad_scale = v_set1(c->grad_scale), l2c = v_set1(c->l2);
 	const vf decay = v_set1(c->decay), beta1 = v_set1(c->beta1), beta2 = v_set1(c->beta2);
@@ -50,6 +60,7 @@ ADAMW_INLINE void simd_range(const struct adam_consts *c, const struct tier_adam
 	void *const param = a->param, *const exp_avg = a->exp_avg, *const exp_avg_sq = a->exp_avg_sq;
 	void *const param_out = a->param_out;
 	const void *const grad = a->grad;
+	const uint32_t lo0 = (uint32_t)a->index0;
 	size_t i = begin;
 
 	for (; end - i >= ADAMW_W; i += ADAMW_W) {
@@ -58,6 +69,7 @@ ADAMW_INLINE void simd_range(const struct adam_consts *c, const struct tier_adam
 		vf m = v_ld(md, exp_avg, i);
 		vf v = v_ld(md, exp_avg_sq, i);
 		vf denom;
+		vi r;
 
 		/* adam_elem(), step by step */
 		g = v_mul(g, grad_scale);
@@ -70,11 +82,50 @@ ADAMW_INLINE void simd_range(const struct adam_consts *c, const struct tier_adam
 		p = v_add(p, v_mul(neg_step_size, v_div(m, denom)));
 
 		v_st(TIER_FP32, param, i, p);
-		v_st(md, exp_avg, i, m);
-		v_st(md, exp_avg_sq, i, v);
-		v_st(od, param_out, i, p);
+		if (sr || sro)
+			r = v_sr_bits(key, lo0 + (uint32_t)i);
+		if (sr) {
+			v_st_bf16_sr(exp_avg, i, m, v_lo16(r));
+			v_st_bf16_sr(exp_avg_sq, i, v, v_hi16(r));
+		} else {
+			v_st(md, exp_avg, i, m);
+			v_st(md, exp_avg_sq, i, v);
+		}
+		if (sro)
+			v_st_bf16_sr(param_out, i, p, v_out_bits(r));
+		else
+			v_st(od, param_out, i, p);
 	}
 	adamw_scalar_range(c, a, i, end, md, gd, od);
+}
+
+/* simd_range() over [begin, end) in pieces whose elements' index >> 32
+ * is the same (one piece unless the range crosses a multiple of 2^32). */
+ADAMW_INLINE void simd_range_sr(const struct adam_consts *c, const struct tier_adam_tensors *a,
+				size_t begin, size_t end, int md, int gd, int od, bool l2,
+				bool unit_bc2)
+{
+	const bool sr = md == TIER_BF16 && c->sr_moments;
+	const bool sro = od == TIER_BF16 && c->sr_out;
+
+	if (!sr && !sro) {
+		simd_range(c, a, begin, end, md, gd, od, l2, unit_bc2, false, false, 0);
+		return;
+	}
+	while (begin < end) {
+		uint64_t idx = a->index0 + begin;
+		uint64_t left = ((uint64_t)1 << 32) - (uint32_t)idx;
+		size_t stop = end - begin > left ? begin + (size_t)left : end;
+		uint32_t key = sr_key(c->sr_base, (uint32_t)(idx >> 32));
+
+		if (sr && sro)
+			simd_range(c, a, begin, stop, md, gd, od, l2, unit_bc2, true, true, key);
+		else if (sr)
+			simd_range(c, a, begin, stop, md, gd, od, l2, unit_bc2, true, false, key);
+		else
+			simd_range(c, a, begin, stop, md, gd, od, l2, unit_bc2, false, true, key);
+		begin = stop;
+	}
 }
 
 /* The roofline of elements [begin, end): the same loads and stores. */
@@ -110,13 +161,13 @@ void ADAMW_SIMD_KERNEL(const struct adam_consts *c, const struct tier_adam_tenso
 #define ADAMW_CASE(M, G, O)                                                    \
 	case ADAMW_KEY(M, G, O):                                               \
 		if (l2 && unit_bc2)                                            \
-			simd_range(c, a, begin, end, M, G, O, true, true);     \
+			simd_range_sr(c, a, begin, end, M, G, O, true, true);  \
 		else if (l2)                                                   \
-			simd_range(c, a, begin, end, M, G, O, true, false);    \
+			simd_range_sr(c, a, begin, end, M, G, O, true, false); \
 		else if (unit_bc2)                                             \
-			simd_range(c, a, begin, end, M, G, O, false, true);    \
+			simd_range_sr(c, a, begin, end, M, G, O, false, true); \
 		else                                                           \
-			simd_range(c, a, begin, end, M, G, O, false, false);   \
+			simd_range_sr(c, a, begin, end, M, G, O, false, false);\
 		break;
 		ADAMW_DTYPE_CASES(ADAMW_CASE)
 #undef ADAMW_CASE

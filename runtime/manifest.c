@@ -444,6 +444,8 @@ static void raw_defaults(struct raw *raw)
 	raw->keep_commits = 2;
 	raw->offload = -1.0;
 	raw->moment = TIER_FP32;
+	raw->rounding = TIER_ROUND_STOCHASTIC;
+	raw->out_rounding = TIER_ROUND_NEAREST;
 }
 
 /*
@@ -762,6 +764,9 @@ int tier_manifest_info(const struct tier_manifest *m, struct tier_manifest_info 
 	out->write_behind = m->write_behind;
 	out->offload_fraction = m->offload_auto ? TIER_OFFLOAD_AUTO : m->offload_fraction;
 	out->moment_dtype = m->moment_dtype;
+	out->rounding = m->rounding;
+	out->out_rounding = m->out_rounding;
+	out->seed = m->seed;
 	out->shard_size = m->shard_size;
 	out->rank = m->rank;
 	return 0;

@@ -32,6 +32,8 @@ struct tier_manifest {
 	bool offload_auto;
 	enum tier_dtype master_dtype;
 	enum tier_dtype moment_dtype;
+	int rounding, out_rounding; /* enum tier_rounding */
+	uint64_t seed;
 	uint64_t shard_size;
 	bool shard_derived;     /* not written: sized from the DRAM tier, again by an
 				 * optimizer on a store whose DRAM tier is another size */

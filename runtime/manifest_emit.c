@@ -149,6 +149,10 @@ int tier_manifest_emit(const struct tier_manifest *m, FILE *f)
 		fprintf(f, "  offload_fraction: %.17g\n", c->offload_fraction);
 	fprintf(f, "  master_dtype: %s\n", tier_dtype_name(c->master_dtype));
 	fprintf(f, "  moment_dtype: %s\n", tier_dtype_name(c->moment_dtype));
+	fprintf(f, "  rounding: %s\n", c->rounding == TIER_ROUND_STOCHASTIC ? "stochastic" : "nearest");
+	fprintf(f, "  out_rounding: %s\n",
+		c->out_rounding == TIER_ROUND_STOCHASTIC ? "stochastic" : "nearest");
+	fprintf(f, "  seed: %llu\n", (unsigned long long)c->seed);
 	fprintf(f, "  shard_size: %llu   # %s\n", (unsigned long long)c->shard_size,
 		ts_size_fmt(c->shard_size, a, sizeof(a)));
 	if (ferror(f))

@@ -73,9 +73,11 @@ struct raw {
 	struct pos wb_at;
 	long long write_behind;
 
-	struct pos offload_at, master_at, moment_at;
+	struct pos offload_at, master_at, moment_at, round_at, out_round_at, seed_at;
 	double offload;       /* < 0: auto */
 	enum tier_dtype master, moment;
+	int rounding, out_rounding; /* enum tier_rounding */
+	long long seed;
 	struct raw_size shard;
 };
 

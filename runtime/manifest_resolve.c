@@ -567,6 +567,9 @@ void mf_resolve_rest(struct walker *w, struct tier_manifest *c)
 	c->offload_fraction = c->offload_auto ? 0.0 : r->offload;
 	c->master_dtype = TIER_FP32;
 	c->moment_dtype = r->moment;
+	c->rounding = r->rounding;
+	c->out_rounding = r->out_rounding;
+	c->seed = (uint64_t)r->seed;
 	/* What the user did not write is sized from what they did, so that
 	 * an error only ever names a value they wrote. */
 	c->shard_derived = !r->shard.at.line;

@@ -764,6 +764,21 @@ static void k_opt_moment(struct walker *w, const char *key, yaml_node_t *v)
 		w->raw->moment = (enum tier_dtype)i;
 }
 
+static void k_opt_rounding(struct walker *w, const char *key, yaml_node_t *v)
+{
+	get_enum(w, key, v, "nearest|stochastic", &w->raw->rounding, &w->raw->round_at);
+}
+
+static void k_opt_out_rounding(struct walker *w, const char *key, yaml_node_t *v)
+{
+	get_enum(w, key, v, "nearest|stochastic", &w->raw->out_rounding, &w->raw->out_round_at);
+}
+
+static void k_opt_seed(struct walker *w, const char *key, yaml_node_t *v)
+{
+	get_int(w, key, v, 0, LLONG_MAX, &w->raw->seed, &w->raw->seed_at);
+}
+
 static void k_opt_shard(struct walker *w, const char *key, yaml_node_t *v)
 {
 	struct raw_size *s = &w->raw->shard;
@@ -782,6 +797,9 @@ static const struct key_spec optimizer_keys[] = {
 	{ "offload_fraction", k_opt_offload },
 	{ "master_dtype", k_opt_master },
 	{ "moment_dtype", k_opt_moment },
+	{ "rounding", k_opt_rounding },
+	{ "out_rounding", k_opt_out_rounding },
+	{ "seed", k_opt_seed },
 	{ "shard_size", k_opt_shard },
 };
 

@@ -143,6 +143,14 @@ static int check_params(const struct tier_optim_params *p)
 	    p->moment_dtype != TIER_BF16)
 		return ts_err(-EINVAL, "optimizer: moment_dtype %d (TIER_FP32, TIER_BF16 or TIER_DTYPE_MANIFEST)",
 				p->moment_dtype);
+	if (p->rounding != TIER_ROUND_MANIFEST && p->rounding != TIER_ROUND_NEAREST &&
+	    p->rounding != TIER_ROUND_STOCHASTIC)
+		return ts_err(-EINVAL, "optimizer: rounding %d (TIER_ROUND_NEAREST, TIER_ROUND_STOCHASTIC or TIER_ROUND_MANIFEST)",
+				p->rounding);
+	if (p->out_rounding != TIER_ROUND_MANIFEST && p->out_rounding != TIER_ROUND_NEAREST &&
+	    p->out_rounding != TIER_ROUND_STOCHASTIC)
+		return ts_err(-EINVAL, "optimizer: out_rounding %d (TIER_ROUND_NEAREST, TIER_ROUND_STOCHASTIC or TIER_ROUND_MANIFEST)",
+				p->out_rounding);
 	if (p->offload_fraction != TIER_OFFLOAD_MANIFEST && p->offload_fraction != TIER_OFFLOAD_AUTO &&
 	    !(p->offload_fraction >= 0 && p->offload_fraction <= 1))
 		return ts_err(-EINVAL, "optimizer: offload_fraction %g (in [0, 1], TIER_OFFLOAD_AUTO or TIER_OFFLOAD_MANIFEST)",
@@ -359,6 +367,9 @@ int optim_create(struct tier_store *s, const struct tier_optim_params *p, size_t
 		goto fail;
 	}
 	o->mb = tier_dtype_size(o->md);
+	o->rounding = p->rounding == TIER_ROUND_MANIFEST ? cfg->rounding : p->rounding;
+	o->out_rounding = p->out_rounding == TIER_ROUND_MANIFEST ? cfg->out_rounding : p->out_rounding;
+	o->seed = p->seed == TIER_SEED_MANIFEST ? cfg->seed : p->seed;
 	tier_store_get_stats(s, &st);
 	have_hbm = st.level[TIER_HBM].present;
 	o->home_nvme = tier_store_home(s) == TIER_NVME;
@@ -707,6 +718,9 @@ int tier_optim_info(const struct tier_optim *o, struct tier_optim_info *out)
 	out->state_bytes = optim_state_bytes(o);
 	out->rank = o->rank;
 	out->world = o->world;
+	out->rounding = o->rounding;
+	out->out_rounding = o->out_rounding;
+	out->seed = o->seed;
 	for (uint32_t i = 0; i < o->nparams; i++) {
 		out->part_elems += o->params[i].pn;
 		out->total_elems += o->params[i].numel;

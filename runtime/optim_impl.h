@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "common/error.h"
+#include "kernels/adam_math.h"
 #include "prefetch/lookahead.h"
 #include "tierstore.h"
 
@@ -85,6 +86,8 @@ struct tier_optim {
 	struct tier_store *s;
 	struct tier_optim_params p;
 	enum tier_dtype md;
+	int rounding, out_rounding; /* enum tier_rounding */
+	uint64_t seed;              /* stochastic rounding's run seed */
 	size_t mb;               /* bytes per moment element */
 	size_t shard_elems;
 	uint64_t dram_cap, hbm_cap, lookahead, hbm_budget, keep, shard_bytes;

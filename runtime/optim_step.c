@@ -60,6 +60,7 @@ static int update_item(struct tier_optim *o, unsigned lane, struct la_item *it)
 		.grad_dtype = pp->grad.dtype,
 		.param_out = pp->out.ptr ? (char *)pp->out.ptr + sh->off * osz : NULL,
 		.out_dtype = pp->out.ptr ? pp->out.dtype : TIER_FP32,
+		.index0 = pp->poff + sh->off,
 	};
 	void *final_out = t.param_out;
 	bool on_device = lane == 1 && !o->dev_host;
@@ -75,6 +76,9 @@ static int update_item(struct tier_optim *o, unsigned lane, struct la_item *it)
 	ap.weight_decay = g->weight_decay;
 	ap.decoupled = g->decoupled;
 	ap.step = pp->step + 1;
+	ap.rounding = o->rounding;
+	ap.out_rounding = o->out_rounding;
+	ap.seed = sr_param_seed(o->seed, sh->param);
 	if (!on_device) {
 		/* host kernel: device buffers of a real device go through staging */
 		bool stage_grad = pp->grad.mem == TIER_MEM_DEVICE && !o->dev_host;
@@ -95,6 +99,7 @@ static int update_item(struct tier_optim *o, unsigned lane, struct la_item *it)
 		struct adamw_chunk c = {
 			.param = t.param, .exp_avg = t.exp_avg, .exp_avg_sq = t.exp_avg_sq,
 			.grad = t.grad, .param_out = t.param_out, .n = sh->n,
+			.index0 = t.index0,
 		};
 
 		if (pp->grad.mem == TIER_MEM_HOST) {

@@ -706,6 +706,262 @@ START_TEST(bf16_moments)
 }
 END_TEST
 
+/* ------------------------------------------------ stochastic rounding */
+
+/* The random stream, written out again from docs/kernels.md ("Rounding"):
+ * SplitMix64's finaliser and lowbias32. */
+static uint64_t t_mix64(uint64_t z)
+{
+	z += 0x9e3779b97f4a7c15ull;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static uint32_t t_bits(uint64_t seed, uint64_t step, uint64_t idx)
+{
+	uint32_t x = (uint32_t)t_mix64(t_mix64(seed ^ t_mix64(step)) + (idx >> 32)) ^ (uint32_t)idx;
+
+	x ^= x >> 16;
+	x *= 0x7feb352du;
+	x ^= x >> 15;
+	x *= 0x846ca68bu;
+	x ^= x >> 16;
+	return x;
+}
+
+/*
+ * The scalar version against the definition: each element's fp32 update
+ * (adam_elem), then bf16 moments and copy = the high half of the fp32 bits
+ * plus 16 of the element's random bits (low half for exp_avg, high half
+ * for exp_avg_sq, the high half of r * 0x9e3779b1 for the copy), at an
+ * index0 that crosses 2^32.
+ */
+START_TEST(sr_definition)
+{
+	size_t n = 4099;
+	uint64_t s = 0x5A5Au, index0 = ((uint64_t)1 << 32) - 1000;
+	struct world w, ref;
+	struct tier_adam_params h = hp_adamw;
+	struct adam_consts c;
+
+	world_init(&w, n, TIER_BF16, TIER_FP32, TIER_BF16, &layouts[0], 0x5EEDu, false, false);
+	world_copy(&ref, &w);
+	w.t.index0 = index0;
+	h.rounding = h.out_rounding = TIER_ROUND_STOCHASTIC;
+	h.seed = 0x1234567887654321ull;
+	h.step = 7;
+	adam_consts_init(&h, &c);
+	ck_assert_int_eq(adamw_step_isa(NULL, ADAMW_SCALAR, &c, &w.t), 0);
+	(void)s;
+	for (size_t i = 0; i < n; i++) {
+		float g = ((const float *)ref.t.grad)[i], p = ref.t.param[i];
+		uint16_t mh, vh, oh;
+		float m = bf16_to_f32(((uint16_t *)ref.t.exp_avg)[i]);
+		float v = bf16_to_f32(((uint16_t *)ref.t.exp_avg_sq)[i]);
+		uint32_t r = t_bits(h.seed, h.step, index0 + i), um, uv, up;
+
+		adam_elem(&c, g, &p, &m, &v);
+		memcpy(&um, &m, 4);
+		memcpy(&uv, &v, 4);
+		memcpy(&up, &p, 4);
+		memcpy(&mh, (uint16_t *)w.t.exp_avg + i, 2);
+		memcpy(&vh, (uint16_t *)w.t.exp_avg_sq + i, 2);
+		memcpy(&oh, (uint16_t *)w.t.param_out + i, 2);
+		ck_assert_msg(w.t.param[i] == p, "param[%zu]", i);
+		ck_assert_msg(mh == (uint16_t)((um + (r & 0xffffu)) >> 16), "exp_avg[%zu] 0x%x", i, mh);
+		ck_assert_msg(vh == (uint16_t)((uv + (r >> 16)) >> 16), "exp_avg_sq[%zu] 0x%x", i, vh);
+		ck_assert_msg(oh == (uint16_t)((up + ((r * 0x9e3779b1u) >> 16)) >> 16), "copy[%zu] 0x%x",
+			      i, oh);
+	}
+	world_free(&w);
+	world_free(&ref);
+}
+END_TEST
+
+/*
+ * Every version, with stochastic moments and copy, equals the scalar one
+ * bit for bit (specials included), over 3 steps; and a split of the
+ * arrays into pieces (each with its index0) equals the whole.  _i =
+ * combination with bf16 moments or a bf16 copy.
+ */
+static const size_t sr_index0[] = { 0, 12345, ((uint64_t)1 << 32) - 13 };
+
+START_TEST(sr_simd_and_split)
+{
+	int md, gd, od;
+
+	combo(_i, &md, &gd, &od);
+	if (md != TIER_BF16 && od != TIER_BF16)
+		return;
+	for (size_t k = 0; k < ARRAY_SIZE(sr_index0); k++) {
+		for (size_t li = 0; li < ARRAY_SIZE(lengths); li++) {
+			size_t n = lengths[li];
+			struct world base, want;
+			struct tier_adam_params h = _i % 2 ? hp_adam : hp_adamw;
+			char what[192];
+
+			h.rounding = h.out_rounding = TIER_ROUND_STOCHASTIC;
+			h.seed = 0xC0FFEEull + k;
+			world_init(&base, n, md, gd, od, &layouts[li % ARRAY_SIZE(layouts)],
+				   0x5200u + (uint64_t)_i * 131 + li * 7 + k, true, true);
+			base.t.index0 = sr_index0[k];
+			world_copy(&want, &base);
+			run_steps(&want, ADAMW_SCALAR, &h, STEPS);
+			for (int v = 0; v < ADAMW_ISA__COUNT; v++) {
+				struct world got;
+
+				if (!adamw_isa_supported((enum adamw_isa)v))
+					continue;
+				snprintf(what, sizeof(what), "%s, stochastic, moments %s, grad %s, copy %s, n %zu, index0 %zu",
+					 adamw_isa_name((enum adamw_isa)v), t_dtype_name(md), t_dtype_name(gd),
+					 t_dtype_name(od), n, sr_index0[k]);
+				world_copy(&got, &base);
+				run_steps(&got, (enum adamw_isa)v, &h, STEPS);
+				world_expect_same(&got, &want, what, true);
+				world_free(&got);
+				/* in pieces of 1, 29 and the rest (uneven, vector-misaligned) */
+				world_copy(&got, &base);
+				for (int st = 1; st <= STEPS; st++) {
+					size_t cut[4] = { 0, n < 1 ? n : 1, n < 30 ? n : 30, n };
+
+					for (int c = 0; c < 3; c++) {
+						struct tier_adam_tensors t = got.t;
+						struct tier_adam_params hh = h;
+						struct adam_consts ac;
+						size_t gs = tier_dtype_size((enum tier_dtype)gd);
+						size_t ms = tier_dtype_size((enum tier_dtype)md);
+						size_t os = od >= 0 ? tier_dtype_size((enum tier_dtype)od) : 0;
+
+						t.n = cut[c + 1] - cut[c];
+						t.param += cut[c];
+						t.exp_avg = (char *)t.exp_avg + cut[c] * ms;
+						t.exp_avg_sq = (char *)t.exp_avg_sq + cut[c] * ms;
+						t.grad = (const char *)t.grad + cut[c] * gs;
+						if (t.param_out)
+							t.param_out = (char *)t.param_out + cut[c] * os;
+						t.index0 += cut[c];
+						hh.step = (uint64_t)st;
+						adam_consts_init(&hh, &ac);
+						ck_assert_int_eq(adamw_step_isa(NULL, (enum adamw_isa)v, &ac, &t), 0);
+					}
+				}
+				strcat(what, ", in pieces");
+				world_expect_same(&got, &want, what, true);
+				world_free(&got);
+			}
+			world_free(&base);
+			world_free(&want);
+		}
+	}
+}
+END_TEST
+
+/*
+ * Unbiased: 2^20 copies of a value between two bf16 neighbours, each
+ * rounded with its own bits, average to it (within 5 standard errors of
+ * the rounding's binomial noise); the fraction rounded up is its distance
+ * from the value below, in units in the last place.
+ */
+START_TEST(sr_unbiased)
+{
+	const size_t n = (size_t)1 << 20;
+	static const float xs[] = { 1.0f + 0.3f / 128, -3.0e-5f, 7.77e-12f, 0.999f * 0.000999f };
+
+	for (size_t k = 0; k < ARRAY_SIZE(xs); k++) {
+		uint32_t u;
+		float lo, hi, x = xs[k];
+		double sum = 0, frac, sd;
+		size_t up = 0;
+
+		memcpy(&u, &x, 4);
+		lo = bf16_to_f32((uint16_t)(u >> 16));
+		hi = bf16_to_f32((uint16_t)((u >> 16) + 1));
+		frac = ((double)x - (double)lo) / ((double)hi - (double)lo);
+		for (size_t i = 0; i < n; i++) {
+			uint16_t b = f32_to_bf16_sr(x, t_bits(99, 3, i) >> 16);
+			float f = bf16_to_f32(b);
+
+			ck_assert(f == lo || f == hi);
+			up += f == hi;
+			sum += (double)f;
+		}
+		sd = sqrt(frac * (1 - frac) / (double)n);
+		ck_assert_msg(fabs((double)up / (double)n - frac) < 5 * sd + 1e-9,
+			      "%g: rounded up %.6f of the time, want %.6f", (double)x,
+			      (double)up / (double)n, frac);
+		ck_assert_msg(fabs(sum / (double)n - (double)x) <= 5 * sd * fabs((double)hi - (double)lo) + 1e-30,
+			      "%g: mean %.9g", (double)x, sum / (double)n);
+	}
+	/* specials: NaN stays a quiet NaN, inf an inf, zero a zero */
+	ck_assert_uint_eq(f32_to_bf16_sr(f_from_bits(0x7f800000u), 0xffffu), 0x7f80u);
+	ck_assert_uint_eq(f32_to_bf16_sr(f_from_bits(0xff800000u), 0xffffu), 0xff80u);
+	ck_assert_uint_eq(f32_to_bf16_sr(f_from_bits(0x7f800001u), 0xffffu), 0x7fc0u);
+	ck_assert_uint_eq(f32_to_bf16_sr(0.0f, 0xffffu), 0);
+	ck_assert_uint_eq(f32_to_bf16_sr(f_from_bits(0x3f800000u), 0xffffu), 0x3f80u);
+	ck_assert_uint_eq(f32_to_bf16_sr(f_from_bits(0x3f800001u), 0xffffu), 0x3f81u);
+}
+END_TEST
+
+/*
+ * The issue's decay test: 2^20 elements, g ~ N(0, 1) once, then 200 steps
+ * of g = 0 (AdamW defaults).  The mean of exp_avg_sq with bf16 moments
+ * rounded stochastically is within 1% of fp32's; rounded to nearest it is
+ * not (bf16 v * 0.999 rounds back to v: it stays near its first value).
+ */
+static double decay_mean_v(int md, int rounding)
+{
+	const size_t n = (size_t)1 << 20;
+	size_t ms = tier_dtype_size((enum tier_dtype)md);
+	float *p = calloc(n, 4), *g = malloc(n * 4);
+	void *m = calloc(n, ms), *v = calloc(n, ms);
+	uint64_t s = 0xDECA1u;
+	struct tier_adam_tensors t = { .n = n, .param = p, .exp_avg = m, .exp_avg_sq = v,
+				       .moment_dtype = (enum tier_dtype)md, .grad = g,
+				       .grad_dtype = TIER_FP32 };
+	struct tier_adam_params h;
+	double sum = 0;
+
+	ck_assert(p && g && m && v);
+	for (size_t i = 0; i < n; i += 2) {
+		/* Box-Muller */
+		double u1 = (rnd_next(&s) >> 11) * 0x1p-53 + 0x1p-54, u2 = (rnd_next(&s) >> 11) * 0x1p-53;
+		double r = sqrt(-2 * log(u1));
+
+		g[i] = (float)(r * cos(2 * M_PI * u2));
+		if (i + 1 < n)
+			g[i + 1] = (float)(r * sin(2 * M_PI * u2));
+	}
+	tier_adam_params_init(&h);
+	h.rounding = rounding;
+	h.seed = 42;
+	for (uint64_t st = 1; st <= 201; st++) {
+		h.step = st;
+		ck_assert_int_eq(tier_adam_step(NULL, &h, &t), 0);
+		if (st == 1)
+			memset(g, 0, n * 4);
+	}
+	for (size_t i = 0; i < n; i++)
+		sum += (double)(md == TIER_BF16 ? bf16_to_f32(((uint16_t *)v)[i]) : ((float *)v)[i]);
+	free(p), free(g), free(m), free(v);
+	return sum / (double)n;
+}
+
+START_TEST(sr_decay)
+{
+	double f32 = decay_mean_v(TIER_FP32, TIER_ROUND_NEAREST);
+	double sr = decay_mean_v(TIER_BF16, TIER_ROUND_STOCHASTIC);
+	double rn = decay_mean_v(TIER_BF16, TIER_ROUND_NEAREST);
+
+	printf("decay: mean exp_avg_sq after 1 + 200 steps: fp32 %.6g, bf16 stochastic %.6g (%+.3f%%), "
+	       "bf16 nearest %.6g (%+.3f%%)\n", f32, sr, 100 * (sr / f32 - 1), rn, 100 * (rn / f32 - 1));
+	/* the expected value: E[g^2] (1 - beta2) beta2^200 = 0.001 * 0.999^200 */
+	ck_assert_msg(fabs(f32 / (0.001 * pow(0.999, 200)) - 1) < 0.01, "fp32 mean %g", f32);
+	ck_assert_msg(fabs(sr / f32 - 1) < 0.01, "bf16 stochastic: mean %g, fp32 %g", sr, f32);
+	ck_assert_msg(fabs(rn / f32 - 1) > 0.01, "bf16 nearest: mean %g, fp32 %g", rn, f32);
+}
+END_TEST
+
 /* ------------------------------------------------------- conversions */
 
 static const struct {
@@ -1350,6 +1606,14 @@ static Suite *adamw_suite(void)
 	tcase_add_loop_test(tc, golden_case, 0, (int)T_GOLDEN_CASES);
 	tcase_add_loop_test(tc, double_reference, 0, 2);
 	tcase_add_test(tc, bf16_moments);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("rounding");
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, sr_definition);
+	tcase_add_loop_test(tc, sr_simd_and_split, 0, N_COMBOS);
+	tcase_add_test(tc, sr_unbiased);
+	tcase_add_test(tc, sr_decay);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("conversions");

@@ -118,6 +118,7 @@
 #include <time.h>
 
 #include "common/fault.h"
+#include "kernels/adam_math.h"
 #include "t_helpers.h"
 #include "tierstore.h"
 
@@ -353,6 +354,7 @@ struct world {
 	struct tier_optim *o;
 	struct tier_optim_params hp;
 	enum tier_dtype md;
+	int rounding, out_rounding; /* the optimizer's (optimizer.rounding, .out_rounding) */
 	size_t np;
 	struct param pa[MAXP];
 	bool outs;              /* pass output buffers */
@@ -430,6 +432,22 @@ static void world_create(struct world *w, const struct tier_optim_params *hp)
 	ck_assert_ptr_nonnull(w->o);
 	w->hp = *hp;
 	w->md = tier_optim_moment_dtype(w->o);
+	{
+		struct tier_optim_info oi;
+
+		ck_assert_int_eq(tier_optim_info(w->o, &oi), 0);
+		w->rounding = oi.rounding;
+		w->out_rounding = oi.out_rounding;
+		ck_assert_uint_eq(oi.seed, 0); /* the references' seeds assume it */
+		if (hp->rounding >= 0)
+			ck_assert_int_eq(oi.rounding, hp->rounding);
+		else
+			ck_assert_int_eq(oi.rounding, TIER_ROUND_STOCHASTIC); /* the default */
+		if (hp->out_rounding >= 0)
+			ck_assert_int_eq(oi.out_rounding, hp->out_rounding);
+		else
+			ck_assert_int_eq(oi.out_rounding, TIER_ROUND_NEAREST);
+	}
 	if (hp->moment_dtype >= 0)
 		ck_assert_int_eq(w->md, hp->moment_dtype);
 	w->lr = hp->lr;
@@ -616,6 +634,8 @@ static void ref_step(struct world *w, double lr, struct ref_res *rr)
 			.decoupled = w->hp.decoupled,
 			.step = w->step,
 			.grad_scale = rr->clip / w->scale,
+			.rounding = w->rounding,
+			.out_rounding = w->out_rounding,
 		};
 		for (size_t i = 0; i < w->np; i++) {
 			struct param *q = &w->pa[i];
@@ -631,6 +651,7 @@ static void ref_step(struct world *w, double lr, struct ref_res *rr)
 				.out_dtype = q->odt >= 0 ? (enum tier_dtype)q->odt : TIER_FP32,
 			};
 
+			ap.seed = sr_param_seed(0, (uint32_t)i);
 			ck_assert_int_eq(tier_adam_step(NULL, &ap, &t), 0);
 		}
 	}
@@ -883,43 +904,50 @@ struct mcase {
 	int steps;
 	unsigned threads;
 	bool small;             /* small_set over 512 KiB of DRAM */
+	int rnd, ornd;          /* rounding, out_rounding: 0 the manifest's, else
+				 * enum tier_rounding + 1 */
 };
 
 static const struct mcase mcases[] = {
 	{ "cpu", 1.0, 0, TIER_FP32, 0.01, false, 0, 1, false, TIER_FP32, TIER_FP32, D_STEP,
-	  false, false, 6, 2, false },
+	  false, false, 6, 2, false, 0, 0 },
 	{ "hbm", 0.0, 1 * MiB, TIER_FP32, 0.01, false, 0, 1, false, TIER_FP32, TIER_BF16, D_STEP,
-	  false, false, 6, 2, false },
+	  false, false, 6, 2, false, 0, 0 },
 	{ "half", 0.5, 1 * MiB, TIER_FP32, 0.01, false, 0, 1, false, TIER_FP32, TIER_FP32, D_STEP,
-	  false, false, 6, 2, false },
+	  false, false, 6, 2, false, 0, 0 },
 	{ "auto", TIER_OFFLOAD_AUTO, 1 * MiB, TIER_FP32, 0.01, false, 0, 1, false, TIER_FP32,
-	  TIER_FP16, D_STEP, false, false, 8, 0, false },
+	  TIER_FP16, D_STEP, false, false, 8, 0, false, 0, 0 },
 	{ "half-no-hbm", 0.5, 0, TIER_FP32, 0.01, false, 0, 1, false, TIER_FP32, TIER_FP32,
-	  D_STEP, false, false, 5, 2, false },
+	  D_STEP, false, false, 5, 2, false, 0, 0 },
 	{ "bf16-moments", 0.5, 1 * MiB, TIER_BF16, 0.01, false, 0, 1, false, TIER_BF16, TIER_BF16,
-	  D_STEP, false, false, 6, 2, false },
+	  D_STEP, false, false, 6, 2, false, 0, 0 },
 	{ "bf16-moments-cpu", 1.0, 0, TIER_BF16, 0.01, false, 0, 1, false, MIXED, MIXED, D_STEP,
-	  false, false, 6, 3, false },
+	  false, false, 6, 3, false, 0, 0 },
+	{ "bf16-nearest", 0.5, 1 * MiB, TIER_BF16, 0.01, false, 0, 1, false, TIER_FP32, TIER_BF16,
+	  D_STEP, false, false, 4, 2, false, 1 + TIER_ROUND_NEAREST, 0 },
+	{ "bf16-stochastic-copy", 0.5, 1 * MiB, TIER_BF16, 0.01, false, 0, 1, false, MIXED,
+	  TIER_BF16, D_STEP, false, false, 4, 2, false, 1 + TIER_ROUND_STOCHASTIC,
+	  1 + TIER_ROUND_STOCHASTIC },
 	{ "wd-decoupled", 1.0, 0, TIER_FP32, 0.1, false, 0, 1, false, TIER_FP16, TIER_FP16,
-	  D_STEP, false, false, 6, 2, false },
+	  D_STEP, false, false, 6, 2, false, 0, 0 },
 	{ "wd-l2", 0.5, 1 * MiB, TIER_FP32, 0.05, true, 0, 1, false, TIER_FP32, TIER_FP32, D_STEP,
-	  false, false, 6, 2, false },
+	  false, false, 6, 2, false, 0, 0 },
 	{ "clip", 0.5, 1 * MiB, TIER_FP32, 0.01, false, 0.5, 1, false, MIXED, TIER_FP32, D_STEP,
-	  false, false, 6, 2, false },
+	  false, false, 6, 2, false, 0, 0 },
 	{ "static-scale", 1.0, 0, TIER_FP32, 0.01, false, 0, 1024, false, TIER_FP32, NONE, D_STEP,
-	  false, false, 6, 2, false },
+	  false, false, 6, 2, false, 0, 0 },
 	{ "static-scale-clip-fp16", 0.5, 1 * MiB, TIER_FP32, 0.01, false, 1.0, 1024, false,
-	  TIER_FP16, MIXED, D_STEP, false, false, 6, 2, false },
+	  TIER_FP16, MIXED, D_STEP, false, false, 6, 2, false, 0, 0 },
 	{ "dynamic-scale", 0.5, 1 * MiB, TIER_FP32, 0.01, false, 0, 1024, true, TIER_FP32,
-	  TIER_FP32, D_STEP, false, false, 7, 2, false },
+	  TIER_FP32, D_STEP, false, false, 7, 2, false, 0, 0 },
 	{ "stream-shuffled", 0.5, 1 * MiB, TIER_FP32, 0.01, false, 0.5, 1, false, MIXED, MIXED,
-	  D_SHUFFLE, false, false, 6, 2, false },
+	  D_SHUFFLE, false, false, 6, 2, false, 0, 0 },
 	{ "direct-crc", 0.5, 1 * MiB, TIER_FP32, 0.01, false, 0, 1, false, TIER_FP32, TIER_FP32,
-	  D_STEP, false, true, 5, 2, false },
+	  D_STEP, false, true, 5, 2, false, 0, 0 },
 	{ "nvme-delay", 0.5, 1 * MiB, TIER_FP32, 0.01, false, 0, 1, false, TIER_FP32, TIER_FP32,
-	  D_REVERSE, true, false, 3, 2, true },
+	  D_REVERSE, true, false, 3, 2, true, 0, 0 },
 	{ "nvme-delay-cpu", 1.0, 0, TIER_BF16, 0.01, false, 0, 1, false, TIER_FP32, TIER_BF16,
-	  D_STEP, true, false, 3, 2, true },
+	  D_STEP, true, false, 3, 2, true, 0, 0 },
 };
 
 static const int turn_dt[] = { TIER_FP32, TIER_BF16, TIER_FP16 };
@@ -936,6 +964,10 @@ static void mworld_open(struct world *w, const struct mcase *c, const char *sub)
 	world_open(w, sub, &sc);
 	hp_base(&hp);
 	hp.moment_dtype = c->moment;
+	if (c->rnd)
+		hp.rounding = c->rnd - 1;
+	if (c->ornd)
+		hp.out_rounding = c->ornd - 1;
 	hp.offload_fraction = c->offload;
 	hp.weight_decay = c->wd;
 	hp.decoupled = !c->l2;

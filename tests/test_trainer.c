@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "kernels/adam_math.h"
 #include "t_helpers.h"
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
@@ -334,6 +335,8 @@ static void world_step(struct tworld *w, uint32_t mask, bool streaming)
 			ap.decoupled = gp->decoupled;
 			ap.step = ++q->step;
 			ap.grad_scale = clip;
+			ap.rounding = TIER_ROUND_STOCHASTIC; /* the manifest's default */
+			ap.seed = sr_param_seed(0, (uint32_t)i);
 			ck_assert_int_eq(tier_adam_step(NULL, &ap, &t), 0);
 		}
 	}

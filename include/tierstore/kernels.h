@@ -15,6 +15,19 @@ extern "C" {
 #endif
 
 /*
+ * How an fp32 result becomes a narrower type (docs/kernels.md,
+ * "Rounding"): to nearest even, or stochastically, up or down with the
+ * probabilities that make the expected result the fp32 value, from a
+ * counter-based random stream keyed by (seed, step, element index), so
+ * that the result is reproducible and the same on every kernel (scalar,
+ * SIMD, CUDA) whatever the split of the tensor.
+ */
+enum tier_rounding {
+	TIER_ROUND_NEAREST = 0,
+	TIER_ROUND_STOCHASTIC = 1,
+};
+
+/*
  * One step's hyperparameters, with the semantics of torch.optim.AdamW
  * (decoupled = true) and torch.optim.Adam (decoupled = false: the weight
  * decay is an L2 term added to the gradient).  docs/kernels.md gives the
@@ -26,10 +39,16 @@ struct tier_adam_params {
 	bool decoupled;
 	uint64_t step;            /* 1 for the first step (bias correction) */
 	double grad_scale;        /* multiplies every gradient: clip_coef / loss_scale */
+	/* bf16 moments and the bf16 parameter copy: enum tier_rounding */
+	int rounding, out_rounding;
+	/* the random stream's seed (stochastic rounding): one per tensor, e.g.
+	 * a run seed mixed with the parameter's id */
+	uint64_t seed;
 };
 
 /* torch.optim.AdamW's defaults (lr 1e-3, betas 0.9/0.999, eps 1e-8, weight
- * decay 0.01, decoupled), step 1, grad_scale 1. */
+ * decay 0.01, decoupled), step 1, grad_scale 1, round to nearest even,
+ * seed 0. */
 static inline void tier_adam_params_init(struct tier_adam_params *p)
 {
 	memset(p, 0, sizeof(*p));
@@ -46,10 +65,12 @@ static inline void tier_adam_params_init(struct tier_adam_params *p)
 
 /*
  * The arrays of one update, all of @n elements: fp32 master parameters,
- * moments in @moment_dtype (FP32 or BF16, rounded to nearest even), the
- * gradient in @grad_dtype (any), and an optional copy of the updated
- * parameters (@param_out, NULL for none) in @out_dtype.  Updated in place,
- * in one pass over memory.  Any alignment.
+ * moments in @moment_dtype (FP32 or BF16, rounded as the params' rounding
+ * says), the gradient in @grad_dtype (any), and an optional copy of the
+ * updated parameters (@param_out, NULL for none) in @out_dtype.  Updated
+ * in place, in one pass over memory.  Any alignment.  @index0: the index,
+ * in its whole tensor, of element 0 of these arrays (the stochastic
+ * rounding's counter; 0 for a whole tensor).
  */
 struct tier_adam_tensors {
 	size_t n;
@@ -60,6 +81,7 @@ struct tier_adam_tensors {
 	enum tier_dtype grad_dtype;
 	void *param_out;
 	enum tier_dtype out_dtype;
+	uint64_t index0;
 };
 
 /*

@@ -1,4 +1,4 @@
-"""ctypes declarations of libtierstore (include/tierstore.h, API 0.5).
+"""ctypes declarations of libtierstore (include/tierstore.h, API 0.6).
 
 The library is the copy bundled next to this package (a wheel built by
 meson-python installs it there), else the file $TIERSTORE_LIBRARY names
@@ -14,7 +14,7 @@ import errno
 import os
 
 API_MAJOR = 0
-API_MINOR = 5
+API_MINOR = 6
 
 # enum tier_dtype
 TIER_FP32, TIER_BF16, TIER_FP16 = 0, 1, 2
@@ -23,6 +23,10 @@ TIER_MEM_HOST, TIER_MEM_DEVICE = 0, 1
 TIER_OFFLOAD_AUTO = -1.0
 TIER_DTYPE_MANIFEST = -1
 TIER_OFFLOAD_MANIFEST = -2.0
+# enum tier_rounding
+TIER_ROUND_NEAREST, TIER_ROUND_STOCHASTIC = 0, 1
+TIER_ROUND_MANIFEST = -1
+TIER_SEED_MANIFEST = 2**64 - 1
 TIER_LR_KEEP = -1.0
 TIER_MANIFEST_NO_PROBE = 1
 TIER_STORE_SCRATCH = 1
@@ -59,6 +63,8 @@ class OptimParams(ctypes.Structure):
         ("lr", dbl), ("beta1", dbl), ("beta2", dbl), ("eps", dbl), ("weight_decay", dbl),
         ("decoupled", c_bool),
         ("moment_dtype", c_int),
+        ("rounding", c_int), ("out_rounding", c_int),
+        ("seed", u64),
         ("offload_fraction", dbl),
         ("max_grad_norm", dbl),
         ("loss_scale", dbl),
@@ -78,6 +84,9 @@ class OptimParams(ctypes.Structure):
         p.lr, p.beta1, p.beta2, p.eps, p.weight_decay = 1e-3, 0.9, 0.999, 1e-8, 0.01
         p.decoupled = True
         p.moment_dtype = TIER_DTYPE_MANIFEST
+        p.rounding = TIER_ROUND_MANIFEST
+        p.out_rounding = TIER_ROUND_MANIFEST
+        p.seed = TIER_SEED_MANIFEST
         p.offload_fraction = TIER_OFFLOAD_MANIFEST
         p.loss_scale = 1.0
         p.min_loss_scale = 1.0
@@ -193,6 +202,8 @@ class OptimInfo(ctypes.Structure):
         ("rank", c_int), ("world", c_int),
         ("part_elems", u64),
         ("total_elems", u64),
+        ("rounding", c_int), ("out_rounding", c_int),
+        ("seed", u64),
     ]
 
     def as_dict(self):
@@ -225,6 +236,8 @@ class ManifestInfo(ctypes.Structure):
         ("write_behind", u32),
         ("offload_fraction", dbl),
         ("moment_dtype", c_int),
+        ("rounding", c_int), ("out_rounding", c_int),
+        ("seed", u64),
         ("shard_size", u64),
         ("rank", Rank),
     ]

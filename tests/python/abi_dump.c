@@ -35,7 +35,9 @@ int main(void)
 	F(tier_optim_params, size); F(tier_optim_params, lr); F(tier_optim_params, beta1);
 	F(tier_optim_params, beta2); F(tier_optim_params, eps);
 	F(tier_optim_params, weight_decay); F(tier_optim_params, decoupled);
-	F(tier_optim_params, moment_dtype); F(tier_optim_params, offload_fraction);
+	F(tier_optim_params, moment_dtype); F(tier_optim_params, rounding);
+	F(tier_optim_params, out_rounding); F(tier_optim_params, seed);
+	F(tier_optim_params, offload_fraction);
 	F(tier_optim_params, max_grad_norm); F(tier_optim_params, loss_scale);
 	F(tier_optim_params, dynamic_loss_scale); F(tier_optim_params, min_loss_scale);
 	F(tier_optim_params, growth_factor); F(tier_optim_params, backoff_factor);
@@ -95,6 +97,7 @@ int main(void)
 	F(tier_optim_info, nshards); F(tier_optim_info, state_bytes);
 	F(tier_optim_info, rank); F(tier_optim_info, world);
 	F(tier_optim_info, part_elems); F(tier_optim_info, total_elems);
+	F(tier_optim_info, rounding); F(tier_optim_info, out_rounding); F(tier_optim_info, seed);
 	E();
 	S(tier_manifest_info);
 	F(tier_manifest_info, source); F(tier_manifest_info, name); F(tier_manifest_info, gpu);
@@ -104,6 +107,8 @@ int main(void)
 	F(tier_manifest_info, checksum); F(tier_manifest_info, keep_commits);
 	F(tier_manifest_info, lookahead); F(tier_manifest_info, write_behind);
 	F(tier_manifest_info, offload_fraction); F(tier_manifest_info, moment_dtype);
+	F(tier_manifest_info, rounding); F(tier_manifest_info, out_rounding);
+	F(tier_manifest_info, seed);
 	F(tier_manifest_info, shard_size); F(tier_manifest_info, rank);
 	E();
 	S(tier_rank);
