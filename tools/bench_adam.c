@@ -17,6 +17,7 @@ struct adam_opts {
 	uint64_t numel, threads, runs;
 	int moments, grads; /* enum tier_dtype */
 	int copy_out;       /* BENCH_NO_DTYPE: none, else an enum tier_dtype */
+	int rounding;       /* enum tier_rounding: bf16 moments and copy */
 	bool json;
 };
 
@@ -59,12 +60,14 @@ static void adam_usage(FILE *f)
 {
 	fprintf(f, "usage: tier-bench adam [--numel N] [--threads T] [--moments fp32|bf16]\n"
 		   "                       [--grads fp32|bf16|fp16] [--copy-out none|bf16|fp16|fp32]\n"
-		   "                       [--runs R] [--json]\n"
+		   "                       [--rounding nearest|stochastic] [--runs R] [--json]\n"
 		   "  --numel     elements updated (default 64Mi = 67108864; K/M/G suffixes are binary)\n"
 		   "  --threads   threads of the kernel pool, the caller included (default 2)\n"
 		   "  --moments   storage of exp_avg and exp_avg_sq (default fp32)\n"
 		   "  --grads     storage of the gradient (default fp32)\n"
 		   "  --copy-out  the copy of the updated parameters written too (default none)\n"
+		   "  --rounding  how bf16 moments and a bf16 copy are rounded (default stochastic,\n"
+		   "              the optimizer's default)\n"
 		   "  --runs      timed runs of the step and of the roofline, alternating (default 7)\n"
 		   "Times tier_adam_step (AdamW: lr 1e-3, betas 0.9/0.999, eps 1e-8, wd 0.01) against\n"
 		   "tier_adam_roofline, which moves the same bytes with trivial arithmetic, and\n"
@@ -95,6 +98,8 @@ static int adam_time(const struct adam_opts *o, struct tier_pool *pool,
 	int rc;
 
 	tier_adam_params_init(&hp);
+	hp.rounding = hp.out_rounding = o->rounding;
+	hp.seed = 1;
 	if (tier_adam_step(pool, &hp, t)) {
 		fprintf(stderr, "tier-bench adam: step: %s\n", tier_last_error());
 		return 1;
@@ -125,6 +130,28 @@ static int adam_time(const struct adam_opts *o, struct tier_pool *pool,
 	return 0;
 }
 
+static const char *rounding_name(int r)
+{
+	return r == TIER_ROUND_STOCHASTIC ? "stochastic" : "nearest";
+}
+
+static int adam_opt(void *ctx, int opt, const char *arg)
+{
+	struct adam_opts *o = ctx;
+
+	if (opt != 'R')
+		return EXIT_USAGE;
+	if (!strcmp(arg, "nearest"))
+		o->rounding = TIER_ROUND_NEAREST;
+	else if (!strcmp(arg, "stochastic"))
+		o->rounding = TIER_ROUND_STOCHASTIC;
+	else {
+		fprintf(stderr, "tier-bench adam: bad --rounding '%s' (nearest or stochastic)\n", arg);
+		return EXIT_USAGE;
+	}
+	return 0;
+}
+
 /* The medians and rates of the runs, as text or one JSON object. */
 static void adam_report(const struct adam_opts *o, const double *step_s, const double *roof_s,
 			size_t nonfinite)
@@ -141,14 +168,16 @@ static void adam_report(const struct adam_opts *o, const double *step_s, const d
 
 	if (o->json) {
 		printf("{\"isa\": \"%s\", \"threads\": %" PRIu64 ", \"numel\": %zu, \"moments\": \"%s\""
-		       ", \"grads\": \"%s\", \"copy_out\": \"%s\", \"bytes_read_per_elem\": %zu"
+		       ", \"grads\": \"%s\", \"copy_out\": \"%s\", \"rounding\": \"%s\""
+		       ", \"bytes_read_per_elem\": %zu"
 		       ", \"bytes_written_per_elem\": %zu, \"bytes_per_elem\": %zu, \"nruns\": %zu"
 		       ", \"step_s\": %.6f, \"step_min_s\": %.6f, \"gelem_per_s\": %.4f"
 		       ", \"step_GBps\": %.3f, \"roofline_s\": %.6f, \"roofline_min_s\": %.6f"
 		       ", \"roofline_GBps\": %.3f, \"roofline_frac\": %.4f, \"nonfinite_params\": %zu"
 		       ", \"runs\": {",
 		       isa, o->threads, n, dtype_name(o->moments), dtype_name(o->grads),
-		       dtype_name(o->copy_out), rd, wr, bpe, runs, step_med, min_of(step_s, runs),
+		       dtype_name(o->copy_out), rounding_name(o->rounding), rd, wr, bpe, runs, step_med,
+		       min_of(step_s, runs),
 		       gelem, step_gbps, roof_med, min_of(roof_s, runs), roof_gbps, frac, nonfinite);
 		adam_print_times("step_s", step_s, runs);
 		printf(", ");
@@ -157,8 +186,8 @@ static void adam_report(const struct adam_opts *o, const double *step_s, const d
 		return;
 	}
 	printf("tier-bench adam: %zu elements, %" PRIu64 " thread(s), isa %s, moments %s,"
-	       " grads %s, copy-out %s\n", n, o->threads, isa, dtype_name(o->moments),
-	       dtype_name(o->grads), dtype_name(o->copy_out));
+	       " grads %s, copy-out %s, rounding %s\n", n, o->threads, isa, dtype_name(o->moments),
+	       dtype_name(o->grads), dtype_name(o->copy_out), rounding_name(o->rounding));
 	printf("  bytes per element: %zu read + %zu written = %zu\n", rd, wr, bpe);
 	printf("  step      median %9.6f s  %7.3f Gelem/s  %7.3f GB/s\n", step_med, gelem,
 	       step_gbps);
@@ -215,6 +244,7 @@ int cmd_adam(int argc, char **argv)
 	struct adam_opts o = {
 		.numel = 64ull << 20, .threads = 2, .runs = 7,
 		.moments = TIER_FP32, .grads = TIER_FP32, .copy_out = BENCH_NO_DTYPE,
+		.rounding = TIER_ROUND_STOCHASTIC,
 	};
 	const struct bench_arg args[] = {
 		BENCH_NUM('n', "numel", &o.numel, 1, 1ull << 40, "(1 to 2^40)"),
@@ -228,9 +258,10 @@ int cmd_adam(int argc, char **argv)
 			    "(none, bf16, fp16 or fp32)"),
 		BENCH_NUM('r', "runs", &o.runs, 1, 10000, "(1 to 10000)"),
 		BENCH_FLAG('j', "json", &o.json),
+		BENCH_OTHER('R', "rounding", required_argument),
 	};
-	int ret = bench_options(&adam_cmd, argc, argv, args, sizeof(args) / sizeof(args[0]), NULL,
-				NULL);
+	int ret = bench_options(&adam_cmd, argc, argv, args, sizeof(args) / sizeof(args[0]), adam_opt,
+				&o);
 
 	if (ret)
 		return ret == BENCH_HELP ? 0 : ret;

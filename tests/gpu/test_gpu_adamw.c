@@ -245,6 +245,8 @@ static void run_step(struct arena *ar, const struct tier_adam_params *hp, int md
 		dc[k].exp_avg_sq = dev_copy(ar, h[k].v, n * msz, skew == 1 ? msz : 0);
 		dc[k].grad = dev_copy(ar, h[k].g, n * gsz, skew ? gsz : 0);
 		dc[k].param_out = h[k].o ? dev_copy(ar, h[k].o, n * osz, skew == 1 ? osz : 0) : NULL;
+		/* stochastic rounding's counter: chunk 1 crosses 2^32 */
+		dc[k].index0 = k == 1 ? ((uint64_t)1 << 32) - 1001 : (uint64_t)k * 1000003;
 	}
 	/* cudaMemcpy from pageable memory may return before the DMA is done. */
 	CU(cudaDeviceSynchronize());
@@ -260,6 +262,7 @@ static void run_step(struct arena *ar, const struct tier_adam_params *hp, int md
 			.moment_dtype = (enum tier_dtype)md, .grad = ref[k].g,
 			.grad_dtype = (enum tier_dtype)gd, .param_out = ref[k].o,
 			.out_dtype = od == OUT_NONE ? TIER_FP32 : (enum tier_dtype)od,
+			.index0 = dc[k].index0,
 		};
 		size_t n = h[k].n;
 
@@ -287,6 +290,11 @@ static const struct tier_adam_params k_adamw = { .size = sizeof(struct tier_adam
 	.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01,
 	.decoupled = true, .step = 7, .grad_scale = 0.7 / 1024.0,
 };
+static const struct tier_adam_params k_adamw_sr = { .size = sizeof(struct tier_adam_params),
+	.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01,
+	.decoupled = true, .step = 7, .grad_scale = 0.7 / 1024.0,
+	.rounding = TIER_ROUND_STOCHASTIC, .out_rounding = TIER_ROUND_STOCHASTIC, .seed = 0xfeed,
+};
 static const struct tier_adam_params k_adam_l2 = { .size = sizeof(struct tier_adam_params),
 	.lr = 3e-4, .beta1 = 0.8, .beta2 = 0.95, .eps = 1e-6, .weight_decay = 0.1,
 	.decoupled = false, .step = 1, .grad_scale = 1.0,
@@ -296,7 +304,7 @@ static const struct tier_adam_params k_adam_l2 = { .size = sizeof(struct tier_ad
 START_TEST(test_step_combo)
 {
 	const int md = _i / 12, gd = _i / 4 % 3, od = _i % 4 - 1;
-	const struct tier_adam_params *hps[] = { &k_adamw, &k_adam_l2 };
+	const struct tier_adam_params *hps[] = { &k_adamw, &k_adam_l2, &k_adamw_sr };
 	static const char *const skews[] = { "aligned", "all +1", "grad +1" };
 	cudaStream_t st;
 	struct arena ar;
@@ -307,8 +315,9 @@ START_TEST(test_step_combo)
 		for (int skew = 0; skew < 3; skew++) {
 			char what[160];
 
-			snprintf(what, sizeof(what), "%s, moments %s, grads %s, out %s, %s",
-				 hps[h]->decoupled ? "AdamW" : "Adam", k_dt_names[md], k_dt_names[gd],
+			snprintf(what, sizeof(what), "%s%s, moments %s, grads %s, out %s, %s",
+				 hps[h]->decoupled ? "AdamW" : "Adam",
+				 hps[h]->rounding ? " (stochastic)" : "", k_dt_names[md], k_dt_names[gd],
 				 od == OUT_NONE ? "none" : k_dt_names[od], skews[skew]);
 			run_step(&ar, hps[h], md, gd, od, k_step_sizes, ARRAY_SIZE(k_step_sizes), skew,
 				 st, what);
@@ -459,7 +468,7 @@ END_TEST
 START_TEST(test_errors)
 {
 	float dummy[4] = { 0 };
-	struct adamw_chunk k = { dummy, dummy, dummy, dummy, NULL, 4 };
+	struct adamw_chunk k = { dummy, dummy, dummy, dummy, NULL, 4, 0 };
 	struct tier_adam_params hp = k_adamw;
 	double s;
 	int nf;

@@ -67,6 +67,7 @@
 #include <string.h>
 
 #include "common/fault.h"
+#include "kernels/adam_math.h"
 #include "tierstore.h"
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
@@ -427,6 +428,7 @@ static void ref_step(struct gworld *w, double lr, struct ref_res *rr)
 			.lr = w->lr, .beta1 = d.beta1, .beta2 = d.beta2, .eps = d.eps,
 			.weight_decay = 0.01, .decoupled = true, .step = w->step,
 			.grad_scale = rr->clip / c->loss_scale,
+			.rounding = TIER_ROUND_STOCHASTIC, /* the manifest's default */
 		};
 		for (size_t i = 0; i < NP; i++) {
 			struct gparam *q = &w->pa[i];
@@ -437,6 +439,7 @@ static void ref_step(struct gworld *w, double lr, struct ref_res *rr)
 				.out_dtype = TIER_BF16,
 			};
 
+			ap.seed = sr_param_seed(0, (uint32_t)i);
 			ck_assert_int_eq(tier_adam_step(NULL, &ap, &t), 0);
 		}
 	}
