@@ -8,9 +8,10 @@
  * record of the commit a store was opened at, over the shard objects that
  * commit holds, so the next step is the one an uninterrupted run takes.
  *
- * The record is little-endian and versioned ("TIEROPTM", version 3; 1 and
- * 2 are read too: 1 has one group and every parameter at the optimizer's
- * step, 2 no rank); a partitioned optimizer's record (version 3) holds its
+ * The record is little-endian and versioned ("TIEROPTM", version 4; 1 to
+ * 3 are read too: 1 has one group and every parameter at the optimizer's
+ * step, 2 no rank, 3 no rounding: those rounded to nearest); a partitioned
+ * optimizer's record (version 3 on) holds its
  * rank, the world's size and each parameter's piece, and every rank
  * commits its own store; it is
  * read back field by field, every length checked, so a damaged record is
@@ -35,8 +36,9 @@
 #include "tiers/store.h"
 
 #define REC_MAGIC "TIEROPTM"
-#define REC_VERSION 3u /* 2: groups, and each parameter's group, step count and freeze;
-			* 3: the rank of a partitioned optimizer and each piece */
+#define REC_VERSION 4u /* 2: groups, and each parameter's group, step count and freeze;
+			* 3: the rank of a partitioned optimizer and each piece;
+			* 4: the rounding and the stochastic rounding's seed */
 
 /* ------------------------------------------------------------ encoding */
 
@@ -169,7 +171,11 @@ static int record_encode(const struct tier_optim *o, struct wbuf *w)
 			put_u64(w, o->params[i].pn);
 		}
 	}
-	put_u32(w, 0); /* no random stream in this version */
+	/* version 4: the rounding and the random stream's seed */
+	put_u32(w, (uint32_t)o->rounding);
+	put_u32(w, (uint32_t)o->out_rounding);
+	put_u64(w, o->seed);
+	put_u32(w, 0); /* the end */
 	return w->nomem ? ts_err(-ENOMEM, "optimizer: out of memory for its checkpoint record") : 0;
 }
 
@@ -196,6 +202,8 @@ struct record {
 	} *params;
 	bool partitioned;
 	uint32_t rank, world;
+	uint32_t rounding, out_rounding; /* version 4; before: nearest */
+	uint64_t seed;
 	uint32_t ngroups;
 	struct tier_group_params *groups;
 };
@@ -335,6 +343,13 @@ static int record_decode(const void *rec, size_t len, struct record *d)
 					 d->params[i].pn > d->params[i].numel - d->params[i].poff;
 			}
 		}
+	}
+	if (!r.bad && v >= 4) {
+		d->rounding = get_u32(&r);
+		d->out_rounding = get_u32(&r);
+		d->seed = get_u64(&r);
+		r.bad |= d->rounding > TIER_ROUND_STOCHASTIC || d->out_rounding > TIER_ROUND_STOCHASTIC ||
+			 d->seed == TIER_SEED_MANIFEST;
 	}
 	if (get_u32(&r) != 0 || r.bad || r.at != r.n) {
 		record_free(d);
@@ -568,6 +583,9 @@ int tier_optim_resume(struct tier_store *s, const struct tier_optim_params *rt,
 	p.weight_decay = d.wd;
 	p.decoupled = d.decoupled;
 	p.moment_dtype = (int)d.md;
+	p.rounding = (int)d.rounding;
+	p.out_rounding = (int)d.out_rounding;
+	p.seed = d.seed;
 	p.max_grad_norm = d.max_grad_norm;
 	p.loss_scale = d.loss_scale;
 	p.dynamic_loss_scale = d.dynamic;

@@ -111,6 +111,10 @@ static void meta_fill(const struct tier_optim *o, struct kv *m)
 	kv_add(m, "weight_decay", "%.17g", g0->weight_decay);
 	kv_add(m, "decoupled", "%s", g0->decoupled ? "true" : "false");
 	kv_add(m, "moment_dtype", "%s", md_name(o->md));
+	kv_add(m, "rounding", "%s", o->rounding == TIER_ROUND_STOCHASTIC ? "stochastic" : "nearest");
+	kv_add(m, "out_rounding", "%s",
+	       o->out_rounding == TIER_ROUND_STOCHASTIC ? "stochastic" : "nearest");
+	kv_add(m, "seed", "%" PRIu64, o->seed);
 	kv_add(m, "max_grad_norm", "%.17g", p->max_grad_norm);
 	kv_add(m, "dynamic_loss_scale", "%s", p->dynamic_loss_scale ? "true" : "false");
 	kv_add(m, "loss_scale", "%.17g", p->dynamic_loss_scale ? o->scaler.scale : p->loss_scale);
@@ -323,6 +327,33 @@ static int import_meta(struct st_reader *r, const char *path, struct tier_optim_
 	if (!md || (strcmp(md, "fp32") && strcmp(md, "bf16")))
 		return ts_err(-EBADMSG, "%s: metadata 'moment_dtype' must be fp32 or bf16", path);
 	p->moment_dtype = !strcmp(md, "bf16") ? TIER_BF16 : TIER_FP32;
+	/* optional (exports before API 0.6 have none: the manifest's) */
+	{
+		static const char *const rkeys[2] = { "rounding", "out_rounding" };
+		int *rdst[2] = { &p->rounding, &p->out_rounding };
+		const char *sd = st_reader_meta(r, "seed");
+
+		for (int k = 0; k < 2; k++) {
+			const char *v = st_reader_meta(r, rkeys[k]);
+
+			if (!v)
+				continue;
+			if (strcmp(v, "nearest") && strcmp(v, "stochastic"))
+				return ts_err(-EBADMSG, "%s: metadata '%s' must be nearest or stochastic",
+					      path, rkeys[k]);
+			*rdst[k] = !strcmp(v, "stochastic") ? TIER_ROUND_STOCHASTIC : TIER_ROUND_NEAREST;
+		}
+		if (sd) {
+			char *end;
+			unsigned long long u;
+
+			errno = 0;
+			u = strtoull(sd, &end, 10);
+			if (!*sd || *end || errno || sd[0] == '-' || u == TIER_SEED_MANIFEST)
+				return ts_err(-EBADMSG, "%s: metadata 'seed' = '%s' is not a seed", path, sd);
+			p->seed = u;
+		}
+	}
 #define UINT_META(key, dst, max)                                                           \
 	do {                                                                               \
 		if ((rc = meta_num(r, path, key, &x)))                                     \

@@ -236,6 +236,14 @@ static const struct bad_case bad_cases[] = {
 	  SMALL "optimizer:\n  master_dtype: bf16\n", 4, 17, "always fp32" },
 	{ "moment dtype word",
 	  SMALL "optimizer:\n  moment_dtype: int8\n", 4, 17, "'int8' is not one of fp32|bf16" },
+	{ "rounding word",
+	  SMALL "optimizer:\n  rounding: up\n", 4, 13, "'up' is not one of nearest|stochastic" },
+	{ "out_rounding word",
+	  SMALL "optimizer:\n  out_rounding: 1\n", 4, 17, "'1' is not one of nearest|stochastic" },
+	{ "seed negative",
+	  SMALL "optimizer:\n  seed: -1\n", 4, 9, "seed" },
+	{ "seed not a number",
+	  SMALL "optimizer:\n  seed: abc\n", 4, 9, "seed" },
 	{ "shard size bounds",
 	  SMALL "optimizer:\n  shard_size: 1KiB\n", 4, 15, "must be a multiple of 4 KiB in [64 KiB, 4 GiB]" },
 	{ "lookahead over half the DRAM tier",
@@ -366,6 +374,9 @@ static void assert_info_matches(const struct tier_manifest *m)
 	ck_assert_uint_eq(in.write_behind, m->write_behind);
 	ck_assert(in.offload_fraction == (m->offload_auto ? TIER_OFFLOAD_AUTO : m->offload_fraction));
 	ck_assert_int_eq(in.moment_dtype, m->moment_dtype);
+	ck_assert_int_eq(in.rounding, m->rounding);
+	ck_assert_int_eq(in.out_rounding, m->out_rounding);
+	ck_assert_uint_eq(in.seed, m->seed);
 	ck_assert_uint_eq(in.shard_size, m->shard_size);
 	for (unsigned i = 0; i < in.npaths; i++) {
 		ck_assert_int_eq(tier_manifest_path(m, i, &p), 0);
@@ -398,6 +409,9 @@ START_TEST(test_empty_mapping_defaults)
 	ck_assert_uint_eq(c->tiers.npaths, 0);
 	ck_assert(c->offload_auto);
 	ck_assert_int_eq(c->moment_dtype, TIER_FP32);
+	ck_assert_int_eq(c->rounding, TIER_ROUND_STOCHASTIC);
+	ck_assert_int_eq(c->out_rounding, TIER_ROUND_NEAREST);
+	ck_assert_uint_eq(c->seed, 0);
 	ck_assert_uint_eq(c->shard_size, 64u << 20);
 	ck_assert_uint_eq(c->write_behind, 4);
 	ck_assert_int_eq(sys_meminfo(&mi), 0);
@@ -461,6 +475,9 @@ START_TEST(test_full_manifest)
 		"  offload_fraction: 0.25\n"
 		"  master_dtype: fp32\n"
 		"  moment_dtype: bf16\n"
+		"  rounding: nearest\n"
+		"  out_rounding: stochastic\n"
+		"  seed: 9007199254740993\n"
 		"  shard_size: 1MiB\n", &m) == 0, "%s", tier_last_error());
 	c = m;
 	ck_assert_str_eq(c->tiers.name, "run-7.b");
@@ -493,6 +510,9 @@ START_TEST(test_full_manifest)
 	ck_assert(!c->offload_auto);
 	ck_assert(c->offload_fraction == 0.25);
 	ck_assert_int_eq(c->moment_dtype, TIER_BF16);
+	ck_assert_int_eq(c->rounding, TIER_ROUND_NEAREST);
+	ck_assert_int_eq(c->out_rounding, TIER_ROUND_STOCHASTIC);
+	ck_assert_uint_eq(c->seed, 9007199254740993ull);
 	ck_assert_uint_eq(c->shard_size, 1u << 20);
 	assert_info_matches(m);
 	tier_manifest_free(m);
@@ -526,6 +546,9 @@ static void assert_same_config(const struct tier_manifest *a, const struct tier_
 	ck_assert_int_eq(a->offload_auto, b->offload_auto);
 	ck_assert(a->offload_fraction == b->offload_fraction);
 	ck_assert_int_eq(a->moment_dtype, b->moment_dtype);
+	ck_assert_int_eq(a->rounding, b->rounding);
+	ck_assert_int_eq(a->out_rounding, b->out_rounding);
+	ck_assert_uint_eq(a->seed, b->seed);
 	ck_assert_uint_eq(a->shard_size, b->shard_size);
 }
 

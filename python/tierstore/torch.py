@@ -24,6 +24,7 @@ __all__ = ["TierAdamW", "TierError"]
 _DTYPES = {torch.float32: _lib.TIER_FP32, torch.bfloat16: _lib.TIER_BF16,
            torch.float16: _lib.TIER_FP16}
 _MOMENT_NAMES = {"fp32": _lib.TIER_FP32, "bf16": _lib.TIER_BF16}
+_ROUNDING_NAMES = {"nearest": _lib.TIER_ROUND_NEAREST, "stochastic": _lib.TIER_ROUND_STOCHASTIC}
 _MOMENT_TORCH = {_lib.TIER_FP32: torch.float32, _lib.TIER_BF16: torch.bfloat16}
 _HAS_POST_ACC_HOOK = hasattr(torch.Tensor, "register_post_accumulate_grad_hook")
 # Group keys of torch.optim.AdamW that TierAdamW keeps at torch's defaults
@@ -248,6 +249,11 @@ class TierAdamW(torch.optim.Optimizer):
       manifest, or None ($TIER_MANIFEST, else the embedded default, whose
       NVMe file lives under $TIER_DATA or ./tier-data/).
     - ``moment_dtype``: 'fp32', 'bf16', or None (the manifest's).
+    - ``rounding``: how bf16 moments are rounded: 'stochastic' (the
+      manifest's default: unbiased, so the moments decay as fp32's do),
+      'nearest', or None (the manifest's).  ``seed``: the stochastic
+      rounding's seed (None: the manifest's, 0 by default); the results
+      are reproducible bit for bit for a given seed.
     - ``offload_fraction``: the CPU's share of the update (float in [0, 1]),
       'auto', or None (the manifest's).
     - ``max_grad_norm``: clip by the total norm of every group's gradients
@@ -331,7 +337,8 @@ class TierAdamW(torch.optim.Optimizer):
     """
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, *,
-                 manifest=None, moment_dtype=None, offload_fraction=None, max_grad_norm=None,
+                 manifest=None, moment_dtype=None, rounding=None, seed=None,
+                 offload_fraction=None, max_grad_norm=None,
                  loss_scale=None, dram_capacity=None, shard_size=None, threads=None,
                  overlap_backward=False, scratch=False, process_group=None, _adopt=None):
         # Set first, so close() and __del__ work whatever fails below.
@@ -368,6 +375,16 @@ class TierAdamW(torch.optim.Optimizer):
                 raise ValueError(f"TierAdamW: moment_dtype {moment_dtype!r} must be 'fp32', "
                                  "'bf16' or None (the manifest's)")
             p.moment_dtype = _MOMENT_NAMES[moment_dtype]
+        if rounding is not None:
+            if rounding not in _ROUNDING_NAMES:
+                raise ValueError(f"TierAdamW: rounding {rounding!r} must be 'stochastic', "
+                                 "'nearest' or None (the manifest's)")
+            p.rounding = _ROUNDING_NAMES[rounding]
+        if seed is not None:
+            if (not isinstance(seed, numbers.Integral) or isinstance(seed, bool)
+                    or not 0 <= seed < 2**63):
+                raise ValueError(f"TierAdamW: seed {seed!r} must be an integer in [0, 2**63)")
+            p.seed = int(seed)
         if offload_fraction is None:
             p.offload_fraction = _lib.TIER_OFFLOAD_MANIFEST
         elif offload_fraction == "auto":
