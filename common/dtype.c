@@ -17,6 +17,7 @@ static const struct {
 	[TIER_FP32] = { "fp32", 4 },
 	[TIER_BF16] = { "bf16", 2 },
 	[TIER_FP16] = { "fp16", 2 },
+	[TIER_Q8] = { "q8", 1 }, /* moments only: the codes, not the block scales */
 };
 
 #define NDTYPES (sizeof(dtypes) / sizeof(dtypes[0]))
@@ -41,5 +42,5 @@ int tier_dtype_parse(const char *name, enum tier_dtype *out)
 			return 0;
 		}
 	}
-	return ts_err(-EINVAL, "dtype '%s': not fp32, bf16 or fp16", name ? name : "(null)");
+	return ts_err(-EINVAL, "dtype '%s': not fp32, bf16, fp16 or q8", name ? name : "(null)");
 }

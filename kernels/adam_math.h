@@ -276,4 +276,127 @@ ADAM_HD uint16_t f32_to_f16(float f)
 	}
 }
 
+
+/*
+ * q8 moments (docs/kernels.md, "q8 moments"): per block of TIER_Q8_BLOCK
+ * elements an fp32 scale, the block's largest |value|, and per element an
+ * 8-bit float code of x = |value| / scale in [0, 1]: exp_avg a sign bit and
+ * 7 bits "E4M3 relative" (exponent bias 15: normal from 2^-14, subnormal
+ * steps of 2^-17, 1.0 is code 120), exp_avg_sq 8 bits "E5M3 relative"
+ * (bias 31: normal from 2^-30, subnormal steps of 2^-33, 1.0 is 248).  A
+ * code is made with integer operations on the bits of x (no table), so
+ * every kernel, scalar, SIMD or CUDA, makes the same byte.
+ *
+ * Rounding: a code is (bits of x + rnd) >> 20 (less the exponent bias),
+ * rnd = 0x80000 rounding to nearest with ties away from zero ("half up"),
+ * or the element's 16 random bits shifted left by 4 (stochastic: up with
+ * the probability of x's distance from the code below, to 2^-16).
+ */
+#define Q8_M_BIAS_OFF ((127u - 15u) << 3) /* exponent rebias, in code units */
+#define Q8_V_BIAS_OFF ((127u - 31u) << 3)
+#define Q8_M_MIN_NORMAL 0x38800000u       /* 2^-14: bits of the first normal x */
+#define Q8_V_MIN_NORMAL 0x30800000u       /* 2^-30 */
+#define Q8_M_SUB_MUL 0x1p37f              /* subnormal x * 2^(bias + 22) */
+#define Q8_V_SUB_MUL 0x1p53f
+#define Q8_M_SUB_STEP 0x1p-17f            /* value of subnormal code 1 */
+#define Q8_V_SUB_STEP 0x1p-33f
+#define Q8_RND_NEAREST 0x80000u
+#define Q8_SCALE_NAN 0x7fc00000u          /* the scale of a block with a NaN */
+#define Q8_MIN_SCALE 0x00800000u          /* bits of 2^-126: smaller maxima are 0 */
+
+ADAM_HD float q8_f(uint32_t u)
+{
+	union {
+		uint32_t u;
+		float f;
+	} x;
+
+	x.u = u;
+	return x.f;
+}
+
+ADAM_HD uint32_t q8_u(float f)
+{
+	union {
+		uint32_t u;
+		float f;
+	} x;
+
+	x.f = f;
+	return x.u;
+}
+
+/* The magnitude code of x in [0, 1] (bits @u). */
+ADAM_HD uint32_t q8_enc_mag(float x, uint32_t rnd, uint32_t min_normal, uint32_t bias_off,
+			    float sub_mul)
+{
+	uint32_t u = q8_u(x);
+
+	if (u >= min_normal)
+		return ((u + rnd) >> 20) - bias_off;
+	return ((uint32_t)(x * sub_mul) + rnd) >> 20; /* exact multiply, truncating conversion */
+}
+
+/* x of a magnitude code (exact). */
+ADAM_HD float q8_dec_mag(uint32_t mag, uint32_t bias_off, float sub_step)
+{
+	if (mag >= 8u)
+		return q8_f((mag + bias_off) << 20);
+	return (float)mag * sub_step;
+}
+
+/*
+ * The scale of a block from the largest of its values' bits with the sign
+ * cleared (@maxbits: an integer maximum, so a NaN, whose bits exceed inf's,
+ * wins in any order): a NaN block gets the one NaN Q8_SCALE_NAN, an inf
+ * block inf, a block whose largest value is below 2^-126 (zero, or
+ * subnormal) 0; each with *inv = 0: its codes are all 0 (which decode to
+ * NaN, NaN and 0).  Otherwise the largest value, and *inv = 1 / scale,
+ * rounded once.
+ */
+ADAM_HD float q8_scale(uint32_t maxbits, float *inv)
+{
+	*inv = 0.0f;
+	if (maxbits > 0x7f800000u)
+		return q8_f(Q8_SCALE_NAN);
+	if (maxbits < Q8_MIN_SCALE)
+		return 0.0f;
+	if (maxbits == 0x7f800000u)
+		return q8_f(maxbits);
+	*inv = 1.0f / q8_f(maxbits);
+	return q8_f(maxbits);
+}
+
+/* Codes of an exp_avg value @m and an exp_avg_sq value @v of a block whose
+ * *inv (q8_scale) is @inv != 0; @rnd: Q8_RND_NEAREST or 16 random bits << 4. */
+ADAM_HD uint32_t q8_enc_m(float m, float inv, uint32_t rnd)
+{
+	uint32_t u = q8_u(m);
+	float x = q8_f(u & 0x7fffffffu) * inv;
+
+	x = x < 1.0f ? x : 1.0f;
+	return q8_enc_mag(x, rnd, Q8_M_MIN_NORMAL, Q8_M_BIAS_OFF, Q8_M_SUB_MUL) | (u >> 31) << 7;
+}
+
+ADAM_HD uint32_t q8_enc_v(float v, float inv, uint32_t rnd)
+{
+	float x = q8_f(q8_u(v) & 0x7fffffffu) * inv;
+
+	x = x < 1.0f ? x : 1.0f;
+	return q8_enc_mag(x, rnd, Q8_V_MIN_NORMAL, Q8_V_BIAS_OFF, Q8_V_SUB_MUL);
+}
+
+/* The values of codes: x * scale (one multiply), exp_avg's sign applied. */
+ADAM_HD float q8_dec_m(uint32_t code, float scale)
+{
+	float y = q8_dec_mag(code & 0x7fu, Q8_M_BIAS_OFF, Q8_M_SUB_STEP) * scale;
+
+	return q8_f(q8_u(y) | (code & 0x80u) << 24);
+}
+
+ADAM_HD float q8_dec_v(uint32_t code, float scale)
+{
+	return q8_dec_mag(code, Q8_V_BIAS_OFF, Q8_V_SUB_STEP) * scale;
+}
+
 #endif

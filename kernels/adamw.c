@@ -44,17 +44,22 @@
  * width, is the choice.
  */
 #define ADAMW_TILE_DEFAULT ((size_t)16 * 1024)
+_Static_assert(ADAMW_TILE_DEFAULT % TIER_Q8_BLOCK == 0, "a tile is whole q8 blocks");
 
 static _Atomic size_t g_tile = ADAMW_TILE_DEFAULT;
 
 void adamw_set_tile(size_t elems)
 {
-	atomic_store_explicit(&g_tile, elems ? (elems + 63) & ~(size_t)63 : ADAMW_TILE_DEFAULT,
+	/* a multiple of TIER_Q8_BLOCK: tiles are whole q8 blocks (and whole vectors) */
+	atomic_store_explicit(&g_tile,
+			      elems ? (elems + TIER_Q8_BLOCK - 1) & ~(size_t)(TIER_Q8_BLOCK - 1)
+				    : ADAMW_TILE_DEFAULT,
 			      memory_order_relaxed);
 }
 
 /* ------------------------------------------------------------- checks */
 
+/* A gradient's or a parameter copy's dtype (q8 is a moment dtype only). */
 static bool dtype_valid(enum tier_dtype dt)
 {
 	return dt == TIER_FP32 || dt == TIER_BF16 || dt == TIER_FP16;
@@ -64,17 +69,27 @@ int adamw_check(const struct tier_adam_tensors *a)
 {
 	if (!a)
 		return ts_err(-EINVAL, "adam: no tensors (NULL)");
-	if (a->moment_dtype != TIER_FP32 && a->moment_dtype != TIER_BF16)
-		return ts_err(-EINVAL, "adam: exp_avg/exp_avg_sq dtype %d is not FP32 or BF16",
+	if (a->moment_dtype != TIER_FP32 && a->moment_dtype != TIER_BF16 &&
+	    a->moment_dtype != TIER_Q8)
+		return ts_err(-EINVAL, "adam: exp_avg/exp_avg_sq dtype %d is not FP32, BF16 or Q8",
 				(int)a->moment_dtype);
 	if (!dtype_valid(a->grad_dtype))
-		return ts_err(-EINVAL, "adam: grad dtype %d is not FP32, BF16 or FP16",
-				(int)a->grad_dtype);
+		return ts_err(-EINVAL, "adam: grad dtype %d%s is not FP32, BF16 or FP16",
+				(int)a->grad_dtype,
+				a->grad_dtype == TIER_Q8 ? " (q8, a moment dtype only)" : "");
 	if (!dtype_valid(a->out_dtype))
-		return ts_err(-EINVAL, "adam: param_out dtype %d is not FP32, BF16 or FP16",
-				(int)a->out_dtype);
+		return ts_err(-EINVAL, "adam: param_out dtype %d%s is not FP32, BF16 or FP16",
+				(int)a->out_dtype,
+				a->out_dtype == TIER_Q8 ? " (q8, a moment dtype only)" : "");
+	if (a->moment_dtype == TIER_Q8 && a->index0 % TIER_Q8_BLOCK != 0)
+		return ts_err(-EINVAL, "adam: index0 %llu of q8 moments is not a multiple of the block (%d)",
+				(unsigned long long)a->index0, TIER_Q8_BLOCK);
 	if (a->n == 0)
 		return 0;
+	if (a->moment_dtype == TIER_Q8 && !a->exp_avg_scale)
+		return ts_err(-EINVAL, "adam: exp_avg_scale is NULL with q8 moments, n = %zu", a->n);
+	if (a->moment_dtype == TIER_Q8 && !a->exp_avg_sq_scale)
+		return ts_err(-EINVAL, "adam: exp_avg_sq_scale is NULL with q8 moments, n = %zu", a->n);
 	if (!a->param)
 		return ts_err(-EINVAL, "adam: param is NULL with n = %zu", a->n);
 	if (!a->exp_avg)
@@ -98,6 +113,12 @@ static void adamw_scalar_kernel(const struct adam_consts *c, const struct tier_a
 		break;
 		ADAMW_DTYPE_CASES(ADAMW_CASE)
 #undef ADAMW_CASE
+#define ADAMW_CASE(M, G, O)                                                    \
+	case ADAMW_KEY(M, G, O):                                               \
+		adamw_q8_scalar_range(c, a, begin, end, G, O);                 \
+		break;
+		ADAMW_Q8_CASES(ADAMW_CASE)
+#undef ADAMW_CASE
 	default:
 		break;
 	}
@@ -113,6 +134,13 @@ static void adamw_scalar_roofline(const struct adam_consts *c, const struct tier
 		adamw_scalar_roof_range(a, begin, end, M, G, O);               \
 		break;
 		ADAMW_DTYPE_CASES(ADAMW_CASE)
+#undef ADAMW_CASE
+#define ADAMW_CASE(M, G, O)                                                    \
+	case ADAMW_KEY(M, G, O):                                               \
+		adamw_q8_roof_elems(a, begin, end, G, O);                      \
+		adamw_q8_roof_scales(a, begin, end);                           \
+		break;
+		ADAMW_Q8_CASES(ADAMW_CASE)
 #undef ADAMW_CASE
 	default:
 		break;

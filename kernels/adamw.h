@@ -1,7 +1,7 @@
 /*
  * adamw.h - the CPU Adam/AdamW update over arrays, one pass over memory:
  * reads the gradient (fp32, bf16 or fp16), the fp32 master parameters and
- * the two moments (fp32 or bf16), writes the parameters and moments back
+ * the two moments (fp32, bf16, or q8: 8-bit codes with a scale per block), writes the parameters and moments back
  * in place and, optionally, a copy of the parameters in bf16, fp16 or fp32
  * (the copy the GPU needs), all in the same pass.  The loss-scale division
  * and the clipping coefficient are folded into adam_consts.grad_scale.
@@ -58,8 +58,9 @@ adamw_kernel_fn adamw_roofline_kernel(enum adamw_isa isa);
  * again from TIER_SIMD as the options table then holds it. */
 void adamw_isa_reset(void);
 
-/* Benchmarks only: elements per tile (rounded up to a multiple of 64;
- * 0 = the default, 16K). */
+/* Benchmarks and tests only: elements per tile (rounded up to a multiple
+ * of TIER_Q8_BLOCK, 256, so that tiles are whole q8 blocks; 0 = the
+ * default, 16K). */
 void adamw_set_tile(size_t elems);
 
 #endif

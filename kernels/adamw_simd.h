@@ -171,6 +171,12 @@ void ADAMW_SIMD_KERNEL(const struct adam_consts *c, const struct tier_adam_tenso
 		break;
 		ADAMW_DTYPE_CASES(ADAMW_CASE)
 #undef ADAMW_CASE
+#define ADAMW_CASE(M, G, O)                                                    \
+	case ADAMW_KEY(M, G, O):                                               \
+		adamw_q8_scalar_range(c, a, begin, end, G, O);                 \
+		break;
+		ADAMW_Q8_CASES(ADAMW_CASE)
+#undef ADAMW_CASE
 	default:
 		break;
 	}
@@ -186,6 +192,13 @@ void ADAMW_SIMD_ROOFLINE(const struct adam_consts *c, const struct tier_adam_ten
 		simd_roof_range(a, begin, end, M, G, O);                       \
 		break;
 		ADAMW_DTYPE_CASES(ADAMW_CASE)
+#undef ADAMW_CASE
+#define ADAMW_CASE(M, G, O)                                                    \
+	case ADAMW_KEY(M, G, O):                                               \
+		adamw_q8_roof_elems(a, begin, end, G, O);                      \
+		adamw_q8_roof_scales(a, begin, end);                           \
+		break;
+		ADAMW_Q8_CASES(ADAMW_CASE)
 #undef ADAMW_CASE
 	default:
 		break;

@@ -36,9 +36,10 @@
 #include "tiers/hbm.h"
 #include "tiers/store.h"
 
+/* A gradient's or a parameter copy's dtype (TIER_Q8 is a moment dtype only). */
 static bool dtype_ok(int d)
 {
-	return tier_dtype_size((enum tier_dtype)d) != 0;
+	return d == TIER_FP32 || d == TIER_BF16 || d == TIER_FP16;
 }
 
 /* ------------------------------------------------------------ the update */
@@ -418,8 +419,9 @@ static int check_tensor(const struct tier_optim *o, const struct param *pp, cons
 	if (!t->ptr)
 		return ts_err(-EINVAL, "parameter '%s': no %s buffer", pp->name, what);
 	if (!dtype_ok((int)t->dtype))
-		return ts_err(-EINVAL, "parameter '%s': %s dtype %d (TIER_FP32, TIER_BF16, TIER_FP16)",
-				pp->name, what, (int)t->dtype);
+		return ts_err(-EINVAL, "parameter '%s': %s dtype %d%s (TIER_FP32, TIER_BF16, TIER_FP16)",
+				pp->name, what, (int)t->dtype,
+				t->dtype == TIER_Q8 ? " (q8, a moment dtype only)" : "");
 	if (t->mem != TIER_MEM_HOST && t->mem != TIER_MEM_DEVICE)
 		return ts_err(-EINVAL, "parameter '%s': %s memory kind %d", pp->name, what,
 				(int)t->mem);

@@ -406,8 +406,9 @@ static const struct dtype_case dtype_cases[] = {
 	{ TIER_FP32, "fp32", 4 },
 	{ TIER_BF16, "bf16", 2 },
 	{ TIER_FP16, "fp16", 2 },
+	{ TIER_Q8, "q8", 1 },
 	{ -1, NULL, 0 },
-	{ 3, NULL, 0 },
+	{ 4, NULL, 0 },
 	{ 1000, NULL, 0 },
 };
 

@@ -64,7 +64,8 @@ enum {
 	BENCH_DT_FP32 = 1u << TIER_FP32,
 	BENCH_DT_BF16 = 1u << TIER_BF16,
 	BENCH_DT_FP16 = 1u << TIER_FP16,
-	BENCH_DT_NONE = 1u << 3,       /* "none": BENCH_NO_DTYPE */
+	BENCH_DT_Q8 = 1u << TIER_Q8,   /* moments only */
+	BENCH_DT_NONE = 1u << 8,       /* "none": BENCH_NO_DTYPE */
 };
 
 /*

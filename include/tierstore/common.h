@@ -97,12 +97,18 @@ TIER_API int tier_options_print(FILE *out);
 
 /* ------------------------------------------------------------ element types */
 
-/* Element types of optimizer state, gradients and parameter copies. */
-enum tier_dtype { TIER_FP32 = 0, TIER_BF16 = 1, TIER_FP16 = 2 };
+/*
+ * Element types of optimizer state, gradients and parameter copies.
+ * TIER_Q8 is a moment type only (8-bit codes with a float scale per block
+ * of TIER_Q8_BLOCK elements, tierstore/kernels.h): never a gradient, a
+ * parameter copy or a master copy.
+ */
+enum tier_dtype { TIER_FP32 = 0, TIER_BF16 = 1, TIER_FP16 = 2, TIER_Q8 = 3 };
 
-/* Bytes per element of @d: 4 or 2; 0 for a value that is no dtype. */
+/* Bytes per element of @d: 4, 2, or 1 (q8: the codes, without the block
+ * scales); 0 for a value that is no dtype. */
 TIER_API size_t tier_dtype_size(enum tier_dtype d);
-/* "fp32", "bf16" or "fp16"; NULL for a value that is no dtype. */
+/* "fp32", "bf16", "fp16" or "q8"; NULL for a value that is no dtype. */
 TIER_API const char *tier_dtype_name(enum tier_dtype d);
 /* The dtype named @name (as tier_dtype_name gives it): 0, or -EINVAL. */
 TIER_API int tier_dtype_parse(const char *name, enum tier_dtype *out);

@@ -65,13 +65,23 @@ static inline void tier_adam_params_init(struct tier_adam_params *p)
 
 /*
  * The arrays of one update, all of @n elements: fp32 master parameters,
- * moments in @moment_dtype (FP32 or BF16, rounded as the params' rounding
- * says), the gradient in @grad_dtype (any), and an optional copy of the
- * updated parameters (@param_out, NULL for none) in @out_dtype.  Updated
- * in place, in one pass over memory.  Any alignment.  @index0: the index,
- * in its whole tensor, of element 0 of these arrays (the stochastic
- * rounding's counter; 0 for a whole tensor).
+ * moments in @moment_dtype (FP32, BF16 or Q8, rounded as the params'
+ * rounding says), the gradient in @grad_dtype (FP32, BF16 or FP16), and an
+ * optional copy of the updated parameters (@param_out, NULL for none) in
+ * @out_dtype (FP32, BF16 or FP16).  Updated in place, in one pass over
+ * memory.  Any alignment.  @index0: the index, in its whole tensor, of
+ * element 0 of these arrays (the stochastic rounding's counter; 0 for a
+ * whole tensor).
+ *
+ * Q8 moments (docs/kernels.md, "q8 moments"): @exp_avg is @n signed 8-bit
+ * codes, @exp_avg_sq @n unsigned ones, and @exp_avg_scale,
+ * @exp_avg_sq_scale are ceil(n / TIER_Q8_BLOCK) floats each, the absolute
+ * maximum of each block of TIER_Q8_BLOCK elements (the last block may be
+ * partial); @index0 must be a multiple of TIER_Q8_BLOCK, so that the
+ * blocks are the same whatever the split of a tensor.  The scale arrays
+ * are not read for other moment dtypes.
  */
+#define TIER_Q8_BLOCK 256
 struct tier_adam_tensors {
 	size_t n;
 	float *param;
@@ -82,6 +92,7 @@ struct tier_adam_tensors {
 	void *param_out;
 	enum tier_dtype out_dtype;
 	uint64_t index0;
+	float *exp_avg_scale, *exp_avg_sq_scale; /* Q8 moments only */
 };
 
 /*
