@@ -599,7 +599,8 @@ TIER_API double tier_optim_cpu_fraction(const struct tier_optim *o);
  * place a program (tier-bench among them) reads them from. */
 struct tier_optim_info {
 	enum tier_dtype moment_dtype;
-	uint32_t bytes_per_elem;   /* state per element: 4 + 2 x the moment size */
+	uint32_t bytes_per_elem;   /* state per element: 4 + 2 x the moment size (1 for q8) */
+	uint32_t block_bytes;      /* q8: and per TIER_Q8_BLOCK elements (the scales); else 0 */
 	uint64_t shard_elems;      /* elements per shard (a multiple of 64) */
 	uint64_t shard_bytes;      /* state bytes per (full) shard */
 	uint64_t window_bytes;     /* the lookahead window in DRAM */

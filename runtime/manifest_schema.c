@@ -760,8 +760,8 @@ static void k_opt_moment(struct walker *w, const char *key, yaml_node_t *v)
 {
 	int i;
 
-	if (get_enum(w, key, v, "fp32|bf16", &i, &w->raw->moment_at) == 0)
-		w->raw->moment = (enum tier_dtype)i;
+	if (get_enum(w, key, v, "fp32|bf16|q8", &i, &w->raw->moment_at) == 0)
+		w->raw->moment = i == 2 ? TIER_Q8 : (enum tier_dtype)i;
 }
 
 static void k_opt_rounding(struct walker *w, const char *key, yaml_node_t *v)

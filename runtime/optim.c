@@ -140,8 +140,8 @@ static int check_params(const struct tier_optim_params *p)
 	if ((rc = optim_check_group("optimizer", &g)))
 		return rc;
 	if (p->moment_dtype != TIER_DTYPE_MANIFEST && p->moment_dtype != TIER_FP32 &&
-	    p->moment_dtype != TIER_BF16)
-		return ts_err(-EINVAL, "optimizer: moment_dtype %d (TIER_FP32, TIER_BF16 or TIER_DTYPE_MANIFEST)",
+	    p->moment_dtype != TIER_BF16 && p->moment_dtype != TIER_Q8)
+		return ts_err(-EINVAL, "optimizer: moment_dtype %d (TIER_FP32, TIER_BF16, TIER_Q8 or TIER_DTYPE_MANIFEST)",
 				p->moment_dtype);
 	if (p->rounding != TIER_ROUND_MANIFEST && p->rounding != TIER_ROUND_NEAREST &&
 	    p->rounding != TIER_ROUND_STOCHASTIC)
@@ -362,11 +362,11 @@ int optim_create(struct tier_store *s, const struct tier_optim_params *p, size_t
 			goto fail;
 	}
 	o->md = p->moment_dtype == TIER_DTYPE_MANIFEST ? cfg->moment_dtype : (enum tier_dtype)p->moment_dtype;
-	if (o->md != TIER_FP32 && o->md != TIER_BF16) {
+	if (o->md != TIER_FP32 && o->md != TIER_BF16 && o->md != TIER_Q8) {
 		rc = ts_err(-EINVAL, "optimizer: moment dtype %d from the manifest", (int)o->md);
 		goto fail;
 	}
-	o->mb = tier_dtype_size(o->md);
+	o->mb = o->md == TIER_Q8 ? 1 : tier_dtype_size(o->md);
 	o->rounding = p->rounding == TIER_ROUND_MANIFEST ? cfg->rounding : p->rounding;
 	o->out_rounding = p->out_rounding == TIER_ROUND_MANIFEST ? cfg->out_rounding : p->out_rounding;
 	o->seed = p->seed == TIER_SEED_MANIFEST ? cfg->seed : p->seed;
@@ -380,8 +380,8 @@ int optim_create(struct tier_store *s, const struct tier_optim_params *p, size_t
 	shard_size = p->shard_size ? p->shard_size
 		     : cfg->shard_derived ? la_shard_default(o->dram_cap) : cfg->shard_size;
 	o->shard_elems = shard_elems ? shard_elems
-			 : shard_size / (4 + 2 * o->mb) / SHARD_ALIGN * SHARD_ALIGN;
-	shard_bytes = o->shard_elems * (4 + 2 * o->mb);
+			 : state_elems_in(o->md, shard_size, optim_align(o->md));
+	shard_bytes = state_bytes_n(o->md, o->shard_elems);
 	if (shard_bytes > o->dram_cap / 4) {
 		rc = ts_err(-EINVAL, "optimizer: shards of %" PRIu64 " bytes do not fit four times in the DRAM tier (%" PRIu64 " bytes); use a smaller shard_size",
 			      shard_bytes, o->dram_cap);
@@ -483,7 +483,7 @@ static int shard_init(struct tier_optim *o, struct shard *sh, const float *init,
 		memcpy(ptr, init + sh->off, sh->n * 4);
 	else
 		memset(ptr, 0, sh->n * 4);
-	memset((char *)ptr + sh->n * 4, 0, 2 * o->mb * sh->n);
+	memset((char *)ptr + sh->n * 4, 0, state_bytes_n(o->md, sh->n) - sh->n * 4);
 	return tier_obj_release(o->s, sh->obj, TIER_DRAM, true);
 }
 
@@ -523,10 +523,11 @@ static int add_size(const struct tier_optim *o, const char *name, size_t numel, 
 	struct tier_store_stats st;
 	enum tier_level home = tier_store_home(o->s);
 
-	if (__builtin_mul_overflow((uint64_t)numel, (uint64_t)(4 + 2 * o->mb), &bytes) ||
+	if (__builtin_mul_overflow((uint64_t)numel, (uint64_t)(4 + 2 * o->mb + 1), &bytes) ||
 	    __builtin_mul_overflow(numel, (size_t)4, &master))
 		return ts_err(-EOVERFLOW, "tier_optim_add_param: parameter '%s': numel %zu: its state (%zu bytes per element) overflows a 64-bit byte count",
 				name, numel, 4 + 2 * o->mb);
+	bytes = state_bytes_n(o->md, numel); /* no more than the product checked */
 	n = numel / o->shard_elems + (numel % o->shard_elems != 0);
 	if (n > UINT32_MAX - o->nshards)
 		return ts_err(-EOVERFLOW, "tier_optim_add_param: parameter '%s': numel %zu needs %" PRIu64 " shards of %zu elements; with the %u held that exceeds %u (uint32_t)",
@@ -631,7 +632,7 @@ int optim_add_param(struct tier_optim *o, uint32_t gid, const char *name, size_t
 		sh->index = first + k;
 		sh->off = (size_t)k * o->shard_elems;
 		sh->n = pp->pn - sh->off < o->shard_elems ? pp->pn - sh->off : o->shard_elems;
-		sh->bytes = sh->n * (4 + 2 * o->mb);
+		sh->bytes = state_bytes_n(o->md, sh->n);
 		snprintf(oname, sizeof(oname), "%s#%u", name, k);
 		if ((rc = tier_obj_create(o->s, oname, sh->bytes, &sh->obj))) {
 			ts_err_prefix("parameter '%s': ", name);
@@ -704,6 +705,7 @@ int tier_optim_info(const struct tier_optim *o, struct tier_optim_info *out)
 	memset(out, 0, sizeof(*out));
 	out->moment_dtype = o->md;
 	out->bytes_per_elem = (uint32_t)(4 + 2 * o->mb);
+	out->block_bytes = o->md == TIER_Q8 ? 8 : 0;
 	out->shard_elems = o->shard_elems;
 	out->shard_bytes = o->shard_bytes;
 	out->window_bytes = o->lookahead;
@@ -972,6 +974,55 @@ int tier_optim_set_scaler(struct tier_optim *o, const struct tier_loss_scaler *i
 
 /* ------------------------------------------------------------ read back */
 
+/* A q8 shard's moments as fp32 values (either output may be NULL). */
+void optim_q8_decode(const void *shard, size_t n, float *m, float *v)
+{
+	struct shard_view sv;
+
+	shard_view_of(TIER_Q8, (void *)(uintptr_t)shard, n, &sv);
+	for (size_t i = 0; i < n; i++) {
+		size_t b = i / TIER_Q8_BLOCK;
+
+		if (m)
+			m[i] = q8_dec_m(((const uint8_t *)sv.m)[i], sv.ms[b]);
+		if (v)
+			v[i] = q8_dec_v(((const uint8_t *)sv.v)[i], sv.vs[b]);
+	}
+}
+
+/* fp32 moments into a q8 shard (either input may be NULL: that moment
+ * stays), each block scaled by its largest |value| and rounded to nearest. */
+void optim_q8_encode(void *shard, size_t n, const float *m, const float *v)
+{
+	struct shard_view sv;
+
+	shard_view_of(TIER_Q8, shard, n, &sv);
+	for (size_t b0 = 0; b0 < n; b0 += TIER_Q8_BLOCK) {
+		size_t b1 = n - b0 < TIER_Q8_BLOCK ? n : b0 + TIER_Q8_BLOCK, b = b0 / TIER_Q8_BLOCK;
+
+		for (int k = 0; k < 2; k++) {
+			const float *x = k ? v : m;
+			uint8_t *codes = k ? sv.v : sv.m;
+			uint32_t maxbits = 0;
+			float inv, scale;
+
+			if (!x)
+				continue;
+			for (size_t i = b0; i < b1; i++) {
+				uint32_t u = q8_u(x[i]) & 0x7fffffffu;
+
+				maxbits = u > maxbits ? u : maxbits;
+			}
+			scale = q8_scale(maxbits, &inv);
+			(k ? sv.vs : sv.ms)[b] = scale;
+			for (size_t i = b0; i < b1; i++)
+				codes[i] = (uint8_t)(inv == 0.0f ? 0
+					   : k ? q8_enc_v(x[i], inv, Q8_RND_NEAREST)
+					       : q8_enc_m(x[i], inv, Q8_RND_NEAREST));
+		}
+	}
+}
+
 int tier_optim_read(struct tier_optim *o, uint32_t id, float *master, void *exp_avg,
 		    void *exp_avg_sq)
 {
@@ -992,11 +1043,17 @@ int tier_optim_read(struct tier_optim *o, uint32_t id, float *master, void *exp_
 			return rc;
 		if (master)
 			memcpy(master + sh->off, ptr, sh->n * 4);
-		if (exp_avg)
-			memcpy((char *)exp_avg + sh->off * o->mb, ptr + 4 * sh->n, sh->n * o->mb);
-		if (exp_avg_sq)
-			memcpy((char *)exp_avg_sq + sh->off * o->mb, ptr + (4 + o->mb) * sh->n,
-			       sh->n * o->mb);
+		if (o->md == TIER_Q8) {
+			optim_q8_decode(ptr, sh->n, exp_avg ? (float *)exp_avg + sh->off : NULL,
+					exp_avg_sq ? (float *)exp_avg_sq + sh->off : NULL);
+		} else {
+			if (exp_avg)
+				memcpy((char *)exp_avg + sh->off * o->mb, ptr + 4 * sh->n,
+				       sh->n * o->mb);
+			if (exp_avg_sq)
+				memcpy((char *)exp_avg_sq + sh->off * o->mb, ptr + (4 + o->mb) * sh->n,
+				       sh->n * o->mb);
+		}
 		if ((rc = tier_obj_release(o->s, sh->obj, TIER_DRAM, false)))
 			return rc;
 	}
@@ -1028,11 +1085,17 @@ int tier_optim_write(struct tier_optim *o, uint32_t id, const float *master,
 		}
 		if (master)
 			memcpy(ptr, master + sh->off, sh->n * 4);
-		if (exp_avg)
-			memcpy(ptr + 4 * sh->n, (const char *)exp_avg + sh->off * o->mb, sh->n * o->mb);
-		if (exp_avg_sq)
-			memcpy(ptr + (4 + o->mb) * sh->n, (const char *)exp_avg_sq + sh->off * o->mb,
-			       sh->n * o->mb);
+		if (o->md == TIER_Q8) {
+			optim_q8_encode(ptr, sh->n, exp_avg ? (const float *)exp_avg + sh->off : NULL,
+					exp_avg_sq ? (const float *)exp_avg_sq + sh->off : NULL);
+		} else {
+			if (exp_avg)
+				memcpy(ptr + 4 * sh->n, (const char *)exp_avg + sh->off * o->mb,
+				       sh->n * o->mb);
+			if (exp_avg_sq)
+				memcpy(ptr + (4 + o->mb) * sh->n,
+				       (const char *)exp_avg_sq + sh->off * o->mb, sh->n * o->mb);
+		}
 		if ((rc = tier_obj_release(o->s, sh->obj, TIER_DRAM, true)))
 			return rc;
 	}

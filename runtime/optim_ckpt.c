@@ -499,7 +499,7 @@ static int adopt_param(struct tier_optim *o, const struct rparam *d)
 		sh->index = first + k;
 		sh->off = (size_t)k * o->shard_elems;
 		sh->n = pn - sh->off < o->shard_elems ? pn - sh->off : o->shard_elems;
-		sh->bytes = sh->n * (4 + 2 * o->mb);
+		sh->bytes = state_bytes_n(o->md, sh->n);
 		snprintf(oname, sizeof(oname), "%s#%u", name, k);
 		sh->obj = tier_obj_find(o->s, oname);
 		if (!sh->obj || tier_obj_size(sh->obj) != sh->bytes) {

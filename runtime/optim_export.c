@@ -93,7 +93,7 @@ static void kv_free(struct kv *m)
 
 static const char *md_name(enum tier_dtype md)
 {
-	return md == TIER_BF16 ? "bf16" : "fp32";
+	return md == TIER_BF16 ? "bf16" : md == TIER_Q8 ? "q8" : "fp32";
 }
 
 static void meta_fill(const struct tier_optim *o, struct kv *m)
@@ -170,6 +170,7 @@ int tier_optim_export(struct tier_optim *o, const char *path)
 	struct st_writer *w = NULL;
 	struct kv meta = { 0 };
 	size_t nt = (size_t)o->nparams * 3;
+	float *q8tmp = NULL; /* q8: a shard's moments as fp32, exported as F32 */
 	int rc = 0;
 
 	if (o->comm && o->world > 1)
@@ -222,11 +223,24 @@ int tier_optim_export(struct tier_optim *o, const char *path)
 		if (rc)
 			break;
 		rc = st_writer_pwrite(w, j, sh->off * 4, ptr, sh->n * 4);
-		if (!rc)
-			rc = st_writer_pwrite(w, j + 1, sh->off * o->mb, ptr + 4 * sh->n, sh->n * o->mb);
-		if (!rc)
-			rc = st_writer_pwrite(w, j + 2, sh->off * o->mb, ptr + (4 + o->mb) * sh->n,
-					      sh->n * o->mb);
+		if (!rc && o->md == TIER_Q8) {
+			if (!q8tmp && !(q8tmp = malloc(o->shard_elems * 8))) {
+				rc = ts_err(-ENOMEM, "tier_optim_export: out of memory");
+			} else {
+				optim_q8_decode(ptr, sh->n, q8tmp, q8tmp + sh->n);
+				rc = st_writer_pwrite(w, j + 1, sh->off * 4, q8tmp, sh->n * 4);
+				if (!rc)
+					rc = st_writer_pwrite(w, j + 2, sh->off * 4, q8tmp + sh->n,
+							      sh->n * 4);
+			}
+		} else {
+			if (!rc)
+				rc = st_writer_pwrite(w, j + 1, sh->off * o->mb, ptr + 4 * sh->n,
+						      sh->n * o->mb);
+			if (!rc)
+				rc = st_writer_pwrite(w, j + 2, sh->off * o->mb,
+						      ptr + (4 + o->mb) * sh->n, sh->n * o->mb);
+		}
 		tier_obj_release(o->s, sh->obj, TIER_DRAM, false);
 	}
 	if (rc) {
@@ -242,6 +256,7 @@ out:
 		free(names[j]);
 	free(names);
 	free(d);
+	free(q8tmp);
 	kv_free(&meta);
 	return rc;
 }
@@ -253,6 +268,7 @@ struct imp {
 	const char *path;
 	size_t t[3];             /* this parameter's tensors */
 	size_t mb;
+	float *q8tmp;            /* q8: a shard's moments as read (F32) */
 };
 
 static int fill_from_file(void *arg, struct tier_optim *o, const struct shard *sh, void *ptr)
@@ -262,6 +278,16 @@ static int fill_from_file(void *arg, struct tier_optim *o, const struct shard *s
 	int rc;
 
 	rc = st_reader_pread(im->r, im->t[0], sh->off * 4, p, sh->n * 4);
+	if (!rc && o->md == TIER_Q8) {
+		if (!im->q8tmp && !(im->q8tmp = malloc(o->shard_elems * 8)))
+			return ts_err(-ENOMEM, "tier_optim_import: out of memory");
+		rc = st_reader_pread(im->r, im->t[1], sh->off * 4, im->q8tmp, sh->n * 4);
+		if (!rc)
+			rc = st_reader_pread(im->r, im->t[2], sh->off * 4, im->q8tmp + sh->n, sh->n * 4);
+		if (!rc)
+			optim_q8_encode(p, sh->n, im->q8tmp, im->q8tmp + sh->n);
+		return rc;
+	}
 	if (!rc)
 		rc = st_reader_pread(im->r, im->t[1], sh->off * o->mb, p + 4 * sh->n, sh->n * o->mb);
 	if (!rc)
@@ -324,9 +350,9 @@ static int import_meta(struct st_reader *r, const char *path, struct tier_optim_
 	if ((rc = meta_bool(r, path, "decoupled", &p->decoupled)) ||
 	    (rc = meta_bool(r, path, "dynamic_loss_scale", &p->dynamic_loss_scale)))
 		return rc;
-	if (!md || (strcmp(md, "fp32") && strcmp(md, "bf16")))
-		return ts_err(-EBADMSG, "%s: metadata 'moment_dtype' must be fp32 or bf16", path);
-	p->moment_dtype = !strcmp(md, "bf16") ? TIER_BF16 : TIER_FP32;
+	if (!md || (strcmp(md, "fp32") && strcmp(md, "bf16") && strcmp(md, "q8")))
+		return ts_err(-EBADMSG, "%s: metadata 'moment_dtype' must be fp32, bf16 or q8", path);
+	p->moment_dtype = !strcmp(md, "bf16") ? TIER_BF16 : !strcmp(md, "q8") ? TIER_Q8 : TIER_FP32;
 	/* optional (exports before API 0.6 have none: the manifest's) */
 	{
 		static const char *const rkeys[2] = { "rounding", "out_rounding" };
@@ -569,6 +595,7 @@ int tier_optim_import(struct tier_store *s, const char *path, const struct tier_
 out:
 	if (o)
 		tier_optim_destroy(o);
+	free(im.q8tmp);
 	st_reader_close(im.r);
 	return rc;
 }

@@ -275,4 +275,71 @@ void *optim_gpu_main(void *arg);
  * updated (a failed end, or destroy inside a step). */
 void optim_abandon(struct tier_optim *o);
 
+
+/* ------------------------------------------------------- a shard's layout */
+
+/*
+ * The bytes of a shard of @n elements (docs/optimizer.md, "Shards"):
+ * fp32 and bf16 moments: [master f32 x n][exp_avg x n][exp_avg_sq x n];
+ * q8: [master f32 x n][exp_avg scales f32 x nb][exp_avg_sq scales x nb]
+ * [exp_avg codes x n][exp_avg_sq codes x n], nb = ceil(n / TIER_Q8_BLOCK),
+ * so that every array is aligned to its element.
+ */
+struct shard_view {
+	float *param;
+	void *m, *v;
+	float *ms, *vs; /* q8: the blocks' scales; else NULL */
+};
+
+static inline uint64_t q8_nblocks(uint64_t n)
+{
+	return (n + TIER_Q8_BLOCK - 1) / TIER_Q8_BLOCK;
+}
+
+static inline uint64_t state_bytes_n(enum tier_dtype md, uint64_t n)
+{
+	if (md == TIER_Q8)
+		return n * 6 + q8_nblocks(n) * 8;
+	return n * (4 + 2 * (uint64_t)tier_dtype_size(md));
+}
+
+/* Elements of a shard of at most @bytes, a multiple of @align. */
+static inline uint64_t state_elems_in(enum tier_dtype md, uint64_t bytes, uint64_t align)
+{
+	uint64_t n = md == TIER_Q8 ? bytes / (6 * TIER_Q8_BLOCK + 8) * TIER_Q8_BLOCK
+				   : bytes / (4 + 2 * (uint64_t)tier_dtype_size(md));
+
+	return n / align * align;
+}
+
+static inline void shard_view_of(enum tier_dtype md, void *base, size_t n, struct shard_view *v)
+{
+	char *b = base;
+	size_t mb = md == TIER_Q8 ? 1 : tier_dtype_size(md);
+
+	v->param = (float *)base;
+	if (md == TIER_Q8) {
+		size_t nb = (size_t)q8_nblocks(n);
+
+		v->ms = (float *)(void *)(b + 4 * n);
+		v->vs = v->ms + nb;
+		v->m = b + 4 * n + 8 * nb;
+		v->v = b + 4 * n + 8 * nb + n;
+		return;
+	}
+	v->ms = v->vs = NULL;
+	v->m = b + 4 * n;
+	v->v = b + (4 + mb) * n;
+}
+
+/* q8 shards' moments to and from fp32 (optim.c). */
+void optim_q8_decode(const void *shard, size_t n, float *m, float *v);
+void optim_q8_encode(void *shard, size_t n, const float *m, const float *v);
+
+/* The element alignment of shards and pieces: q8 keeps its blocks whole. */
+static inline size_t optim_align(enum tier_dtype md)
+{
+	return md == TIER_Q8 ? TIER_Q8_BLOCK : SHARD_ALIGN;
+}
+
 #endif

@@ -51,11 +51,9 @@ static int update_item(struct tier_optim *o, unsigned lane, struct la_item *it)
 	struct param *pp = &o->params[sh->param];
 	char *base = it->ptr;
 	size_t gsz = tier_dtype_size(pp->grad.dtype), osz = pp->out.ptr ? tier_dtype_size(pp->out.dtype) : 0;
+	struct shard_view sv;
 	struct tier_adam_tensors t = {
 		.n = sh->n,
-		.param = (float *)(void *)base,
-		.exp_avg = base + 4 * sh->n,
-		.exp_avg_sq = base + (4 + o->mb) * sh->n,
 		.moment_dtype = o->md,
 		.grad = (const char *)pp->grad.ptr + sh->off * gsz,
 		.grad_dtype = pp->grad.dtype,
@@ -63,7 +61,15 @@ static int update_item(struct tier_optim *o, unsigned lane, struct la_item *it)
 		.out_dtype = pp->out.ptr ? pp->out.dtype : TIER_FP32,
 		.index0 = pp->poff + sh->off,
 	};
-	void *final_out = t.param_out;
+	void *final_out;
+
+	shard_view_of(o->md, base, sh->n, &sv);
+	t.param = sv.param;
+	t.exp_avg = sv.m;
+	t.exp_avg_sq = sv.v;
+	t.exp_avg_scale = sv.ms;
+	t.exp_avg_sq_scale = sv.vs;
+	final_out = t.param_out;
 	bool on_device = lane == 1 && !o->dev_host;
 	const struct tier_group_params *g = &o->groups[pp->group];
 	struct tier_adam_params ap = o->ap;

@@ -125,7 +125,7 @@ int zero_param_split(struct tier_optim *o, struct param *pp)
 		free(bound);
 		return ts_err(-ENOMEM, "parameter '%s': out of memory", pp->name);
 	}
-	if ((rc = part_plan(&n64, 1, (uint32_t)o->world, SHARD_ALIGN, bound))) {
+	if ((rc = part_plan(&n64, 1, (uint32_t)o->world, optim_align(o->md), bound))) {
 		free(bound);
 		zero_param_free(o, pp);
 		return ts_err(rc, "parameter '%s': %zu elements cannot be split among %d ranks",

@@ -235,7 +235,7 @@ static const struct bad_case bad_cases[] = {
 	{ "master dtype must be fp32",
 	  SMALL "optimizer:\n  master_dtype: bf16\n", 4, 17, "always fp32" },
 	{ "moment dtype word",
-	  SMALL "optimizer:\n  moment_dtype: int8\n", 4, 17, "'int8' is not one of fp32|bf16" },
+	  SMALL "optimizer:\n  moment_dtype: int8\n", 4, 17, "'int8' is not one of fp32|bf16|q8" },
 	{ "rounding word",
 	  SMALL "optimizer:\n  rounding: up\n", 4, 13, "'up' is not one of nearest|stochastic" },
 	{ "out_rounding word",

@@ -17,7 +17,7 @@ API_MAJOR = 0
 API_MINOR = 6
 
 # enum tier_dtype
-TIER_FP32, TIER_BF16, TIER_FP16 = 0, 1, 2
+TIER_FP32, TIER_BF16, TIER_FP16, TIER_Q8 = 0, 1, 2, 3
 # enum tier_mem
 TIER_MEM_HOST, TIER_MEM_DEVICE = 0, 1
 TIER_OFFLOAD_AUTO = -1.0
@@ -191,6 +191,7 @@ class OptimInfo(ctypes.Structure):
     _fields_ = [
         ("moment_dtype", c_int),
         ("bytes_per_elem", u32),
+        ("block_bytes", u32),
         ("shard_elems", u64), ("shard_bytes", u64),
         ("window_bytes", u64), ("hbm_budget", u64),
         ("write_behind", u32),

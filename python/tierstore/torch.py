@@ -23,9 +23,11 @@ __all__ = ["TierAdamW", "TierError"]
 
 _DTYPES = {torch.float32: _lib.TIER_FP32, torch.bfloat16: _lib.TIER_BF16,
            torch.float16: _lib.TIER_FP16}
-_MOMENT_NAMES = {"fp32": _lib.TIER_FP32, "bf16": _lib.TIER_BF16}
+_MOMENT_NAMES = {"fp32": _lib.TIER_FP32, "bf16": _lib.TIER_BF16, "q8": _lib.TIER_Q8}
 _ROUNDING_NAMES = {"nearest": _lib.TIER_ROUND_NEAREST, "stochastic": _lib.TIER_ROUND_STOCHASTIC}
-_MOMENT_TORCH = {_lib.TIER_FP32: torch.float32, _lib.TIER_BF16: torch.bfloat16}
+# the dtype of the moments tier_optim_read/write take (q8: fp32 values)
+_MOMENT_TORCH = {_lib.TIER_FP32: torch.float32, _lib.TIER_BF16: torch.bfloat16,
+                 _lib.TIER_Q8: torch.float32}
 _HAS_POST_ACC_HOOK = hasattr(torch.Tensor, "register_post_accumulate_grad_hook")
 # Group keys of torch.optim.AdamW that TierAdamW keeps at torch's defaults
 # (so its state_dict loads into torch.optim.AdamW and back).
@@ -248,7 +250,9 @@ class TierAdamW(torch.optim.Optimizer):
     - ``manifest``: a :class:`tierstore.Manifest`, a path to a YAML tier
       manifest, or None ($TIER_MANIFEST, else the embedded default, whose
       NVMe file lives under $TIER_DATA or ./tier-data/).
-    - ``moment_dtype``: 'fp32', 'bf16', or None (the manifest's).
+    - ``moment_dtype``: 'fp32', 'bf16', 'q8' (8-bit codes with a scale
+      per block of 256: 6 bytes of state a parameter), or None (the
+      manifest's).  ``state_dict`` holds q8 moments as float32 values.
     - ``rounding``: how bf16 moments are rounded: 'stochastic' (the
       manifest's default: unbiased, so the moments decay as fp32's do),
       'nearest', or None (the manifest's).  ``seed``: the stochastic
@@ -373,7 +377,7 @@ class TierAdamW(torch.optim.Optimizer):
         if moment_dtype is not None:
             if moment_dtype not in _MOMENT_NAMES:
                 raise ValueError(f"TierAdamW: moment_dtype {moment_dtype!r} must be 'fp32', "
-                                 "'bf16' or None (the manifest's)")
+                                 "'bf16', 'q8' or None (the manifest's)")
             p.moment_dtype = _MOMENT_NAMES[moment_dtype]
         if rounding is not None:
             if rounding not in _ROUNDING_NAMES:
@@ -841,7 +845,8 @@ class TierAdamW(torch.optim.Optimizer):
         sc = _lib.LossScaler()
         self._call("tier_optim_get_scaler", self.handle, ctypes.byref(sc))
         ts = {"scaler": sc.as_dict(),
-              "moment_dtype": "bf16" if self._moment == _lib.TIER_BF16 else "fp32"}
+              "moment_dtype": {_lib.TIER_BF16: "bf16", _lib.TIER_Q8: "q8"}.get(self._moment,
+                                                                             "fp32")}
         if self._comm is not None:
             ts.update(rank=self.rank, world=self.world)
         return {"state": state, "param_groups": groups, "tierstore": ts}

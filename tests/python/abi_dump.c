@@ -98,6 +98,7 @@ int main(void)
 	F(tier_optim_info, rank); F(tier_optim_info, world);
 	F(tier_optim_info, part_elems); F(tier_optim_info, total_elems);
 	F(tier_optim_info, rounding); F(tier_optim_info, out_rounding); F(tier_optim_info, seed);
+	F(tier_optim_info, block_bytes);
 	E();
 	S(tier_manifest_info);
 	F(tier_manifest_info, source); F(tier_manifest_info, name); F(tier_manifest_info, gpu);
