@@ -980,47 +980,23 @@ void optim_q8_decode(const void *shard, size_t n, float *m, float *v)
 	struct shard_view sv;
 
 	shard_view_of(TIER_Q8, (void *)(uintptr_t)shard, n, &sv);
-	for (size_t i = 0; i < n; i++) {
-		size_t b = i / TIER_Q8_BLOCK;
-
-		if (m)
-			m[i] = q8_dec_m(((const uint8_t *)sv.m)[i], sv.ms[b]);
-		if (v)
-			v[i] = q8_dec_v(((const uint8_t *)sv.v)[i], sv.vs[b]);
-	}
+	if (m)
+		(void)tier_q8_decode(sv.m, sv.ms, n, TIER_Q8_EXP_AVG, m);
+	if (v)
+		(void)tier_q8_decode(sv.v, sv.vs, n, TIER_Q8_EXP_AVG_SQ, v);
 }
 
 /* fp32 moments into a q8 shard (either input may be NULL: that moment
- * stays), each block scaled by its largest |value| and rounded to nearest. */
+ * stays), each block scaled by its largest |value|, rounded to nearest. */
 void optim_q8_encode(void *shard, size_t n, const float *m, const float *v)
 {
 	struct shard_view sv;
 
 	shard_view_of(TIER_Q8, shard, n, &sv);
-	for (size_t b0 = 0; b0 < n; b0 += TIER_Q8_BLOCK) {
-		size_t b1 = n - b0 < TIER_Q8_BLOCK ? n : b0 + TIER_Q8_BLOCK, b = b0 / TIER_Q8_BLOCK;
-
-		for (int k = 0; k < 2; k++) {
-			const float *x = k ? v : m;
-			uint8_t *codes = k ? sv.v : sv.m;
-			uint32_t maxbits = 0;
-			float inv, scale;
-
-			if (!x)
-				continue;
-			for (size_t i = b0; i < b1; i++) {
-				uint32_t u = q8_u(x[i]) & 0x7fffffffu;
-
-				maxbits = u > maxbits ? u : maxbits;
-			}
-			scale = q8_scale(maxbits, &inv);
-			(k ? sv.vs : sv.ms)[b] = scale;
-			for (size_t i = b0; i < b1; i++)
-				codes[i] = (uint8_t)(inv == 0.0f ? 0
-					   : k ? q8_enc_v(x[i], inv, Q8_RND_NEAREST)
-					       : q8_enc_m(x[i], inv, Q8_RND_NEAREST));
-		}
-	}
+	if (m)
+		(void)tier_q8_encode(m, n, TIER_Q8_EXP_AVG, sv.m, sv.ms);
+	if (v)
+		(void)tier_q8_encode(v, n, TIER_Q8_EXP_AVG_SQ, sv.v, sv.vs);
 }
 
 int tier_optim_read(struct tier_optim *o, uint32_t id, float *master, void *exp_avg,

@@ -96,6 +96,21 @@ struct tier_adam_tensors {
 };
 
 /*
+ * q8 moments to and from fp32 values: @n codes of exp_avg
+ * (TIER_Q8_EXP_AVG, signed) or exp_avg_sq (TIER_Q8_EXP_AVG_SQ) with their
+ * ceil(n / TIER_Q8_BLOCK) scales, block 0 starting at element 0.  Decoding
+ * is exact (code value times scale, one fp32 multiply); encoding scales
+ * each block by its largest |value| and rounds to nearest, as the update
+ * does with TIER_ROUND_NEAREST, so decode then encode gives the same
+ * codes and scales.  0, or -EINVAL (@which, a NULL array with n > 0).
+ */
+#define TIER_Q8_EXP_AVG 0
+#define TIER_Q8_EXP_AVG_SQ 1
+TIER_API int tier_q8_decode(const void *codes, const float *scales, size_t n, int which,
+			    float *out);
+TIER_API int tier_q8_encode(const float *in, size_t n, int which, void *codes, float *scales);
+
+/*
  * The CPU Adam/AdamW update over @t, split into cache-sized tiles over
  * @pool (NULL: the calling thread alone), with the best SIMD version this
  * CPU has (TIER_SIMD may force one).  0 or -EINVAL (a dtype not allowed
