@@ -297,7 +297,7 @@ struct tier_optim_params {
 	 * lr: finite, >= 0.  These are group 0's (the default group). */
 	double lr, beta1, beta2, eps, weight_decay;
 	bool decoupled;
-	/* moments: TIER_FP32, TIER_BF16, or TIER_DTYPE_MANIFEST */
+	/* moments: TIER_FP32, TIER_BF16, TIER_Q8, or TIER_DTYPE_MANIFEST */
 	int moment_dtype;
 	/* how bf16 moments (rounding) and bf16 parameter copies
 	 * (out_rounding) are rounded: enum tier_rounding or
@@ -567,7 +567,8 @@ TIER_API int tier_optim_end(struct tier_optim *o, struct tier_step_result *res);
 
 /*
  * Reads parameter @id's state back into host buffers (any may be NULL):
- * master weights (fp32) and the moments in the optimizer's moment dtype.
+ * master weights (fp32) and the moments in the optimizer's moment dtype
+ * (q8 moments as fp32 values: tier_q8_decode).
  * A partitioned optimizer reads (and tier_optim_write writes) this rank's
  * piece: tier_param_info.part_numel elements.
  */
@@ -577,7 +578,8 @@ TIER_API int tier_optim_read(struct tier_optim *o, uint32_t id, float *master, v
 /*
  * Writes parameter @id's state from host buffers (any may be NULL, its
  * part then stays): master weights (fp32) and the moments in the
- * optimizer's moment dtype, numel elements each (a binding's
+ * optimizer's moment dtype (q8: fp32 values, encoded to nearest per block
+ * as tier_q8_encode), numel elements each (a binding's
  * load_state_dict).  Between steps.  0, -EINVAL, -EBUSY, or the store's
  * error.
  */
