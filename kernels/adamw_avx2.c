@@ -155,6 +155,111 @@ ADAMW_INLINE void v_st_bf16_sr(void *base, size_t i, vf x, vi r16)
 	st_u16x8(base, i, _mm_packus_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
 }
 
+/* ---------------------------------------------- q8 moments */
+
+ADAMW_INLINE vi v_iset1(int k)
+{
+	return _mm256_set1_epi32(k);
+}
+
+ADAMW_INLINE vi v_shl4(vi r)
+{
+	return _mm256_slli_epi32(r, 4);
+}
+
+ADAMW_INLINE vi v_xor1(vi c)
+{
+	return _mm256_xor_si256(c, _mm256_set1_epi32(1));
+}
+
+ADAMW_INLINE vi v_ld_u8(const void *base, size_t i)
+{
+	return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)((const char *)base + i)));
+}
+
+ADAMW_INLINE void v_st_u8(void *base, size_t i, vi c)
+{
+	/* each lane <= 255: both packs are exact */
+	__m128i h = _mm_packus_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
+
+	_mm_storel_epi64((__m128i *)(void *)((char *)base + i), _mm_packus_epi16(h, h));
+}
+
+ADAMW_INLINE vi v_absbits(vf x)
+{
+	return _mm256_and_si256(_mm256_castps_si256(x), _mm256_set1_epi32(0x7fffffff));
+}
+
+ADAMW_INLINE vi v_imax(vi a, vi b)
+{
+	return _mm256_max_epi32(a, b); /* lanes < 2^31: signed is unsigned */
+}
+
+ADAMW_INLINE uint32_t v_hmax(vi a)
+{
+	__m128i x = _mm_max_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+
+	x = _mm_max_epi32(x, _mm_shuffle_epi32(x, 0x4e));
+	x = _mm_max_epi32(x, _mm_shuffle_epi32(x, 0xb1));
+	return (uint32_t)_mm_cvtsi128_si32(x);
+}
+
+/* q8_dec_mag() per lane: normal (mag >= 8) from the bits, else mag * step. */
+ADAMW_INLINE vf v_q8_dec_mag(vi mag, uint32_t bias_off, float sub_step)
+{
+	vi nb = _mm256_slli_epi32(_mm256_add_epi32(mag, _mm256_set1_epi32((int)bias_off)), 20);
+	vf sub = _mm256_mul_ps(_mm256_cvtepi32_ps(mag), _mm256_set1_ps(sub_step));
+	vi normal = _mm256_cmpgt_epi32(mag, _mm256_set1_epi32(7));
+
+	return _mm256_blendv_ps(sub, _mm256_castsi256_ps(nb), _mm256_castsi256_ps(normal));
+}
+
+ADAMW_INLINE vf v_q8_dec_m(vi code, vf scale)
+{
+	vf y = _mm256_mul_ps(v_q8_dec_mag(_mm256_and_si256(code, _mm256_set1_epi32(0x7f)),
+					  Q8_M_BIAS_OFF, Q8_M_SUB_STEP), scale);
+	vi sign = _mm256_slli_epi32(_mm256_and_si256(code, _mm256_set1_epi32(0x80)), 24);
+
+	return _mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(y), sign));
+}
+
+ADAMW_INLINE vf v_q8_dec_v(vi code, vf scale)
+{
+	return _mm256_mul_ps(v_q8_dec_mag(code, Q8_V_BIAS_OFF, Q8_V_SUB_STEP), scale);
+}
+
+/* q8_enc_mag() per lane, x in [0, 1]. */
+ADAMW_INLINE vi v_q8_enc_mag(vf x, vi rnd, uint32_t min_normal, uint32_t bias_off, float sub_mul)
+{
+	vi u = _mm256_castps_si256(x);
+	vi nrm = _mm256_sub_epi32(_mm256_srli_epi32(_mm256_add_epi32(u, rnd), 20),
+				  _mm256_set1_epi32((int)bias_off));
+	vi y = _mm256_cvttps_epi32(_mm256_mul_ps(x, _mm256_set1_ps(sub_mul)));
+	vi sub = _mm256_srli_epi32(_mm256_add_epi32(y, rnd), 20);
+	vi is_sub = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)min_normal), u); /* u < 2^31 */
+
+	return _mm256_blendv_epi8(nrm, sub, is_sub);
+}
+
+/* x = min(|value| * inv, 1): _mm256_min_ps(a, b) is a < b ? a : b, as q8_enc_*. */
+ADAMW_INLINE vi v_q8_enc_m(vf m, vf inv, vi rnd)
+{
+	vi u = _mm256_castps_si256(m);
+	vf x = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff))), inv);
+
+	x = _mm256_min_ps(x, _mm256_set1_ps(1.0f));
+	return _mm256_or_si256(v_q8_enc_mag(x, rnd, Q8_M_MIN_NORMAL, Q8_M_BIAS_OFF, Q8_M_SUB_MUL),
+			       _mm256_slli_epi32(_mm256_srli_epi32(u, 31), 7));
+}
+
+ADAMW_INLINE vi v_q8_enc_v(vf v, vf inv, vi rnd)
+{
+	vf x = _mm256_mul_ps(_mm256_castsi256_ps(v_absbits(v)), inv);
+
+	x = _mm256_min_ps(x, _mm256_set1_ps(1.0f));
+	return v_q8_enc_mag(x, rnd, Q8_V_MIN_NORMAL, Q8_V_BIAS_OFF, Q8_V_SUB_MUL);
+}
+
 #define ADAMW_SIMD_KERNEL adamw_avx2_kernel
 #define ADAMW_SIMD_ROOFLINE adamw_avx2_roofline
 #include "kernels/adamw_simd.h"

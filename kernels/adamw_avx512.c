@@ -149,6 +149,103 @@ ADAMW_INLINE void v_st_bf16_sr(void *base, size_t i, vf x, vi r16)
 	st_u16x16(base, i, _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
 }
 
+/* ---------------------------------------------- q8 moments */
+
+ADAMW_INLINE vi v_iset1(int k)
+{
+	return _mm512_set1_epi32(k);
+}
+
+ADAMW_INLINE vi v_shl4(vi r)
+{
+	return _mm512_slli_epi32(r, 4);
+}
+
+ADAMW_INLINE vi v_xor1(vi c)
+{
+	return _mm512_xor_si512(c, _mm512_set1_epi32(1));
+}
+
+ADAMW_INLINE vi v_ld_u8(const void *base, size_t i)
+{
+	return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)((const char *)base + i)));
+}
+
+ADAMW_INLINE void v_st_u8(void *base, size_t i, vi c)
+{
+	/* vpmovdb keeps the low byte of each lane: exact, each is <= 255 */
+	_mm_storeu_si128((__m128i *)(void *)((char *)base + i), _mm512_cvtepi32_epi8(c));
+}
+
+ADAMW_INLINE vi v_absbits(vf x)
+{
+	return _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(0x7fffffff));
+}
+
+ADAMW_INLINE vi v_imax(vi a, vi b)
+{
+	return _mm512_max_epi32(a, b); /* lanes < 2^31: signed is unsigned */
+}
+
+ADAMW_INLINE uint32_t v_hmax(vi a)
+{
+	return (uint32_t)_mm512_reduce_max_epi32(a);
+}
+
+ADAMW_INLINE vf v_q8_dec_mag(vi mag, uint32_t bias_off, float sub_step)
+{
+	vi nb = _mm512_slli_epi32(_mm512_add_epi32(mag, _mm512_set1_epi32((int)bias_off)), 20);
+	vf sub = _mm512_mul_ps(_mm512_cvtepi32_ps(mag), _mm512_set1_ps(sub_step));
+	__mmask16 normal = _mm512_cmpgt_epi32_mask(mag, _mm512_set1_epi32(7));
+
+	return _mm512_mask_blend_ps(normal, sub, _mm512_castsi512_ps(nb));
+}
+
+ADAMW_INLINE vf v_q8_dec_m(vi code, vf scale)
+{
+	vf y = _mm512_mul_ps(v_q8_dec_mag(_mm512_and_si512(code, _mm512_set1_epi32(0x7f)),
+					  Q8_M_BIAS_OFF, Q8_M_SUB_STEP), scale);
+	vi sign = _mm512_slli_epi32(_mm512_and_si512(code, _mm512_set1_epi32(0x80)), 24);
+
+	return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(y), sign));
+}
+
+ADAMW_INLINE vf v_q8_dec_v(vi code, vf scale)
+{
+	return _mm512_mul_ps(v_q8_dec_mag(code, Q8_V_BIAS_OFF, Q8_V_SUB_STEP), scale);
+}
+
+ADAMW_INLINE vi v_q8_enc_mag(vf x, vi rnd, uint32_t min_normal, uint32_t bias_off, float sub_mul)
+{
+	vi u = _mm512_castps_si512(x);
+	vi nrm = _mm512_sub_epi32(_mm512_srli_epi32(_mm512_add_epi32(u, rnd), 20),
+				  _mm512_set1_epi32((int)bias_off));
+	vi y = _mm512_cvttps_epi32(_mm512_mul_ps(x, _mm512_set1_ps(sub_mul)));
+	vi sub = _mm512_srli_epi32(_mm512_add_epi32(y, rnd), 20);
+	__mmask16 is_sub = _mm512_cmplt_epi32_mask(u, _mm512_set1_epi32((int)min_normal));
+
+	return _mm512_mask_blend_epi32(is_sub, nrm, sub);
+}
+
+/* _mm512_min_ps(a, b) is a < b ? a : b, as q8_enc_*. */
+ADAMW_INLINE vi v_q8_enc_m(vf m, vf inv, vi rnd)
+{
+	vi u = _mm512_castps_si512(m);
+	vf x = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff))), inv);
+
+	x = _mm512_min_ps(x, _mm512_set1_ps(1.0f));
+	return _mm512_or_si512(v_q8_enc_mag(x, rnd, Q8_M_MIN_NORMAL, Q8_M_BIAS_OFF, Q8_M_SUB_MUL),
+			       _mm512_slli_epi32(_mm512_srli_epi32(u, 31), 7));
+}
+
+ADAMW_INLINE vi v_q8_enc_v(vf v, vf inv, vi rnd)
+{
+	vf x = _mm512_mul_ps(_mm512_castsi512_ps(v_absbits(v)), inv);
+
+	x = _mm512_min_ps(x, _mm512_set1_ps(1.0f));
+	return v_q8_enc_mag(x, rnd, Q8_V_MIN_NORMAL, Q8_V_BIAS_OFF, Q8_V_SUB_MUL);
+}
+
 #define ADAMW_SIMD_KERNEL adamw_avx512_kernel
 #define ADAMW_SIMD_ROOFLINE adamw_avx512_roofline
 #include "kernels/adamw_simd.h"

@@ -290,7 +290,7 @@ ADAMW_INLINE void adamw_q8_scalar_range(const struct adam_consts *c,
 }
 
 /* The roofline of q8 elements [begin, end) (block-aligned as above): the
- * same loads and stores, codes + 1, scales + 1, p += g. */
+ * same loads and stores, codes ^ 1, scales + 1, p += g. */
 ADAMW_INLINE void adamw_q8_roof_elems(const struct tier_adam_tensors *a, size_t begin, size_t end,
 				      int gd, int od)
 {
@@ -299,8 +299,8 @@ ADAMW_INLINE void adamw_q8_roof_elems(const struct tier_adam_tensors *a, size_t 
 		float p = adamw_ld_f32(a->param, i) + g;
 
 		adamw_st_f32(a->param, i, p);
-		adamw_st_u8(a->exp_avg, i, adamw_ld_u8(a->exp_avg, i) + 1u);
-		adamw_st_u8(a->exp_avg_sq, i, adamw_ld_u8(a->exp_avg_sq, i) + 1u);
+		adamw_st_u8(a->exp_avg, i, adamw_ld_u8(a->exp_avg, i) ^ 1u);
+		adamw_st_u8(a->exp_avg_sq, i, adamw_ld_u8(a->exp_avg_sq, i) ^ 1u);
 		adamw_st(od, a->param_out, i, p);
 	}
 }

@@ -24,6 +24,23 @@
  *                               r & 0xffff, r >> 16, sr_out_bits(r)
  *   v_st_bf16_sr(base, i, x, r) f32_to_bf16_sr() of each lane of x with
  *                               the bits of r (each lane < 2^16), stored
+ *
+ * and for q8 moments (adam_math.h, "q8 moments"):
+ *
+ *   v_ld_u8(base, i)            ADAMW_W bytes at @i, zero-extended into
+ *                               the 32-bit lanes of a vi
+ *   v_st_u8(base, i, c)         the lanes of c (each <= 255) as bytes
+ *   v_q8_dec_m(c, scale), v_q8_dec_v(c, scale)
+ *                               q8_dec_m(), q8_dec_v() of each lane
+ *   v_q8_enc_m(x, inv, rnd), v_q8_enc_v(x, inv, rnd)
+ *                               q8_enc_m(), q8_enc_v() of each lane, with
+ *                               the rounding bits of the lanes of rnd
+ *   v_absbits(x), v_imax(a, b), v_hmax(a)
+ *                               the bits of x with the sign cleared; the
+ *                               lane by lane maximum of such bits (< 2^31);
+ *                               the largest lane
+ *   v_iset1(k), v_shl4(r), v_xor1(c)
+ *                               k in each lane; r << 4; c ^ 1
  *   ADAMW_SIMD_KERNEL, ADAMW_SIMD_ROOFLINE
  *                               the names of the two bodies to define
  *
@@ -151,6 +168,138 @@ ADAMW_INLINE void simd_roof_range(const struct tier_adam_tensors *a, size_t begi
 	adamw_scalar_roof_range(a, i, end, md, gd, od);
 }
 
+/* ------------------------------------------------------- q8 moments */
+
+/*
+ * One q8 block, elements [begin, end) (adamw_q8_block_scalar() of
+ * adamw_impl.h is the definition): pass 1 in vectors (the ragged tail of a
+ * partial last block by the scalar element), the updated moments into
+ * buffers, the largest magnitudes as integers on the bits (order-free);
+ * then the scales, and pass 2 encodes the buffers in vectors.
+ */
+ADAMW_INLINE void simd_q8_block(const struct adam_consts *c, const struct tier_adam_tensors *a,
+				size_t begin, size_t end, int gd, int od, bool l2, bool unit_bc2,
+				bool srm, bool sro)
+{
+	const vf grad_scale = v_set1(c->grad_scale), l2c = v_set1(c->l2);
+	const vf decay = v_set1(c->decay), beta1 = v_set1(c->beta1), beta2 = v_set1(c->beta2);
+	const vf one_minus_beta1 = v_set1(c->one_minus_beta1);
+	const vf one_minus_beta2 = v_set1(c->one_minus_beta2);
+	const vf inv_bc2_sqrt = v_set1(c->inv_bc2_sqrt), eps = v_set1(c->eps);
+	const vf neg_step_size = v_set1(c->neg_step_size);
+	void *const param = a->param, *const exp_avg = a->exp_avg, *const exp_avg_sq = a->exp_avg_sq;
+	void *const param_out = a->param_out;
+	const void *const grad = a->grad;
+	const size_t blk = begin / TIER_Q8_BLOCK;
+	const float sm = adamw_ld_f32(a->exp_avg_scale, blk), sv = adamw_ld_f32(a->exp_avg_sq_scale, blk);
+	const vf vsm = v_set1(sm), vsv = v_set1(sv);
+	const uint32_t key = srm || sro ? adamw_q8_key(c, a, begin) : 0;
+	const uint32_t lo = (uint32_t)(a->index0 + begin);
+	float mb[TIER_Q8_BLOCK], vb[TIER_Q8_BLOCK], invm, invv;
+	vi mxm = v_iset1(0), mxv = v_iset1(0);
+	uint32_t hm, hv;
+	size_t i = begin;
+
+	for (; end - i >= ADAMW_W; i += ADAMW_W) {
+		vf g = v_ld(gd, grad, i);
+		vf p = v_ld(TIER_FP32, param, i);
+		vf m = v_q8_dec_m(v_ld_u8(exp_avg, i), vsm);
+		vf v = v_q8_dec_v(v_ld_u8(exp_avg_sq, i), vsv);
+		vf denom;
+
+		/* adam_elem(), step by step */
+		g = v_mul(g, grad_scale);
+		if (l2)
+			g = v_add(g, v_mul(l2c, p));
+		p = v_mul(p, decay);
+		m = v_add(v_mul(m, beta1), v_mul(one_minus_beta1, g));
+		v = v_add(v_mul(v, beta2), v_mul(v_mul(one_minus_beta2, g), g));
+		denom = unit_bc2 ? v_add(v_sqrt(v), eps) : v_add(v_mul(v_sqrt(v), inv_bc2_sqrt), eps);
+		p = v_add(p, v_mul(neg_step_size, v_div(m, denom)));
+
+		v_st(TIER_FP32, param, i, p);
+		if (sro)
+			v_st_bf16_sr(param_out, i, p,
+				     v_out_bits(v_sr_bits(key, lo + (uint32_t)(i - begin))));
+		else
+			v_st(od, param_out, i, p);
+		v_st(TIER_FP32, mb, i - begin, m);
+		v_st(TIER_FP32, vb, i - begin, v);
+		mxm = v_imax(mxm, v_absbits(m));
+		mxv = v_imax(mxv, v_absbits(v));
+	}
+	hm = v_hmax(mxm);
+	hv = v_hmax(mxv);
+	for (; i < end; i++) {
+		uint32_t r = sro ? sr_hash32(key ^ (lo + (uint32_t)(i - begin))) : 0;
+		uint32_t um, uv;
+
+		adamw_q8_elem(c, a, i, sm, sv, r, gd, od, sro, &mb[i - begin], &vb[i - begin]);
+		um = q8_u(mb[i - begin]) & 0x7fffffffu;
+		uv = q8_u(vb[i - begin]) & 0x7fffffffu;
+		hm = um > hm ? um : hm;
+		hv = uv > hv ? uv : hv;
+	}
+	adamw_q8_scales(a, blk, hm, hv, &invm, &invv);
+	{
+		const vf vinvm = v_set1(invm), vinvv = v_set1(invv);
+		const vi nearest = v_iset1((int)Q8_RND_NEAREST), zero = v_iset1(0);
+
+		for (i = begin; end - i >= ADAMW_W; i += ADAMW_W) {
+			vf m = v_ld(TIER_FP32, mb, i - begin), v = v_ld(TIER_FP32, vb, i - begin);
+			vi rm = nearest, rv = nearest;
+
+			if (srm) {
+				vi r = v_sr_bits(key, lo + (uint32_t)(i - begin));
+
+				rm = v_shl4(v_lo16(r));
+				rv = v_shl4(v_hi16(r));
+			}
+			v_st_u8(exp_avg, i, invm != 0.0f ? v_q8_enc_m(m, vinvm, rm) : zero);
+			v_st_u8(exp_avg_sq, i, invv != 0.0f ? v_q8_enc_v(v, vinvv, rv) : zero);
+		}
+		for (; i < end; i++) {
+			uint32_t r = srm ? sr_hash32(key ^ (lo + (uint32_t)(i - begin))) : 0;
+
+			adamw_q8_store(a, i, mb[i - begin], vb[i - begin], invm, invv, srm, r);
+		}
+	}
+}
+
+/* The blocks of [begin, end) (begin a multiple of TIER_Q8_BLOCK, end too or n). */
+ADAMW_INLINE void simd_q8_range(const struct adam_consts *c, const struct tier_adam_tensors *a,
+				size_t begin, size_t end, int gd, int od)
+{
+	const bool l2 = c->l2 != 0.0f, unit_bc2 = c->inv_bc2_sqrt == 1.0f;
+	const bool srm = c->sr_moments != 0, sro = od == TIER_BF16 && c->sr_out;
+
+	for (size_t b = begin; b < end; b += TIER_Q8_BLOCK)
+		simd_q8_block(c, a, b, end - b < TIER_Q8_BLOCK ? end : b + TIER_Q8_BLOCK, gd, od, l2,
+			      unit_bc2, srm, sro);
+}
+
+/* The roofline of q8 elements [begin, end): the same loads and stores. */
+ADAMW_INLINE void simd_q8_roof_range(const struct tier_adam_tensors *a, size_t begin, size_t end,
+				     int gd, int od)
+{
+	void *const param = a->param, *const exp_avg = a->exp_avg, *const exp_avg_sq = a->exp_avg_sq;
+	void *const param_out = a->param_out;
+	const void *const grad = a->grad;
+	size_t i = begin;
+
+	for (; end - i >= ADAMW_W; i += ADAMW_W) {
+		vf g = v_ld(gd, grad, i);
+		vf p = v_add(v_ld(TIER_FP32, param, i), g);
+
+		v_st(TIER_FP32, param, i, p);
+		v_st_u8(exp_avg, i, v_xor1(v_ld_u8(exp_avg, i)));
+		v_st_u8(exp_avg_sq, i, v_xor1(v_ld_u8(exp_avg_sq, i)));
+		v_st(od, param_out, i, p);
+	}
+	adamw_q8_roof_elems(a, i, end, gd, od);
+	adamw_q8_roof_scales(a, begin, end);
+}
+
 void ADAMW_SIMD_KERNEL(const struct adam_consts *c, const struct tier_adam_tensors *a,
 		       size_t begin, size_t end)
 {
@@ -173,7 +322,7 @@ void ADAMW_SIMD_KERNEL(const struct adam_consts *c, const struct tier_adam_tenso
 #undef ADAMW_CASE
 #define ADAMW_CASE(M, G, O)                                                    \
 	case ADAMW_KEY(M, G, O):                                               \
-		adamw_q8_scalar_range(c, a, begin, end, G, O);                 \
+		simd_q8_range(c, a, begin, end, G, O);                         \
 		break;
 		ADAMW_Q8_CASES(ADAMW_CASE)
 #undef ADAMW_CASE
@@ -195,8 +344,7 @@ void ADAMW_SIMD_ROOFLINE(const struct adam_consts *c, const struct tier_adam_ten
 #undef ADAMW_CASE
 #define ADAMW_CASE(M, G, O)                                                    \
 	case ADAMW_KEY(M, G, O):                                               \
-		adamw_q8_roof_elems(a, begin, end, G, O);                      \
-		adamw_q8_roof_scales(a, begin, end);                           \
+		simd_q8_roof_range(a, begin, end, G, O);                       \
 		break;
 		ADAMW_Q8_CASES(ADAMW_CASE)
 #undef ADAMW_CASE
