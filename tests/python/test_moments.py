@@ -38,3 +38,59 @@ def test_moments_against_fp32(capsys):
         assert r["nvme_read_bytes_per_step"] < base["nvme_read_bytes_per_step"]
     # exp_avg_sq decays as fp32's does (round to nearest left it 1.2x: docs/kernels.md)
     assert abs(by["bf16 stochastic"]["v_ratio_median"] - 1) < 0.01
+
+
+def _model(seed):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(300, 70), torch.nn.Tanh(), torch.nn.Linear(70, 3))
+
+
+def _steps(model, opt, n, seed):
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(n):
+        x = torch.randn(16, 300, generator=g)
+        opt.zero_grad()
+        model(x).pow(2).mean().backward()
+        opt.step()
+
+
+def test_q8_state_dict_round_trip(scratch):
+    """q8 moments leave state_dict as float32 values; loading them into
+    another q8 optimizer re-encodes them to the same codes (the next step is
+    the same bits); a bad moment_dtype or rounding is a ValueError."""
+    from conftest import manifest_text
+    from tierstore.torch import TierAdamW
+
+    ma, mb = os.path.join(scratch, "a.yaml"), os.path.join(scratch, "b.yaml")
+    for f, d in ((ma, "a"), (mb, "b")):
+        with open(f, "w") as fh:
+            fh.write(manifest_text(os.path.join(scratch, d)))
+    a, b = _model(0), _model(0)
+    oa = TierAdamW(a.parameters(), lr=1e-2, manifest=ma, moment_dtype="q8", scratch=True)
+    try:
+        _steps(a, oa, 3, 1)
+        sd = oa.state_dict()
+        assert sd["tierstore"]["moment_dtype"] == "q8"
+        for st in sd["state"].values():
+            assert st["exp_avg"].dtype == torch.float32
+            assert st["exp_avg_sq"].dtype == torch.float32
+            assert (st["exp_avg_sq"] >= 0).all() and st["exp_avg"].abs().max() > 0
+        ob = TierAdamW(b.parameters(), lr=1e-2, manifest=mb, moment_dtype="q8", scratch=True)
+        try:
+            ob.load_state_dict(sd)
+            b.load_state_dict(a.state_dict())  # the model's weights, as a resume does
+            sb = ob.state_dict()
+            for k, st in sd["state"].items():
+                for key in ("exp_avg", "exp_avg_sq", "master"):
+                    assert torch.equal(st[key], sb["state"][k][key]), (k, key)
+            _steps(a, oa, 2, 7)
+            _steps(b, ob, 2, 7)
+            for pa, pb in zip(a.parameters(), b.parameters()):
+                assert torch.equal(pa, pb)
+        finally:
+            ob.close()
+    finally:
+        oa.close()
+    for bad in (dict(moment_dtype="int8"), dict(rounding="up"), dict(seed=-1)):
+        with pytest.raises(ValueError):
+            TierAdamW(_model(0).parameters(), manifest=mb, **bad)
