@@ -34,6 +34,16 @@
  * default NaN, so NaN results differ in their bits: finite data, and infs,
  * are bit for bit.)
  *
+ * q8 moments (adam_math.h, "q8 moments").  The same tiles; a tile's
+ * TIER_Q8_BLOCK-element blocks one after the other, one element per thread
+ * (STEP_THREADS == TIER_Q8_BLOCK): decode, adam_elem(), the parameter and
+ * its copy stored; the block's largest magnitudes (integer maxima of the
+ * bits, sign cleared: exact in any order, a NaN wins) by warp shuffles and
+ * shared memory; every thread computes the scales (q8_scale), thread 0
+ * stores them, each thread its codes.  The same functions as the CPU
+ * kernels, so the same bytes.  A piece starts at a tile boundary, a
+ * multiple of TIER_Q8_BLOCK, so its blocks are its chunk's.
+ *
  * Gradient check.  It follows the summation order of kernels/gradcheck.h,
  * so the sum is tier_grad_check()'s, bit for bit (the squares are exact in
  * double, every addition is in the same order):
@@ -59,7 +69,7 @@
 #include "kernels/adamw_cuda.h"
 #include "kernels/gradcheck.h"
 
-#define MAX_PIECES 64                 /* pieces per launch */
+#define MAX_PIECES 48                 /* pieces per launch (the parameters under 4 KiB) */
 #define STEP_THREADS 256
 #define STEP_TILE 4096                /* elements per block of the update */
 #define GC_THREADS 256
@@ -68,6 +78,8 @@
 #define MAX_LAUNCH_TILES (1u << 30)
 
 static_assert(STEP_TILE % (STEP_THREADS * 4) == 0, "a tile is whole vector rounds");
+static_assert(STEP_THREADS == TIER_Q8_BLOCK, "q8: a thread per element of a block");
+static_assert(STEP_TILE % TIER_Q8_BLOCK == 0, "q8: a tile is whole blocks");
 static_assert(GRADCHECK_LANES == 16, "gc_tiles() joins 16 lanes");
 static_assert(GC_THREADS % GRADCHECK_LANES == 0, "whole half-warps per tile");
 static_assert(GRADCHECK_TILE % GRADCHECK_LANES == 0, "a tile is whole lane rounds");
@@ -165,7 +177,7 @@ template <> struct io<TIER_FP16> : io16<TIER_FP16> {};
 
 static size_t dtype_size(int dt)
 {
-	return dt == TIER_FP32 ? 4 : 2;
+	return dt == TIER_FP32 ? 4 : dt == TIER_Q8 ? 1 : 2;
 }
 
 /* The piece containing launch tile @tile: the first i with tile < end[i]. */
@@ -293,6 +305,96 @@ static void step_launch(const struct step_batch &b, unsigned grid, cudaStream_t 
 /* [moment][grad][out] */
 static const step_launch_fn step_table[2][3][3] = { STEP_GRADS(TIER_FP32), STEP_GRADS(TIER_BF16) };
 
+/* ------------------------------------------------------------- q8 update */
+
+/* The largest of the threads' @x (< 2^31 each) in the block, to every thread;
+ * @sh: STEP_THREADS / 32 words of shared memory, free on entry. */
+__device__ __forceinline__ uint32_t block_max(uint32_t x, uint32_t *sh)
+{
+	const unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+
+#pragma unroll
+	for (int o = 16; o > 0; o /= 2) {
+		uint32_t y = __shfl_xor_sync(0xffffffffu, x, o);
+
+		x = y > x ? y : x;
+	}
+	if (lane == 0)
+		sh[warp] = x;
+	__syncthreads();
+	x = sh[0];
+#pragma unroll
+	for (int w = 1; w < STEP_THREADS / 32; w++)
+		x = sh[w] > x ? sh[w] : x;
+	return x;
+}
+
+template <int GT, int OT>
+__global__ void __launch_bounds__(STEP_THREADS) q8_kernel(const __grid_constant__ struct step_batch b)
+{
+	__shared__ uint32_t shm[2][STEP_THREADS / 32], shv[2][STEP_THREADS / 32];
+	const unsigned tile = blockIdx.x;
+	const unsigned pc = find_piece(b.tile_end, b.n, tile);
+	const struct adamw_chunk k = b.k[pc];
+	const struct adam_consts c = b.c;
+	const size_t begin = (size_t)(tile - (pc ? b.tile_end[pc - 1] : 0u)) * STEP_TILE;
+	const size_t end = k.n - begin < STEP_TILE ? k.n : begin + STEP_TILE;
+	const bool srm = c.sr_moments != 0, sro = OT == TIER_BF16 && c.sr_out && k.param_out;
+	int par = 0;
+
+	for (size_t q = begin; q < end; q += TIER_Q8_BLOCK, par ^= 1) {
+		const size_t i = q + threadIdx.x, blk = q / TIER_Q8_BLOCK;
+		const bool in = i < end;
+		const float sm = k.exp_avg_scale[blk], sv = k.exp_avg_sq_scale[blk];
+		float m = 0.0f, v = 0.0f, invm, invv, scm, scv;
+		uint32_t r = 0, hm, hv;
+
+		if (in) {
+			float g = io<GT>::ld(k.grad, i), p = k.param[i];
+
+			m = q8_dec_m(((const unsigned char *)k.exp_avg)[i], sm);
+			v = q8_dec_v(((const unsigned char *)k.exp_avg_sq)[i], sv);
+			adam_elem(&c, g, &p, &m, &v);
+			k.param[i] = p;
+			if (srm || sro)
+				r = sr_bits(c, k, i);
+			if (sro)
+				((uint16_t *)k.param_out)[i] = f32_to_bf16_sr(p, sr_out_bits(r));
+			else if (k.param_out)
+				io<OT>::st(k.param_out, i, p);
+		}
+		/* out of range threads add 0; alternate shared buffers, so one
+		 * barrier per block suffices */
+		hm = block_max(q8_u(m) & 0x7fffffffu, shm[par]);
+		hv = block_max(q8_u(v) & 0x7fffffffu, shv[par]);
+		scm = q8_scale(hm, &invm);
+		scv = q8_scale(hv, &invv);
+		if (threadIdx.x == 0) {
+			k.exp_avg_scale[blk] = scm;
+			k.exp_avg_sq_scale[blk] = scv;
+		}
+		if (in) {
+			uint32_t rm = srm ? (r & 0xffffu) << 4 : Q8_RND_NEAREST;
+			uint32_t rv = srm ? (r >> 16) << 4 : Q8_RND_NEAREST;
+
+			((unsigned char *)k.exp_avg)[i] = (unsigned char)(invm != 0.0f ? q8_enc_m(m, invm, rm) : 0u);
+			((unsigned char *)k.exp_avg_sq)[i] = (unsigned char)(invv != 0.0f ? q8_enc_v(v, invv, rv) : 0u);
+		}
+	}
+}
+
+template <int GT, int OT>
+static void q8_launch(const struct step_batch &b, unsigned grid, cudaStream_t st)
+{
+	q8_kernel<GT, OT><<<grid, STEP_THREADS, 0, st>>>(b);
+}
+
+#define Q8_OUTS(g) { q8_launch<g, TIER_FP32>, q8_launch<g, TIER_BF16>, q8_launch<g, TIER_FP16> }
+
+/* [grad][out] */
+static const step_launch_fn q8_table[3][3] = { Q8_OUTS(TIER_FP32), Q8_OUTS(TIER_BF16),
+					       Q8_OUTS(TIER_FP16) };
+
 static bool aligned(const void *ptr, size_t to)
 {
 	return (uintptr_t)ptr % to == 0;
@@ -311,6 +413,10 @@ static struct adamw_chunk chunk_slice(const struct adamw_chunk &k, size_t off, s
 	s.param_out = k.param_out ? (char *)k.param_out + off * osz : NULL;
 	s.n = n;
 	s.index0 = k.index0 + off;
+	/* q8 (msz 1): off is a multiple of STEP_TILE, so of TIER_Q8_BLOCK */
+	s.exp_avg_scale = k.exp_avg_scale && msz == 1 ? k.exp_avg_scale + off / TIER_Q8_BLOCK : k.exp_avg_scale;
+	s.exp_avg_sq_scale = k.exp_avg_sq_scale && msz == 1 ? k.exp_avg_sq_scale + off / TIER_Q8_BLOCK
+							    : k.exp_avg_sq_scale;
 	return s;
 }
 
@@ -331,8 +437,8 @@ extern "C" int adamw_cuda_step(const struct tier_adam_params *p, enum tier_dtype
 		return rc;
 	if (!chunks && nchunks)
 		return ts_err(-EINVAL, "adamw cuda: %zu chunks but no chunk array", nchunks);
-	if (moment_dtype != TIER_FP32 && moment_dtype != TIER_BF16)
-		return ts_err(-EINVAL, "adamw cuda: moment dtype %d is not TIER_FP32 or TIER_BF16",
+	if (moment_dtype != TIER_FP32 && moment_dtype != TIER_BF16 && moment_dtype != TIER_Q8)
+		return ts_err(-EINVAL, "adamw cuda: moment dtype %d is not TIER_FP32, TIER_BF16 or TIER_Q8",
 				(int)moment_dtype);
 	if ((unsigned)grad_dtype > (unsigned)TIER_FP16)
 		return ts_err(-EINVAL, "adamw cuda: gradient dtype %d is not TIER_FP32, TIER_BF16 "
@@ -348,6 +454,12 @@ extern "C" int adamw_cuda_step(const struct tier_adam_params *p, enum tier_dtype
 			return ts_err(-EINVAL, "adamw cuda: chunk %zu of %zu elements has a NULL %s", i,
 					k->n, !k->param ? "param" : !k->exp_avg ? "exp_avg"
 					: !k->exp_avg_sq ? "exp_avg_sq" : "grad");
+		if (moment_dtype == TIER_Q8 && (!k->exp_avg_scale || !k->exp_avg_sq_scale))
+			return ts_err(-EINVAL, "adamw cuda: chunk %zu of %zu elements has q8 moments and a NULL %s",
+					i, k->n, !k->exp_avg_scale ? "exp_avg_scale" : "exp_avg_sq_scale");
+		if (moment_dtype == TIER_Q8 && k->index0 % TIER_Q8_BLOCK)
+			return ts_err(-EINVAL, "adamw cuda: chunk %zu: index0 %llu of q8 moments is not a multiple of the block (%d)",
+					i, (unsigned long long)k->index0, TIER_Q8_BLOCK);
 	}
 	if (any_out && (unsigned)out_dtype > (unsigned)TIER_FP16)
 		return ts_err(-EINVAL, "adamw cuda: output dtype %d is not TIER_FP32, TIER_BF16 or "
@@ -359,7 +471,8 @@ extern "C" int adamw_cuda_step(const struct tier_adam_params *p, enum tier_dtype
 
 	memset(&b, 0, sizeof(b));
 	adam_consts_init(p, &b.c);
-	launch = step_table[moment_dtype][grad_dtype][out_dtype];
+	launch = moment_dtype == TIER_Q8 ? q8_table[grad_dtype][out_dtype]
+					 : step_table[moment_dtype][grad_dtype][out_dtype];
 	msz = dtype_size(moment_dtype);
 	gsz = dtype_size(grad_dtype);
 	osz = dtype_size(out_dtype);

@@ -55,15 +55,20 @@ struct adamw_chunk {
 	void *param_out;
 	size_t n;
 	uint64_t index0; /* the index of element 0 in its tensor (stochastic rounding) */
+	/* q8 moments: ceil(n / TIER_Q8_BLOCK) block scales each (then index0
+	 * must be a multiple of TIER_Q8_BLOCK); not read otherwise */
+	float *exp_avg_scale, *exp_avg_sq_scale;
 };
 
 /*
  * One Adam/AdamW step (@p, tier_adam_params semantics) over @nchunks
- * chunks, in place: moments in @moment_dtype (TIER_FP32 or TIER_BF16),
+ * chunks, in place: moments in @moment_dtype (TIER_FP32, TIER_BF16 or
+ * TIER_Q8: codes and block scales, struct tier_adam_tensors; the same
+ * bytes as the CPU kernels, one thread block per TIER_Q8_BLOCK block),
  * gradients in @grad_dtype (any), parameter copies in @out_dtype (any;
  * ignored when no chunk has a param_out).  Asynchronous: the kernels are
  * queued on @stream and the call returns; the chunk array itself may be
- * reused at once (it travels by value in the launch parameters, up to 64
+ * reused at once (it travels by value in the launch parameters, up to 48
  * chunks a launch, so many chunks make several launches).  A chunk may be
  * of any size, 0 included.
  */

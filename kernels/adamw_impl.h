@@ -290,7 +290,8 @@ ADAMW_INLINE void adamw_q8_scalar_range(const struct adam_consts *c,
 }
 
 /* The roofline of q8 elements [begin, end) (block-aligned as above): the
- * same loads and stores, codes ^ 1, scales + 1, p += g. */
+ * same loads and stores, codes ^ 1, the scales' last bit flipped (so they
+ * stay realistic over repeated runs), p += g. */
 ADAMW_INLINE void adamw_q8_roof_elems(const struct tier_adam_tensors *a, size_t begin, size_t end,
 				      int gd, int od)
 {
@@ -308,8 +309,8 @@ ADAMW_INLINE void adamw_q8_roof_elems(const struct tier_adam_tensors *a, size_t 
 ADAMW_INLINE void adamw_q8_roof_scales(const struct tier_adam_tensors *a, size_t begin, size_t end)
 {
 	for (size_t b = begin / TIER_Q8_BLOCK; b * TIER_Q8_BLOCK < end; b++) {
-		adamw_st_f32(a->exp_avg_scale, b, adamw_ld_f32(a->exp_avg_scale, b) + 1.0f);
-		adamw_st_f32(a->exp_avg_sq_scale, b, adamw_ld_f32(a->exp_avg_sq_scale, b) + 1.0f);
+		adamw_st_f32(a->exp_avg_scale, b, q8_f(q8_u(adamw_ld_f32(a->exp_avg_scale, b)) ^ 1u));
+		adamw_st_f32(a->exp_avg_sq_scale, b, q8_f(q8_u(adamw_ld_f32(a->exp_avg_sq_scale, b)) ^ 1u));
 	}
 }
 

@@ -1384,6 +1384,14 @@ START_TEST(stream_errors)
 	bad = out[1];
 	bad.dtype = (enum tier_dtype)9;
 	ASSERT_ERR(tier_optim_push(w.o, 1, &g[1], &bad), -EINVAL, "push bad output dtype");
+	bad = g[1];
+	bad.dtype = TIER_Q8; /* a moment dtype only */
+	ASSERT_ERR(tier_optim_push(w.o, 1, &bad, NULL), -EINVAL, "push q8 gradient");
+	ck_assert_msg(strstr(tier_last_error(), "q8"), "%s", tier_last_error());
+	bad = out[1];
+	bad.dtype = TIER_Q8;
+	ASSERT_ERR(tier_optim_push(w.o, 1, &g[1], &bad), -EINVAL, "push q8 output");
+	ck_assert_msg(strstr(tier_last_error(), "q8"), "%s", tier_last_error());
 	ASSERT_ERR(tier_optim_push(w.o, 1, NULL, NULL), -EINVAL, "push NULL gradient");
 	ASSERT_ERR(tier_optim_add_param(w.o, "late", 100, NULL, NULL), -EBUSY, "add inside a step");
 	ck_assert_uint_eq(tier_optim_nparams(w.o), w.np);

@@ -262,6 +262,17 @@ void adam_fill(void *p, size_t n, int dtype, enum adam_fill what, uint64_t seed)
 {
 	uint64_t s = seed * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull;
 
+	if (dtype == TIER_Q8) {
+		/* codes of the upper half of each range (the block scales are
+		 * adam_arrays()'): m sign and magnitude 80..120, v 150..248 */
+		for (size_t i = 0; i < n; i++) {
+			uint64_t r = adam_rand(&s);
+
+			((unsigned char *)p)[i] = (unsigned char)(what == FILL_EXP_AVG
+				? (r % 41 + 80) | (r >> 32 & 1) << 7 : r % 99 + 150);
+		}
+		return;
+	}
 	for (size_t i = 0; i < n; i++) {
 		float g = adam_gauss(&s), v;
 
@@ -306,6 +317,20 @@ int adam_arrays(struct tier_adam_tensors *t, size_t n, enum tier_dtype moments,
 	t->grad = grad = adam_alloc(n * gs);
 	if (os)
 		t->param_out = adam_alloc(n * os);
+	if (moments == TIER_Q8) {
+		size_t nb = (n + TIER_Q8_BLOCK - 1) / TIER_Q8_BLOCK;
+
+		t->exp_avg_scale = adam_alloc(nb * 4);
+		t->exp_avg_sq_scale = adam_alloc(nb * 4);
+		if (!t->exp_avg_scale || !t->exp_avg_sq_scale) {
+			adam_arrays_free(t);
+			return -ENOMEM;
+		}
+		for (size_t b = 0; b < nb; b++) {
+			t->exp_avg_scale[b] = 4e-4f;
+			t->exp_avg_sq_scale[b] = 2e-5f;
+		}
+	}
 	if (!t->param || !t->exp_avg || !t->exp_avg_sq || !grad || (os && !t->param_out)) {
 		adam_arrays_free(t);
 		return -ENOMEM;
@@ -327,6 +352,9 @@ void adam_arrays_free(struct tier_adam_tensors *t)
 	free((void *)t->grad);
 	free(t->param_out);
 	t->param = NULL;
+	free(t->exp_avg_scale);
+	free(t->exp_avg_sq_scale);
 	t->exp_avg = t->exp_avg_sq = t->param_out = NULL;
+	t->exp_avg_scale = t->exp_avg_sq_scale = NULL;
 	t->grad = NULL;
 }

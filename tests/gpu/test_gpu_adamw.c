@@ -19,7 +19,11 @@
  *    chunks: the sum equals tier_grad_check()'s over the chunks in order
  *    bit for bit (and so within 1e-12 relative), the flag too; an inf, then
  *    a nan, in one chunk sets the flag on both; no chunk gives 0;
- *  - argument errors: -EINVAL with a detail, before any CUDA call.
+ *  - q8 moments (codes and block scales): the same combinations and
+ *    chunks (every index0 a multiple of the block, the last chunk across
+ *    2^32), codes and scales equal the scalar CPU kernel's bit for bit;
+ *  - argument errors: -EINVAL with a detail, before any CUDA call (q8 as a
+ *    gradient or output dtype, NULL scales, index0 off the block).
  * Without a CUDA build or a device the program exits 77 (SKIP).
  */
 #include "config.h"
@@ -168,7 +172,13 @@ struct hchunk {
 	size_t n;
 	float *p;
 	void *m, *v, *g, *o;
+	float *sm, *sv; /* q8: the block scales */
 };
+
+static size_t q8_blocks(size_t n)
+{
+	return (n + TIER_Q8_BLOCK - 1) / TIER_Q8_BLOCK;
+}
 
 static void fill_chunk(struct hchunk *h, size_t n, int md, int gd, int od)
 {
@@ -192,11 +202,25 @@ static void fill_chunk(struct hchunk *h, size_t n, int md, int gd, int od)
 		else if (i % 79 == 4)
 			g = 1.0e-40f;                         /* fp32 subnormal */
 		h->p[i] = p;
-		put(md, h->m, i, urand(-0.1f, 0.1f));
-		put(md, h->v, i, i % 71 == 1 ? 0.0f : urand(0.0f, 0.01f));
+		if (md == TIER_Q8) {
+			((unsigned char *)h->m)[i] = (unsigned char)(rnd() >> 56);
+			((unsigned char *)h->v)[i] = (unsigned char)(rnd() >> 56);
+		} else {
+			put(md, h->m, i, urand(-0.1f, 0.1f));
+			put(md, h->v, i, i % 71 == 1 ? 0.0f : urand(0.0f, 0.01f));
+		}
 		put(gd, h->g, i, g);
 		if (h->o)
 			put(od, h->o, i, 0.0f);
+	}
+	h->sm = h->sv = NULL;
+	if (md == TIER_Q8) {
+		h->sm = xmalloc(q8_blocks(n) * 4);
+		h->sv = xmalloc(q8_blocks(n) * 4);
+		for (size_t b = 0; b < q8_blocks(n); b++) {
+			h->sm[b] = b % 13 == 3 ? 0.0f : urand(1e-6f, 0.1f);
+			h->sv[b] = b % 17 == 5 ? 0.0f : urand(1e-10f, 0.01f);
+		}
 	}
 }
 
@@ -207,6 +231,8 @@ static void free_chunk(struct hchunk *h)
 	free(h->v);
 	free(h->g);
 	free(h->o);
+	free(h->sm);
+	free(h->sv);
 }
 
 /*
@@ -239,14 +265,24 @@ static void run_step(struct arena *ar, const struct tier_adam_params *hp, int md
 		ref[k].v = xdup(h[k].v, n * msz);
 		ref[k].g = xdup(h[k].g, n * gsz);
 		ref[k].o = h[k].o ? xdup(h[k].o, n * osz) : NULL;
+		ref[k].sm = h[k].sm ? xdup(h[k].sm, q8_blocks(n) * 4) : NULL;
+		ref[k].sv = h[k].sv ? xdup(h[k].sv, q8_blocks(n) * 4) : NULL;
 		dc[k].n = n;
 		dc[k].param = dev_copy(ar, h[k].p, n * 4, skew == 1 ? 4 : 0);
 		dc[k].exp_avg = dev_copy(ar, h[k].m, n * msz, skew == 1 ? msz : 0);
 		dc[k].exp_avg_sq = dev_copy(ar, h[k].v, n * msz, skew == 1 ? msz : 0);
 		dc[k].grad = dev_copy(ar, h[k].g, n * gsz, skew ? gsz : 0);
 		dc[k].param_out = h[k].o ? dev_copy(ar, h[k].o, n * osz, skew == 1 ? osz : 0) : NULL;
-		/* stochastic rounding's counter: chunk 1 crosses 2^32 */
+		/* stochastic rounding's counter: chunk 1 crosses 2^32 (q8: the
+		 * last chunk, and every index0 a multiple of the block) */
 		dc[k].index0 = k == 1 ? ((uint64_t)1 << 32) - 1001 : (uint64_t)k * 1000003;
+		dc[k].exp_avg_scale = dc[k].exp_avg_sq_scale = NULL;
+		if (md == TIER_Q8) {
+			dc[k].index0 = k + 1 == nch ? ((uint64_t)1 << 32) - 50 * TIER_Q8_BLOCK
+						    : (uint64_t)k * 3907 * TIER_Q8_BLOCK;
+			dc[k].exp_avg_scale = dev_copy(ar, h[k].sm, q8_blocks(n) * 4, 0);
+			dc[k].exp_avg_sq_scale = dev_copy(ar, h[k].sv, q8_blocks(n) * 4, 0);
+		}
 	}
 	/* cudaMemcpy from pageable memory may return before the DMA is done. */
 	CU(cudaDeviceSynchronize());
@@ -263,6 +299,7 @@ static void run_step(struct arena *ar, const struct tier_adam_params *hp, int md
 			.grad_dtype = (enum tier_dtype)gd, .param_out = ref[k].o,
 			.out_dtype = od == OUT_NONE ? TIER_FP32 : (enum tier_dtype)od,
 			.index0 = dc[k].index0,
+			.exp_avg_scale = ref[k].sm, .exp_avg_sq_scale = ref[k].sv,
 		};
 		size_t n = h[k].n;
 
@@ -274,6 +311,12 @@ static void run_step(struct arena *ar, const struct tier_adam_params *hp, int md
 		same_bits(h[k].p, ref[k].p, n, 4, what, k, "param");
 		same_bits(h[k].m, ref[k].m, n, msz, what, k, "exp_avg");
 		same_bits(h[k].v, ref[k].v, n, msz, what, k, "exp_avg_sq");
+		if (md == TIER_Q8) {
+			from_dev(h[k].sm, dc[k].exp_avg_scale, q8_blocks(n) * 4);
+			from_dev(h[k].sv, dc[k].exp_avg_sq_scale, q8_blocks(n) * 4);
+			same_bits(h[k].sm, ref[k].sm, q8_blocks(n), 4, what, k, "exp_avg_scale");
+			same_bits(h[k].sv, ref[k].sv, q8_blocks(n), 4, what, k, "exp_avg_sq_scale");
+		}
 		if (h[k].o) {
 			from_dev(h[k].o, dc[k].param_out, n * osz);
 			same_bits(h[k].o, ref[k].o, n, osz, what, k, "param_out");
@@ -300,10 +343,10 @@ static const struct tier_adam_params k_adam_l2 = { .size = sizeof(struct tier_ad
 	.decoupled = false, .step = 1, .grad_scale = 1.0,
 };
 
-/* _i: moment dtype * 12 + grad dtype * 4 + (out dtype + 1). */
+/* _i: moment dtype (fp32, bf16, q8) * 12 + grad dtype * 4 + (out dtype + 1). */
 START_TEST(test_step_combo)
 {
-	const int md = _i / 12, gd = _i / 4 % 3, od = _i % 4 - 1;
+	const int md = _i / 12 == 2 ? TIER_Q8 : _i / 12, gd = _i / 4 % 3, od = _i % 4 - 1;
 	const struct tier_adam_params *hps[] = { &k_adamw, &k_adam_l2, &k_adamw_sr };
 	static const char *const skews[] = { "aligned", "all +1", "grad +1" };
 	cudaStream_t st;
@@ -317,7 +360,7 @@ START_TEST(test_step_combo)
 
 			snprintf(what, sizeof(what), "%s%s, moments %s, grads %s, out %s, %s",
 				 hps[h]->decoupled ? "AdamW" : "Adam",
-				 hps[h]->rounding ? " (stochastic)" : "", k_dt_names[md], k_dt_names[gd],
+				 hps[h]->rounding ? " (stochastic)" : "", md == TIER_Q8 ? "q8" : k_dt_names[md], k_dt_names[gd],
 				 od == OUT_NONE ? "none" : k_dt_names[od], skews[skew]);
 			run_step(&ar, hps[h], md, gd, od, k_step_sizes, ARRAY_SIZE(k_step_sizes), skew,
 				 st, what);
@@ -468,7 +511,7 @@ END_TEST
 START_TEST(test_errors)
 {
 	float dummy[4] = { 0 };
-	struct adamw_chunk k = { dummy, dummy, dummy, dummy, NULL, 4, 0 };
+	struct adamw_chunk k = { dummy, dummy, dummy, dummy, NULL, 4, 0, NULL, NULL };
 	struct tier_adam_params hp = k_adamw;
 	double s;
 	int nf;
@@ -494,6 +537,22 @@ START_TEST(test_errors)
 	hp.step = 0;
 	ck_assert_int_eq(adamw_cuda_step(&hp, TIER_FP32, TIER_FP32, TIER_FP32, &k, 1, NULL), -EINVAL);
 	hp = k_adamw;
+	/* q8: moments only; the scales; index0 a multiple of the block */
+	ck_assert_int_eq(adamw_cuda_step(&hp, TIER_FP32, TIER_Q8, TIER_FP32, &k, 1, NULL), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(tier_last_error(), "gradient dtype 3"));
+	ck_assert_int_eq(adamw_cuda_step(&hp, TIER_FP32, TIER_FP32, TIER_Q8, &k, 1, NULL), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(tier_last_error(), "output dtype 3"));
+	ck_assert_int_eq(adamw_cuda_step(&hp, TIER_Q8, TIER_FP32, TIER_FP32, &k, 1, NULL), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(tier_last_error(), "NULL exp_avg_scale"));
+	k.exp_avg_scale = dummy;
+	ck_assert_int_eq(adamw_cuda_step(&hp, TIER_Q8, TIER_FP32, TIER_FP32, &k, 1, NULL), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(tier_last_error(), "NULL exp_avg_sq_scale"));
+	k.exp_avg_sq_scale = dummy;
+	k.index0 = 100;
+	ck_assert_int_eq(adamw_cuda_step(&hp, TIER_Q8, TIER_FP32, TIER_FP32, &k, 1, NULL), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(tier_last_error(), "index0 100"));
+	k.index0 = 0;
+	k.exp_avg_scale = k.exp_avg_sq_scale = NULL;
 	/* Nothing to do: 0 (and no CUDA call). */
 	k.n = 0;
 	ck_assert_int_eq(adamw_cuda_step(&hp, TIER_FP32, TIER_FP32, TIER_FP32, &k, 1, NULL), 0);
@@ -515,7 +574,7 @@ static Suite *adamw_suite(void)
 	TCase *tc = tcase_create("cuda");
 
 	tcase_set_timeout(tc, 120);
-	tcase_add_loop_test(tc, test_step_combo, 0, 24);
+	tcase_add_loop_test(tc, test_step_combo, 0, 36);
 	tcase_add_test(tc, test_step_many_chunks);
 	tcase_add_loop_test(tc, test_grad_check, 0, 3);
 	tcase_add_test(tc, test_errors);
