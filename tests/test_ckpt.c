@@ -1,8 +1,9 @@
 /*
  * test_ckpt.c - optimizer checkpoints (runtime/optim_ckpt.c,
  * docs/optimizer.md "Checkpoints"): a run checkpointed, interrupted and
- * resumed ends bit for bit where the uninterrupted run ends, with fp32 and
- * bf16 moments, clipping, dynamic loss scaling through a skipped step, the
+ * resumed ends bit for bit where the uninterrupted run ends, with fp32,
+ * bf16 and q8 moments (q8 also exported and imported: the same state read
+ * back, the same steps after), clipping, dynamic loss scaling through a skipped step, the
  * emulated GPU lane and several paths; and the crash test: a training
  * loop whose state is four times the DRAM tier, killed with SIGKILL at
  * random moments (in steps, in write-behind, in commits) again and again,
@@ -55,7 +56,7 @@ static void teardown(void)
 
 struct run {
 	const char *name;
-	const char *moment;     /* fp32 / bf16 */
+	const char *moment;     /* fp32 / bf16 / q8 */
 	unsigned npaths;
 	uint64_t hbm;           /* "host" HBM tier bytes; 0: none */
 	double offload;         /* the CPU share */
@@ -193,9 +194,15 @@ struct state {
 	uint64_t step;
 };
 
+/* Bytes per element of tier_optim_read's moments (q8: fp32 values). */
+static size_t read_mb(enum tier_dtype md)
+{
+	return md == TIER_Q8 ? 4 : tier_dtype_size(md);
+}
+
 static void read_state(struct tier_optim *o, struct state *st)
 {
-	size_t mb = tier_dtype_size(tier_optim_moment_dtype(o)), total = 0, at = 0;
+	size_t mb = read_mb(tier_optim_moment_dtype(o)), total = 0, at = 0;
 
 	for (unsigned p = 0; p < NPARAMS; p++)
 		total += g_numel[p] * (4 + 2 * mb);
@@ -246,6 +253,8 @@ static void reference(const struct run *r, struct state *st)
 static const struct run resume_runs[] = {
 	{ "fp32", "fp32", 1, 0, 1, 0, false, 2, 3, 14 },
 	{ "bf16", "bf16", 2, 0, 1, 0, false, 2, 3, 14 },
+	{ "q8", "q8", 2, 0, 1, 0, false, 2, 3, 14 },
+	{ "q8 GPU lane", "q8", 2, 2 * MiB, 0.5, 0.5, true, 1, 4, 12 },
 	{ "clip", "fp32", 1, 0, 1, 0.5, false, 2, 3, 14 },
 	{ "dynamic scale", "fp32", 1, 0, 1, 0, true, 2, 3, 14 },
 	{ "GPU lane", "fp32", 3, 2 * MiB, 0.5, 0, false, 1, 2, 12 },
@@ -299,6 +308,8 @@ END_TEST
 static const struct run export_runs[] = {
 	{ "fp32", "fp32", 1, 0, 1, 0.5, false, 2, 0, 15 },
 	{ "bf16", "bf16", 2, 0, 1, 0, true, 2, 0, 15 },
+	{ "q8", "q8", 2, 0, 1, 0, true, 2, 0, 15 },
+	{ "q8 GPU lane", "q8", 1, 2 * MiB, 0.5, 0.5, false, 2, 0, 15 },
 };
 
 /* Another node: three paths, another stripe unit and shard size. */
@@ -330,7 +341,7 @@ START_TEST(test_export_import)
 	struct tier_optim *o;
 	struct st_reader *rd;
 	char file[4200];
-	size_t mb = !strcmp(r->moment, "bf16") ? 2 : 4, at = 0;
+	size_t mb = !strcmp(r->moment, "bf16") ? 2 : 4, at = 0; /* q8: fp32 values */
 	struct tier_store_stats st;
 	int rc;
 
@@ -374,13 +385,22 @@ START_TEST(test_export_import)
 		}
 	}
 	st_reader_close(rd);
-	free(got.b);
 
-	/* Imported on another node, then to step 15: the uninterrupted run. */
+	/* Imported on another node: the state reads back as exported (q8:
+	 * its fp32 values encode to the same codes and scales), then to step
+	 * 15: the uninterrupted run. */
 	ck_assert_int_eq(store_open(m2, r, &s), 0);
 	rc = tier_optim_import(s, file, NULL, &o);
 	ck_assert_msg(rc == 0, "import: %s", tier_last_error());
 	ck_assert_uint_eq(tier_optim_step_count(o), 5);
+	{
+		struct state imp;
+
+		read_state(o, &imp);
+		expect_equal(&imp, &got, "imported, read back");
+		free(imp.b);
+	}
+	free(got.b);
 	ck_assert_int_eq(steps(o, r, r->steps, -1, false), 0);
 	read_state(o, &got);
 	expect_equal(&got, &ref, "imported, then 10 steps");

@@ -20,7 +20,11 @@
  * Covers:
  *  - the matrix (optim_matrix): offload_fraction 1 (no HBM tier), 0 (all
  *    on the emulated HBM tier), 0.5, TIER_OFFLOAD_AUTO, 0.5 without an
- *    HBM tier (all on the CPU); bf16 moments; fp32/bf16/fp16 and mixed
+ *    HBM tier (all on the CPU); bf16 moments; q8 moments (both lanes,
+ *    stochastic; CPU only, nearest: the reference keeps codes and block
+ *    scales, the read-back's fp32 values must be tier_q8_decode of them,
+ *    and every shard object is state_bytes() of its elements, shards cut
+ *    at multiples of 256); fp32/bf16/fp16 and mixed
  *    gradients and output copies (and none); decoupled and L2 weight
  *    decay; clipping that clips; a static loss scale of 1024 (gradients
  *    carry it); a dynamic loss scale (grows during the run); the streaming
@@ -78,6 +82,10 @@
  *    the state (master weights, both moments, outputs) equals the
  *    reference's after it and after the later steps, a dynamic loss scale
  *    included;
+ *  - q8 read and write (q8_write_read): fp32 moments written read back as
+ *    tier_q8_decode(tier_q8_encode(x)) bit for bit, a read written back
+ *    reads back the same, one moment written leaves the other, and the
+ *    later steps equal the reference's from tier_q8_encode's codes;
  *  - creation (optim_create): tier_optim_params_init's defaults, the
  *    manifest's moment dtype, offload fraction and shard size taken when
  *    asked; NULL params (the defaults); bad moment dtypes, offload
@@ -316,6 +324,45 @@ static long first_diff(const void *a, const void *b, size_t n, size_t es)
 	return -1;
 }
 
+/*
+ * q8 moments (TIER_Q8): the reference keeps each moment as n codes and
+ * ceil(n / TIER_Q8_BLOCK) fp32 scales (tier_adam_tensors.exp_avg_scale,
+ * .exp_avg_sq_scale); tier_optim_read gives them as fp32 values, which
+ * must be tier_q8_decode of the reference's codes bit for bit.
+ */
+static size_t t_q8_nb(size_t n)
+{
+	return (n + TIER_Q8_BLOCK - 1) / TIER_Q8_BLOCK;
+}
+
+/* Bytes per element of the reference's moments (q8: the codes). */
+static size_t mom_size(int md)
+{
+	return tier_dtype_size((enum tier_dtype)md);
+}
+
+/* Bytes per element of the moments tier_optim_read gives (q8: fp32). */
+static size_t read_size(int md)
+{
+	return md == TIER_Q8 ? 4 : tier_dtype_size((enum tier_dtype)md);
+}
+
+/* The dtype of the moments tier_optim_read gives. */
+static int read_dt(int md)
+{
+	return md == TIER_Q8 ? TIER_FP32 : md;
+}
+
+/* The state bytes of @n elements (docs/optimizer.md, "Shards"): master
+ * fp32 and both moments; q8: 6 bytes per element and two fp32 scales per
+ * block of TIER_Q8_BLOCK. */
+static uint64_t state_bytes(int md, uint64_t n)
+{
+	if (md == TIER_Q8)
+		return n * 6 + t_q8_nb(n) * 8;
+	return n * (4 + 2 * (uint64_t)tier_dtype_size((enum tier_dtype)md));
+}
+
 /* ------------------------------------------------------------ a world */
 
 /* The store under the optimizer. */
@@ -336,13 +383,14 @@ struct param {
 	uint32_t id;
 	float *p;               /* reference master weights */
 	void *m, *v;            /* reference moments (the moment dtype) */
+	float *ms, *vs;         /* q8: their blocks' scales; else NULL */
 	void *g;                /* this step's gradient */
 	int gdt;
 	void *out, *rout;       /* the optimizer's output buffer, the reference's */
 	int odt;                /* -1: no output */
 	/* read back */
 	float *rp;
-	void *rm, *rv;
+	void *rm, *rv;          /* tier_optim_read's (q8: fp32 values) */
 	uint32_t shards;        /* store objects NAME#K */
 };
 
@@ -479,7 +527,7 @@ static struct param *world_add_init(struct world *w, const char *name, size_t n,
 				    const float *init, int gdt, int odt, uint64_t seed)
 {
 	struct param *q = &w->pa[w->np];
-	size_t ms = tier_dtype_size((enum tier_dtype)w->md);
+	size_t ms = mom_size(w->md), rs = read_size(w->md);
 	uint32_t id = UINT32_MAX;
 	int rc;
 
@@ -493,9 +541,15 @@ static struct param *world_add_init(struct world *w, const char *name, size_t n,
 	q->v = calloc(n, ms);
 	q->g = malloc(n * 4);
 	q->rp = malloc(n * 4);
-	q->rm = malloc(n * ms);
-	q->rv = malloc(n * ms);
+	q->rm = malloc(n * rs);
+	q->rv = malloc(n * rs);
 	ck_assert(q->p && q->m && q->v && q->g && q->rp && q->rm && q->rv);
+	if (w->md == TIER_Q8) {
+		/* zeros: the optimizer's initial state (codes 0, scales 0) */
+		q->ms = calloc(t_q8_nb(n), 4);
+		q->vs = calloc(t_q8_nb(n), 4);
+		ck_assert(q->ms && q->vs);
+	}
 	if (odt >= 0) {
 		q->out = malloc(n * tier_dtype_size((enum tier_dtype)odt));
 		q->rout = malloc(n * tier_dtype_size((enum tier_dtype)odt));
@@ -537,11 +591,19 @@ static struct param *world_add(struct world *w, const char *name, size_t n, bool
 }
 
 /* Counts the store objects NAME#K of each parameter; their sizes are at
- * most @shard bytes and cover the parameter's state. */
+ * most @shard bytes and cover the parameter's state: shard K holds
+ * elements [K x shard_elems, ...) (shard_elems a multiple of 64, of
+ * TIER_Q8_BLOCK with q8 moments), state_bytes() of them. */
 static uint32_t world_count_shards(struct world *w, uint64_t shard)
 {
 	uint32_t total = 0;
-	uint64_t bpe = 4 + 2 * tier_dtype_size((enum tier_dtype)w->md);
+	struct tier_optim_info oi;
+	uint64_t align = w->md == TIER_Q8 ? TIER_Q8_BLOCK : 64;
+
+	ck_assert_int_eq(tier_optim_info(w->o, &oi), 0);
+	ck_assert_msg(oi.shard_elems > 0 && oi.shard_elems % align == 0,
+		      "shard_elems %llu is not a multiple of %llu", U64(oi.shard_elems), U64(align));
+	ck_assert_uint_eq(oi.shard_bytes, state_bytes(w->md, oi.shard_elems));
 
 	for (size_t i = 0; i < w->np; i++) {
 		struct param *q = &w->pa[i];
@@ -560,13 +622,25 @@ static uint32_t world_count_shards(struct world *w, uint64_t shard)
 			if (tier_obj_size(ob) > largest)
 				largest = tier_obj_size(ob);
 			bytes += tier_obj_size(ob);
+			if ((uint64_t)k * oi.shard_elems < q->n) {
+				uint64_t left = q->n - (uint64_t)k * oi.shard_elems;
+				uint64_t want = state_bytes(w->md, left < oi.shard_elems ? left
+										 : oi.shard_elems);
+
+				ck_assert_msg(tier_obj_size(ob) == want,
+					      "%s: %u bytes, want %llu (%llu elements of %s state)",
+					      nm, (unsigned)tier_obj_size(ob), U64(want),
+					      U64(left < oi.shard_elems ? left : oi.shard_elems),
+					      t_dtype_name(w->md));
+			}
 		}
 		ck_assert_msg(largest <= shard, "%s: a shard of %llu bytes > shard size %llu", q->name,
 			      U64(largest), U64(shard));
 		ck_assert_msg(k > 0, "no store object %s#0", q->name);
-		ck_assert_msg(bytes >= q->n * bpe, "%s: %u shards of %llu bytes for %zu elements (%llu bytes of state)",
-			      q->name, k, U64(bytes), q->n, U64(q->n * bpe));
-		ck_assert_uint_ge(k, (q->n * bpe + shard - 1) / shard);
+		ck_assert_msg(bytes >= state_bytes(w->md, q->n), "%s: %u shards of %llu bytes for %zu elements (%llu bytes of state)",
+			      q->name, k, U64(bytes), q->n, U64(state_bytes(w->md, q->n)));
+		ck_assert_uint_ge(k, (state_bytes(w->md, q->n) + shard - 1) / shard);
+		ck_assert_uint_eq(k, (q->n + oi.shard_elems - 1) / oi.shard_elems);
 		q->shards = k;
 		total += k;
 	}
@@ -578,7 +652,7 @@ static uint64_t world_state_bytes(const struct world *w)
 	uint64_t b = 0;
 
 	for (size_t i = 0; i < w->np; i++)
-		b += w->pa[i].n * (4 + 2 * tier_dtype_size((enum tier_dtype)w->md));
+		b += state_bytes(w->md, w->pa[i].n);
 	return b;
 }
 
@@ -644,6 +718,8 @@ static void ref_step(struct world *w, double lr, struct ref_res *rr)
 				.param = q->p,
 				.exp_avg = q->m,
 				.exp_avg_sq = q->v,
+				.exp_avg_scale = q->ms,
+				.exp_avg_sq_scale = q->vs,
 				.moment_dtype = w->md,
 				.grad = q->g,
 				.grad_dtype = (enum tier_dtype)q->gdt,
@@ -775,10 +851,20 @@ static void check_result(struct world *w, const struct tier_step_result *r,
 /* Parameter @q's state read back against the reference. */
 static void check_read(struct world *w, struct param *q, const char *when)
 {
-	size_t ms = tier_dtype_size((enum tier_dtype)w->md);
+	size_t ms = read_size(w->md);
+	int rdt = read_dt(w->md);
+	void *em = q->m, *ev = q->v; /* what the read must give */
 	long d;
 	int rc;
 
+	if (w->md == TIER_Q8) {
+		/* the reference's codes decoded */
+		em = malloc(q->n * 4);
+		ev = malloc(q->n * 4);
+		ck_assert(em && ev);
+		ck_assert_int_eq(tier_q8_decode(q->m, q->ms, q->n, TIER_Q8_EXP_AVG, em), 0);
+		ck_assert_int_eq(tier_q8_decode(q->v, q->vs, q->n, TIER_Q8_EXP_AVG_SQ, ev), 0);
+	}
 	/* all ones: NaN in every dtype, which no state holds */
 	memset(q->rp, 0xff, q->n * 4);
 	memset(q->rm, 0xff, q->n * ms);
@@ -789,14 +875,18 @@ static void check_read(struct world *w, struct param *q, const char *when)
 	ck_assert_msg(d < 0, "%s: %s: master[%ld] = %.9g (%08x), reference %.9g (%08x)", when,
 		      q->name, d, (double)q->rp[d < 0 ? 0 : d], bits_f(q->rp[d < 0 ? 0 : d]),
 		      (double)q->p[d < 0 ? 0 : d], bits_f(q->p[d < 0 ? 0 : d]));
-	d = first_diff(q->rm, q->m, q->n, ms);
+	d = first_diff(q->rm, em, q->n, ms);
 	ck_assert_msg(d < 0, "%s: %s: exp_avg[%ld] (%s) = %.9g, reference %.9g", when, q->name, d,
-		      t_dtype_name(w->md), (double)elem_f(q->rm, w->md, d < 0 ? 0 : (size_t)d),
-		      (double)elem_f(q->m, w->md, d < 0 ? 0 : (size_t)d));
-	d = first_diff(q->rv, q->v, q->n, ms);
+		      t_dtype_name(w->md), (double)elem_f(q->rm, rdt, d < 0 ? 0 : (size_t)d),
+		      (double)elem_f(em, rdt, d < 0 ? 0 : (size_t)d));
+	d = first_diff(q->rv, ev, q->n, ms);
 	ck_assert_msg(d < 0, "%s: %s: exp_avg_sq[%ld] (%s) = %.9g, reference %.9g", when, q->name,
-		      d, t_dtype_name(w->md), (double)elem_f(q->rv, w->md, d < 0 ? 0 : (size_t)d),
-		      (double)elem_f(q->v, w->md, d < 0 ? 0 : (size_t)d));
+		      d, t_dtype_name(w->md), (double)elem_f(q->rv, rdt, d < 0 ? 0 : (size_t)d),
+		      (double)elem_f(ev, rdt, d < 0 ? 0 : (size_t)d));
+	if (em != q->m) {
+		free(em);
+		free(ev);
+	}
 }
 
 /* The output buffers, and (@read) the state read back, against the
@@ -857,6 +947,8 @@ static void world_close(struct world *w)
 		free(q->rp);
 		free(q->rm);
 		free(q->rv);
+		free(q->ms);
+		free(q->vs);
 	}
 	memset(w, 0, sizeof(*w));
 }
@@ -928,6 +1020,11 @@ static const struct mcase mcases[] = {
 	{ "bf16-stochastic-copy", 0.5, 1 * MiB, TIER_BF16, 0.01, false, 0, 1, false, MIXED,
 	  TIER_BF16, D_STEP, false, false, 4, 2, false, 1 + TIER_ROUND_STOCHASTIC,
 	  1 + TIER_ROUND_STOCHASTIC },
+	/* q8 moments (stochastic, the default), both lanes */
+	{ "q8-moments", 0.5, 1 * MiB, TIER_Q8, 0.01, false, 0, 1, false, MIXED, TIER_BF16,
+	  D_STEP, false, false, 6, 2, false, 0, 0 },
+	{ "q8-nearest", 1.0, 0, TIER_Q8, 0.01, false, 0, 1, false, TIER_FP32, TIER_BF16,
+	  D_STEP, false, false, 4, 2, false, 1 + TIER_ROUND_NEAREST, 0 },
 	{ "wd-decoupled", 1.0, 0, TIER_FP32, 0.1, false, 0, 1, false, TIER_FP16, TIER_FP16,
 	  D_STEP, false, false, 6, 2, false, 0, 0 },
 	{ "wd-l2", 0.5, 1 * MiB, TIER_FP32, 0.05, true, 0, 1, false, TIER_FP32, TIER_FP32, D_STEP,
@@ -1555,7 +1652,7 @@ static void arm_fault(struct world *w, const struct fcase *c)
 static uint64_t state_hash(struct world *w)
 {
 	uint64_t h = 0xcbf29ce484222325ull;
-	size_t ms = tier_dtype_size((enum tier_dtype)w->md);
+	size_t ms = read_size(w->md);
 
 	for (size_t i = 0; i < w->np; i++) {
 		struct param *q = &w->pa[i];
@@ -1688,6 +1785,7 @@ struct lcase {
 static const struct lcase lcases[] = {
 	{ "cpu-fp32", 1.0, TIER_FP32, 1e-3, D_STEP },
 	{ "split-bf16", 0.5, TIER_BF16, 1e-3, D_SHUFFLE },
+	{ "split-q8", 0.5, TIER_Q8, 1e-3, D_REVERSE },
 	{ "gpu-fp32-created-at-0", 0.0, TIER_FP32, 0.0, D_FORWARD },
 };
 
@@ -1707,7 +1805,7 @@ static const double bad_lrs[] = { -2.0, -1e-3, -0.9999999, -INFINITY, INFINITY, 
 /* Snapshots every parameter's state read back into @p, @m (concatenated). */
 static void lr_snapshot(struct world *w, float *p, unsigned char *m)
 {
-	size_t ms = tier_dtype_size((enum tier_dtype)w->md);
+	size_t ms = read_size(w->md);
 
 	for (size_t i = 0; i < w->np; i++) {
 		struct param *q = &w->pa[i];
@@ -1765,7 +1863,7 @@ START_TEST(lr_values)
 			  turn_dt[i % 3], 90 + i);
 		total += small_set[i].n;
 	}
-	ms = tier_dtype_size(c->moment);
+	ms = read_size(c->moment);
 	p0 = malloc(total * 4);
 	p1 = malloc(total * 4);
 	m0 = malloc(total * 2 * ms);
@@ -1807,6 +1905,171 @@ START_TEST(lr_values)
 	free(p1);
 	free(m0);
 	free(m1);
+	world_close(&w);
+}
+END_TEST
+
+/* ------------------------------------------------------------ q8 read and write */
+
+/*
+ * q8 moments through tier_optim_write and tier_optim_read (fp32 values):
+ * a write of fp32 moments reads back as tier_q8_decode(tier_q8_encode(x))
+ * bit for bit, and stores exactly tier_q8_encode's codes and scales (the
+ * later steps, which read them, equal the reference's given those); a
+ * read written back changes nothing (the read-backs are the same bytes,
+ * and the later steps still equal the reference's); a write of one moment
+ * (the other NULL) leaves the other and the master weights.
+ */
+struct wcase {
+	const char *name;
+	double offload;
+	uint64_t hbm;
+};
+static const struct wcase wcases[] = {
+	{ "q8-write-cpu", 1.0, 0 },
+	{ "q8-write-split", 0.5, 1 * MiB },
+};
+
+/*
+ * fp32 moments to write: exp_avg signed, exp_avg_sq >= 0, each block of
+ * TIER_Q8_BLOCK of its own magnitude (2^-1 down to 2^-40) with elements
+ * spread over 24 binades below it (down to the codes' subnormals and
+ * zero); block 1 all zeros, block 2 one nonzero element.
+ */
+static void gen_moments(float *m, float *v, size_t n, uint64_t seed)
+{
+	uint64_t s = seed | 1;
+
+	for (size_t i = 0; i < n; i++) {
+		size_t b = i / TIER_Q8_BLOCK;
+		int top = -1 - (int)((b * 7 + seed) % 40);
+		uint64_t r = rnd(&s);
+		double mant = 1.0 + (double)(r >> 40) * 0x1p-24;
+		float x = (float)ldexp(mant, top - (int)((r >> 8) % 24));
+
+		if (b == 1 || (b == 2 && i % TIER_Q8_BLOCK != 17) || r % 50 == 0)
+			x = 0.0f;
+		m[i] = (r >> 63) ? -x : x;
+		v[i] = (float)ldexp(mant, 2 * top - (int)((r >> 16) % 24));
+		if (b == 1 || (b == 2 && i % TIER_Q8_BLOCK != 17))
+			v[i] = 0.0f;
+	}
+}
+
+/* Writes @m, @v (either NULL: stays) into parameter @q and the reference
+ * (tier_q8_encode's codes and scales). */
+static void q8_write(struct world *w, struct param *q, const float *m, const float *v)
+{
+	int rc = tier_optim_write(w->o, q->id, NULL, m, v);
+
+	ck_assert_msg(rc == 0, "write %s: %d: %s", q->name, rc, tier_last_error());
+	if (m)
+		ck_assert_int_eq(tier_q8_encode(m, q->n, TIER_Q8_EXP_AVG, q->m, q->ms), 0);
+	if (v)
+		ck_assert_int_eq(tier_q8_encode(v, q->n, TIER_Q8_EXP_AVG_SQ, q->v, q->vs), 0);
+}
+
+static void q8_steps(struct world *w, int k0, int k1, const char *what)
+{
+	for (int k = k0; k < k1; k++) {
+		struct tier_step_result r;
+		struct ref_res rr;
+		char when[96];
+
+		world_grads(w, 5, k);
+		opt_step(w, step_lr[k], D_STEP, (uint64_t)k, &r);
+		ref_step(w, step_lr[k], &rr);
+		check_result(w, &r, &rr, w->pa[0].shards + w->pa[1].shards + w->pa[2].shards, k);
+		snprintf(when, sizeof(when), "%s, step %d", what, k + 1);
+		check_state(w, when);
+	}
+}
+
+/* _i = case */
+START_TEST(q8_write_read)
+{
+	const struct wcase *c = &wcases[_i];
+	struct scfg sc = { .dram = 512 * KiB, .hbm = c->hbm };
+	struct tier_optim_params hp;
+	struct world w;
+
+	world_open(&w, c->name, &sc);
+	hp_base(&hp);
+	hp.moment_dtype = TIER_Q8;
+	hp.offload_fraction = c->offload;
+	world_create(&w, &hp);
+	for (size_t i = 0; i < ARRAY_SIZE(small_set); i++)
+		world_add(&w, small_set[i].name, small_set[i].n, small_set[i].zeros, TIER_FP32,
+			  NONE, 70 + i);
+	ck_assert_uint_gt(world_count_shards(&w, SHARD), w.np);
+	q8_steps(&w, 0, 2, "before the writes");
+
+	for (size_t i = 0; i < w.np; i++) {
+		struct param *q = &w.pa[i];
+		float *m = malloc(q->n * 4), *v = malloc(q->n * 4), *dm = malloc(q->n * 4);
+		float *dv = malloc(q->n * 4);
+		uint8_t *cm = malloc(q->n), *cv = malloc(q->n);
+		float *sm = malloc(t_q8_nb(q->n) * 4), *sv = malloc(t_q8_nb(q->n) * 4);
+		float *a = malloc(q->n * 12), *b = malloc(q->n * 12);
+		float *p0 = malloc(q->n * 4);
+		long d;
+
+		ck_assert(m && v && dm && dv && cm && cv && sm && sv && a && b && p0);
+		memcpy(p0, q->p, q->n * 4);
+		gen_moments(m, v, q->n, 300 + i);
+		/* decode(encode(x)), computed apart from the reference's arrays */
+		ck_assert_int_eq(tier_q8_encode(m, q->n, TIER_Q8_EXP_AVG, cm, sm), 0);
+		ck_assert_int_eq(tier_q8_encode(v, q->n, TIER_Q8_EXP_AVG_SQ, cv, sv), 0);
+		ck_assert_int_eq(tier_q8_decode(cm, sm, q->n, TIER_Q8_EXP_AVG, dm), 0);
+		ck_assert_int_eq(tier_q8_decode(cv, sv, q->n, TIER_Q8_EXP_AVG_SQ, dv), 0);
+		if (q->n > 2 * TIER_Q8_BLOCK) /* the test's values are not all exact in q8 */
+			ck_assert(memcmp(dm, m, q->n * 4) != 0 && memcmp(dv, v, q->n * 4) != 0);
+		q8_write(&w, q, m, v);
+		ck_assert_int_eq(tier_optim_read(w.o, q->id, a, a + q->n, a + 2 * q->n), 0);
+		ck_assert_msg(memcmp(a, p0, q->n * 4) == 0, "%s: the write changed the master weights",
+			      q->name);
+		d = first_diff(a + q->n, dm, q->n, 4);
+		ck_assert_msg(d < 0, "%s: exp_avg[%ld] read back %.9g, decode(encode(%.9g)) %.9g",
+			      q->name, d, (double)a[q->n + (d < 0 ? 0 : (size_t)d)],
+			      (double)m[d < 0 ? 0 : d], (double)dm[d < 0 ? 0 : d]);
+		d = first_diff(a + 2 * q->n, dv, q->n, 4);
+		ck_assert_msg(d < 0, "%s: exp_avg_sq[%ld] read back %.9g, decode(encode(%.9g)) %.9g",
+			      q->name, d, (double)a[2 * q->n + (d < 0 ? 0 : (size_t)d)],
+			      (double)v[d < 0 ? 0 : d], (double)dv[d < 0 ? 0 : d]);
+
+		/* what was read, written back: nothing changes */
+		ck_assert_int_eq(tier_optim_write(w.o, q->id, a, a + q->n, a + 2 * q->n), 0);
+		memset(b, 0xff, q->n * 12);
+		ck_assert_int_eq(tier_optim_read(w.o, q->id, b, b + q->n, b + 2 * q->n), 0);
+		d = first_diff(b, a, 3 * q->n, 4);
+		ck_assert_msg(d < 0, "%s: read, written back and read again: float %ld of 3 x %zu differs (%.9g, was %.9g)",
+			      q->name, d, q->n, (double)b[d < 0 ? 0 : d], (double)a[d < 0 ? 0 : d]);
+
+		/* one moment written: the other stays */
+		gen_moments(m, v, q->n, 500 + i);
+		q8_write(&w, q, i % 2 ? NULL : m, i % 2 ? v : NULL);
+		ck_assert_int_eq(tier_optim_read(w.o, q->id, b, b + q->n, b + 2 * q->n), 0);
+		ck_assert_msg(memcmp(b, a, q->n * 4) == 0, "%s: a moment's write changed the master",
+			      q->name);
+		ck_assert_msg(memcmp(b + (i % 2 ? 1 : 2) * q->n, a + (i % 2 ? 1 : 2) * q->n,
+				     q->n * 4) == 0,
+			      "%s: a write of %s changed %s", q->name, i % 2 ? "exp_avg_sq" : "exp_avg",
+			      i % 2 ? "exp_avg" : "exp_avg_sq");
+		free(m);
+		free(v);
+		free(dm);
+		free(dv);
+		free(cm);
+		free(cv);
+		free(sm);
+		free(sv);
+		free(a);
+		free(b);
+		free(p0);
+	}
+	check_state(&w, "after the writes");
+	/* the steps read the codes and scales written: the reference's */
+	q8_steps(&w, 2, 5, "after the writes");
 	world_close(&w);
 }
 END_TEST
@@ -2300,6 +2563,9 @@ static Suite *optim_suite(void)
 
 	tc = new_case(s, "lr", 60);
 	tcase_add_loop_test(tc, lr_values, 0, (int)ARRAY_SIZE(lcases));
+
+	tc = new_case(s, "q8", 60);
+	tcase_add_loop_test(tc, q8_write_read, 0, (int)ARRAY_SIZE(wcases));
 
 	tc = new_case(s, "create", 60);
 	tcase_add_test(tc, params_defaults);

@@ -105,6 +105,40 @@ for f in fails:
 sys.exit(1 if fails else 0)
 PY
 
+# bf16 and q8 moments (stochastic rounding, the default): --verify against
+# tier_adam_step with the optimizer's rounding and streams (q8: codes and
+# block scales, the read-back against their decoded values); the state
+# bytes are 8 per element for bf16, 6 for q8 and 8 more per 256-element
+# block of each of the eight parameters; NVMe is used.
+for mom in bf16 q8; do
+	if ! "$TB" step --manifest "$T/m.yaml" --params 3000001 --steps 3 --moments $mom \
+		--io-size 8MiB --io-passes 1 --update-runs 1 --verify --json --no-progress \
+		>"$T/$mom.json" 2>"$T/err"; then
+		echo "FAIL: tier-bench step --moments $mom --verify exited $?"
+		sed 's/^/  /' "$T/err"
+		exit 1
+	fi
+	python3 - "$T/$mom.json" $mom <<'PY' || exit 1
+import json, sys
+r, mom = json.load(open(sys.argv[1])), sys.argv[2]
+n = r["numel"]
+fails = []
+if r.get("verified") is not True:
+    fails.append("state not verified bit for bit")
+if r["moments"] != mom:
+    fails.append("moments %r" % r["moments"])
+if mom == "bf16" and r["state_bytes"] != 8 * n:
+    fails.append("state_bytes %d for %d elements" % (r["state_bytes"], n))
+if mom == "q8" and not 6 * n + 8 * (n // 256) <= r["state_bytes"] <= 6 * n + 8 * (n // 256 + 8):
+    fails.append("state_bytes %d for %d elements" % (r["state_bytes"], n))
+if not all(b > 0 for b in r["steps"]["nvme_read_bytes"][1:]):
+    fails.append("no NVMe reads: %r" % r["steps"]["nvme_read_bytes"])
+for f in fails:
+    print("FAIL: --moments %s:" % mom, f)
+sys.exit(1 if fails else 0)
+PY
+done
+
 # The text report ends with one plain sentence on what the efficiency means.
 "$TB" step --manifest "$T/m.yaml" --params 300000 --steps 2 --io-size 8MiB --io-passes 1 \
 	--update-runs 1 --no-progress >"$T/text.out" 2>"$T/err"

@@ -13,6 +13,8 @@
  * buffers and every parameter's step count must be equal bit for bit
  * after every step, and so after a checkpoint and resume, an export and
  * import, or a state copied through tier_optim_read / tier_optim_write.
+ * Moments fp32, bf16 or q8 (the reference keeps q8 codes and block
+ * scales; tier_optim_read's fp32 values must be tier_q8_decode of them).
  * The misuse table checks each refusal and that it changed nothing.
  */
 #include "config.h"
@@ -64,6 +66,7 @@ struct tparam {
 	bool frozen;
 	float *p;               /* the reference's master weights */
 	void *m, *v;            /* its moments (the moment dtype) */
+	float *ms, *vs;         /* q8: their blocks' scales; else NULL */
 	float *g;               /* this step's gradient */
 	void *out, *rout;       /* bf16 outputs: the optimizer's, the reference's */
 };
@@ -78,7 +81,8 @@ struct tworld {
 	struct tier_store *s;
 	struct tier_optim *o;
 	enum tier_dtype md;
-	size_t ms;
+	size_t ms;              /* bytes per element of the reference's moments */
+	size_t rs;              /* and of tier_optim_read's (q8: fp32 values) */
 	size_t np;
 	struct tparam pa[MAXP];
 	uint32_t ng;
@@ -141,8 +145,9 @@ static void world_init(struct tworld *w, const char *sub, const char *moment, ui
 	w->hbm = hbm;
 	w->offload = offload;
 	w->clip = clip;
-	w->md = strcmp(moment, "bf16") ? TIER_FP32 : TIER_BF16;
+	w->md = !strcmp(moment, "bf16") ? TIER_BF16 : !strcmp(moment, "q8") ? TIER_Q8 : TIER_FP32;
 	w->ms = tier_dtype_size(w->md);
+	w->rs = w->md == TIER_Q8 ? 4 : w->ms;
 	world_open_store(w);
 	tier_group_params_init(&w->gp[0]);
 	w->ng = 1;
@@ -163,6 +168,8 @@ static void world_close(struct tworld *w)
 		free(q->p);
 		free(q->m);
 		free(q->v);
+		free(q->ms);
+		free(q->vs);
 		free(q->g);
 		free(q->out);
 		free(q->rout);
@@ -201,6 +208,11 @@ static void world_add(struct tworld *w, const char *name, size_t n, uint32_t gro
 	q->out = calloc(n, 2);
 	q->rout = calloc(n, 2);
 	ck_assert(q->p && q->m && q->v && q->g && q->out && q->rout);
+	if (w->md == TIER_Q8) {
+		q->ms = calloc((n + TIER_Q8_BLOCK - 1) / TIER_Q8_BLOCK, 4);
+		q->vs = calloc((n + TIER_Q8_BLOCK - 1) / TIER_Q8_BLOCK, 4);
+		ck_assert(q->ms && q->vs);
+	}
 	for (size_t i = 0; i < n; i++)
 		q->p[i] = val(n, i, 0.1);
 	rc = tier_optim_add_param_to(w->o, group, name, n, q->p, &id);
@@ -237,10 +249,18 @@ static void check_state(struct tworld *w, const char *when)
 		struct tparam *q = &w->pa[i];
 		struct tier_param_info pi;
 		float *rp = malloc(q->n * 4);
-		void *rm = malloc(q->n * w->ms), *rv = malloc(q->n * w->ms);
+		void *rm = malloc(q->n * w->rs), *rv = malloc(q->n * w->rs);
+		void *em = q->m, *ev = q->v; /* what the read must give */
 		int rc;
 
 		ck_assert(rp && rm && rv);
+		if (w->md == TIER_Q8) {
+			em = malloc(q->n * 4);
+			ev = malloc(q->n * 4);
+			ck_assert(em && ev);
+			ck_assert_int_eq(tier_q8_decode(q->m, q->ms, q->n, TIER_Q8_EXP_AVG, em), 0);
+			ck_assert_int_eq(tier_q8_decode(q->v, q->vs, q->n, TIER_Q8_EXP_AVG_SQ, ev), 0);
+		}
 		ck_assert_int_eq(tier_optim_param_info(w->o, (uint32_t)i, &pi), 0);
 		ck_assert_str_eq(pi.name, q->name);
 		ck_assert_uint_eq(pi.numel, q->n);
@@ -253,15 +273,19 @@ static void check_state(struct tworld *w, const char *when)
 		ck_assert_msg(rc == 0, "read %s: %s", q->name, tier_last_error());
 		ck_assert_msg(!memcmp(rp, q->p, q->n * 4), "%s: %s: master weights differ", when,
 			      q->name);
-		ck_assert_msg(!memcmp(rm, q->m, q->n * w->ms), "%s: %s: exp_avg differs", when,
+		ck_assert_msg(!memcmp(rm, em, q->n * w->rs), "%s: %s: exp_avg differs", when,
 			      q->name);
-		ck_assert_msg(!memcmp(rv, q->v, q->n * w->ms), "%s: %s: exp_avg_sq differs", when,
+		ck_assert_msg(!memcmp(rv, ev, q->n * w->rs), "%s: %s: exp_avg_sq differs", when,
 			      q->name);
 		ck_assert_msg(!memcmp(q->out, q->rout, q->n * 2), "%s: %s: output differs", when,
 			      q->name);
 		free(rp);
 		free(rm);
 		free(rv);
+		if (em != q->m) {
+			free(em);
+			free(ev);
+		}
 	}
 }
 
@@ -320,6 +344,7 @@ static void world_step(struct tworld *w, uint32_t mask, bool streaming)
 			struct tier_adam_params ap;
 			struct tier_adam_tensors t = {
 				.n = q->n, .param = q->p, .exp_avg = q->m, .exp_avg_sq = q->v,
+				.exp_avg_scale = q->ms, .exp_avg_sq_scale = q->vs,
 				.moment_dtype = w->md, .grad = q->g, .grad_dtype = TIER_FP32,
 				.param_out = q->rout, .out_dtype = TIER_BF16,
 			};
@@ -391,7 +416,7 @@ struct scenario {
 #define IMPORT { .k = OP_IMPORT }
 #define COPY { .k = OP_COPY }
 
-/* Sizes: the state (12 or 8 bytes per element) is a few times the 320 KiB
+/* Sizes: the state (12, 8 or about 6 bytes per element) is a few times the 320 KiB
  * DRAM tier, and a parameter spans several 64 KiB shards. */
 #define BASE ADD("emb", 30000, 0), ADD("w1", 9000, 1), ADD("b1", 700, 2), ADD("w2", 12001, 1)
 #define GROUPS GROUP(3e-3, 0.1, true), GROUP(2e-3, 0.0, true)
@@ -429,6 +454,14 @@ static const struct scenario scenarios[] = {
 	  { GROUPS, BASE, STEP(ALL), STEP(0x9), FREEZE("w1"), IMPORT, STEP(ALL), THAW("w1"),
 	    STEP(ALL) } },
 	{ "copy", "bf16", 0, 1.0, 0,
+	  { GROUPS, BASE, STEP(ALL), STEP(0x5), STEP(ALL), COPY, STEP(ALL), STEP(0xa) } },
+	{ "q8-split", "q8", 512 * KiB, 0.5, 0,
+	  { GROUPS, BASE, STEP(ALL), STEP(0xb), SET(1, 1e-2, 0.0), SSTEP(ALL), FREEZE("w1"),
+	    STEP(ALL), THAW("w1"), STEP(0x6), STEP(ALL) } },
+	{ "q8-resume-import", "q8", 0, 1.0, 0,
+	  { GROUPS, BASE, STEP(ALL), STEP(0x3), RESUME, STEP(ALL), ADD("late", 700, 2),
+	    STEP(ALL), IMPORT, STEP(0xd), REMOVE("w1"), STEP(ALL) } },
+	{ "q8-copy", "q8", 0, 1.0, 0,
 	  { GROUPS, BASE, STEP(ALL), STEP(0x5), STEP(ALL), COPY, STEP(ALL), STEP(0xa) } },
 };
 
@@ -498,7 +531,7 @@ static void op_copy(struct tworld *w)
 		struct tparam *q = &w->pa[i];
 		struct tier_param_info pi;
 		float *p = malloc(q->n * 4);
-		void *m = malloc(q->n * w->ms), *v = malloc(q->n * w->ms);
+		void *m = malloc(q->n * w->rs), *v = malloc(q->n * w->rs);
 
 		ck_assert(p && m && v);
 		ck_assert_int_eq(tier_optim_param_info(o0, (uint32_t)i, &pi), 0);
@@ -572,6 +605,8 @@ static void run_op(struct tworld *w, const struct op *op)
 		free(q->p);
 		free(q->m);
 		free(q->v);
+		free(q->ms);
+		free(q->vs);
 		free(q->g);
 		free(q->out);
 		free(q->rout);

@@ -19,7 +19,9 @@
  *                          print "zero-dead: rank R: PASS: ..."
  *
  * The scenarios (the table scens[], 20 steps each): fp32; clipping; bf16
- * moments, gradients and outputs; an inf (step 5) and a nan (step 13) on
+ * moments, gradients and outputs; q8 moments (pieces aligned to 256
+ * elements, so that b1 and tiny are one rank's alone) with bf16 gradients
+ * and outputs, the streaming form, a checkpoint and resume after step 10; an inf (step 5) and a nan (step 13) on
  * one rank under dynamic loss scaling; two groups with a schedule, a
  * parameter without a gradient for four steps, one frozen for five and
  * one without an output buffer for two; a checkpoint, destroy and resume
@@ -222,6 +224,8 @@ static const struct scen {
 	  O_BACKWARD, false },
 	{ "bf16", TIER_BF16, TIER_BF16, TIER_BF16, 0, false, false, 0, 0, 0, false, true,
 	  O_BACKWARD, false },
+	{ "q8", TIER_Q8, TIER_BF16, TIER_BF16, 0, false, false, 0, 0, 10, true, true,
+	  O_BACKWARD, false },
 	{ "overflow", TIER_FP32, TIER_FP32, TIER_BF16, 0, true, false, 5, 13, 0, true, true,
 	  O_BACKWARD, false },
 	{ "groups", TIER_FP32, TIER_FP32, TIER_BF16, 0, false, true, 0, 0, 0, true, true,
@@ -392,15 +396,17 @@ static void comm_open_opt(struct zworld *w, double timeout)
 
 /*
  * The pieces every rank holds, gathered: consecutive ranks' pieces tile
- * each parameter, each starts on a 64-element boundary, and they are the
- * split of the contract, part_plan(&numel, 1, N, 64, bound) per parameter.
+ * each parameter, each starts on a 64-element boundary (256 with q8
+ * moments: TIER_Q8_BLOCK), and they are the split of the contract,
+ * part_plan(&numel, 1, N, that alignment, bound) per parameter.
  */
 static void check_pieces(struct zworld *w)
 {
 	size_t counts[MAXR], k = 2 * w->np;
 	double *mine = calloc(k, sizeof(double)), *all = calloc(k * (size_t)N, sizeof(double));
 	struct tier_optim_info info;
-	uint64_t part = 0, total = 0;
+	uint64_t part = 0, total = 0, align = w->sc->md == TIER_Q8 ? TIER_Q8_BLOCK : 64;
+	unsigned empty = 0;     /* pieces of no element */
 	int rc;
 
 	ck_assert(mine && all);
@@ -418,25 +424,30 @@ static void check_pieces(struct zworld *w)
 		const struct zparam *q = &w->pa[i];
 		uint64_t numel = q->n, bound[MAXR + 1], at = 0;
 
-		ck_assert_int_eq(part_plan(&numel, 1, (uint32_t)N, 64, bound), 0);
+		ck_assert_int_eq(part_plan(&numel, 1, (uint32_t)N, align, bound), 0);
 		for (int r = 0; r < N; r++) {
 			uint64_t off = (uint64_t)all[(size_t)r * k + 2 * i];
 			uint64_t n = (uint64_t)all[(size_t)r * k + 2 * i + 1];
 
-			if (off != at || (n && off % 64))
+			if (off != at || (n && off % align))
 				failf(w, "%s: rank %d's piece [%" PRIu64 ", %" PRIu64 ") does not "
 				      "follow rank %d's (which ends at %" PRIu64 ") or is not "
-				      "64-aligned", q->name, r, off, off + n, r - 1, at);
+				      "%" PRIu64 "-aligned", q->name, r, off, off + n, r - 1, at, align);
 			if (off != bound[r] || n != bound[r + 1] - bound[r])
 				failf(w, "%s: rank %d's piece is [%" PRIu64 ", %" PRIu64 "), "
 				      "part_plan's [%" PRIu64 ", %" PRIu64 ")", q->name, r, off,
 				      off + n, bound[r], bound[r + 1]);
 			at = off + n;
+			empty += n == 0;
 		}
 		if (at != q->n)
 			failf(w, "%s: the pieces end at %" PRIu64 ", the parameter has %zu elements",
 			      q->name, at, q->n);
 	}
+	/* q8 on several ranks: b1 and tiny (under 256 elements) are one rank's */
+	if (align == TIER_Q8_BLOCK && N > 1 && empty < 2 * (unsigned)(N - 1))
+		failf(w, "q8 on %d ranks: %u empty pieces, expected at least %d (b1, tiny)", N,
+		      empty, 2 * (N - 1));
 	ck_assert_int_eq(tier_optim_info(w->o, &info), 0);
 	if (info.rank != (N > 1 ? R : 0) || info.world != (N > 1 ? N : 1) ||
 	    info.part_elems != part || info.total_elems != total)
@@ -503,7 +514,8 @@ static void world_init(struct zworld *w, const struct scen *sc, unsigned salt, e
 	memset(w, 0, sizeof(*w));
 	w->sc = sc;
 	w->salt = salt;
-	w->ms = tier_dtype_size(sc->md);
+	/* tier_optim_read's moments: q8 as fp32 values */
+	w->ms = sc->md == TIER_Q8 ? 4 : tier_dtype_size(sc->md);
 	w->gs = tier_dtype_size(sc->gd);
 	w->os = tier_dtype_size(sc->od);
 	comm_open_opt(w, OPT_TIMEOUT_S);
@@ -624,6 +636,7 @@ static void compare(struct zworld *w, const char *what, const char *pname, enum 
 static void check_state(struct zworld *w)
 {
 	struct tier_loss_scaler a, b;
+	enum tier_dtype rdt = w->sc->md == TIER_Q8 ? TIER_FP32 : w->sc->md;
 
 	if (tier_optim_step_count(w->o) != tier_optim_step_count(w->ro))
 		failf(w, "step count %" PRIu64 ", the reference's %" PRIu64,
@@ -661,10 +674,10 @@ static void check_state(struct zworld *w)
 		} else {
 			ck_assert_int_eq(tier_optim_read(w->ro, (uint32_t)i, rp, rm, rv), 0);
 			compare(w, "master", q->name, TIER_FP32, p, rp + q->off, q->pn, q->off);
-			compare(w, "exp_avg", q->name, w->sc->md, m,
-				(char *)rm + q->off * w->ms, q->pn, q->off);
-			compare(w, "exp_avg_sq", q->name, w->sc->md, v,
-				(char *)rv + q->off * w->ms, q->pn, q->off);
+			compare(w, "exp_avg", q->name, rdt, m, (char *)rm + q->off * w->ms, q->pn,
+				q->off);
+			compare(w, "exp_avg_sq", q->name, rdt, v, (char *)rv + q->off * w->ms,
+				q->pn, q->off);
 		}
 		free(p);
 		free(rp);

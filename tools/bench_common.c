@@ -303,6 +303,7 @@ int adam_arrays(struct tier_adam_tensors *t, size_t n, enum tier_dtype moments,
 		enum tier_dtype grads, int copy_out)
 {
 	size_t ms = tier_dtype_size(moments), gs = tier_dtype_size(grads), os = dtype_size(copy_out);
+	size_t nb = (n + TIER_Q8_BLOCK - 1) / TIER_Q8_BLOCK;
 	void *grad;
 
 	*t = (struct tier_adam_tensors){
@@ -318,27 +319,33 @@ int adam_arrays(struct tier_adam_tensors *t, size_t n, enum tier_dtype moments,
 	if (os)
 		t->param_out = adam_alloc(n * os);
 	if (moments == TIER_Q8) {
-		size_t nb = (n + TIER_Q8_BLOCK - 1) / TIER_Q8_BLOCK;
-
 		t->exp_avg_scale = adam_alloc(nb * 4);
 		t->exp_avg_sq_scale = adam_alloc(nb * 4);
-		if (!t->exp_avg_scale || !t->exp_avg_sq_scale) {
-			adam_arrays_free(t);
-			return -ENOMEM;
-		}
-		for (size_t b = 0; b < nb; b++) {
-			t->exp_avg_scale[b] = 4e-4f;
-			t->exp_avg_sq_scale[b] = 2e-5f;
-		}
 	}
-	if (!t->param || !t->exp_avg || !t->exp_avg_sq || !grad || (os && !t->param_out)) {
+	if (!t->param || !t->exp_avg || !t->exp_avg_sq || !grad || (os && !t->param_out) ||
+	    (moments == TIER_Q8 && (!t->exp_avg_scale || !t->exp_avg_sq_scale))) {
 		adam_arrays_free(t);
 		return -ENOMEM;
 	}
 	adam_fill(t->param, n, TIER_FP32, FILL_PARAM, 1);
 	adam_fill(grad, n, (int)grads, FILL_GRAD, 2);
-	adam_fill(t->exp_avg, n, (int)moments, FILL_EXP_AVG, 3);
-	adam_fill(t->exp_avg_sq, n, (int)moments, FILL_EXP_AVG_SQ, 4);
+	if (moments == TIER_Q8) {
+		/* q8: the fp32 values encoded (codes and block scales) */
+		float *x = adam_alloc(n * 4);
+
+		if (!x) {
+			adam_arrays_free(t);
+			return -ENOMEM;
+		}
+		adam_fill(x, n, TIER_FP32, FILL_EXP_AVG, 3);
+		tier_q8_encode(x, n, TIER_Q8_EXP_AVG, t->exp_avg, t->exp_avg_scale);
+		adam_fill(x, n, TIER_FP32, FILL_EXP_AVG_SQ, 4);
+		tier_q8_encode(x, n, TIER_Q8_EXP_AVG_SQ, t->exp_avg_sq, t->exp_avg_sq_scale);
+		free(x);
+	} else {
+		adam_fill(t->exp_avg, n, (int)moments, FILL_EXP_AVG, 3);
+		adam_fill(t->exp_avg_sq, n, (int)moments, FILL_EXP_AVG_SQ, 4);
+	}
 	if (os)
 		memset(t->param_out, 0, n * os);
 	return 0;
@@ -351,9 +358,9 @@ void adam_arrays_free(struct tier_adam_tensors *t)
 	free(t->exp_avg_sq);
 	free((void *)t->grad);
 	free(t->param_out);
-	t->param = NULL;
 	free(t->exp_avg_scale);
 	free(t->exp_avg_sq_scale);
+	t->param = NULL;
 	t->exp_avg = t->exp_avg_sq = t->param_out = NULL;
 	t->exp_avg_scale = t->exp_avg_sq_scale = NULL;
 	t->grad = NULL;

@@ -112,7 +112,7 @@ void progress_done(struct progress *p)
 static void step_usage(FILE *f)
 {
 	fprintf(f, "usage: tier-bench step [--manifest FILE] [--params N] [--steps K] [--dram BYTES]\n"
-		   "                       [--offload-fraction F|auto] [--moments fp32|bf16] [--json]\n"
+		   "                       [--offload-fraction F|auto] [--moments fp32|bf16|q8] [--json]\n"
 		   "                       [--copy-out none|bf16|fp16|fp32] [--threads T] [--shard-size BYTES]\n"
 		   "                       [--hbm-capacity BYTES] [--hbm-bandwidth BYTES/s] [--io-size BYTES]\n"
 		   "                       [--io-passes P] [--update-runs R] [--verify]\n"
@@ -318,6 +318,7 @@ static int step_setup(const struct step_opts *o, const struct tier_manifest *m,
 		return ret;
 	su->moments = oi.moment_dtype;
 	su->bpe = oi.bytes_per_elem;
+	su->block_bytes = oi.block_bytes;
 	su->shard_elems = oi.shard_elems;
 	su->lookahead = oi.window_bytes;
 	/* Without --shard-size, the shard size the optimizer chose: a manifest
@@ -329,12 +330,17 @@ static int step_setup(const struct step_opts *o, const struct tier_manifest *m,
 
 	/* The model: by default its state is twice the DRAM tier, on every
 	 * rank (each rank's piece is about 1/world of it). */
-	su->numel = o->params ? o->params : 2 * su->dram / su->bpe * (uint64_t)su->w->world;
+	su->numel = o->params ? o->params
+			      : 2 * su->dram * TIER_Q8_BLOCK /
+					(su->bpe * TIER_Q8_BLOCK + su->block_bytes) *
+					(uint64_t)su->w->world;
 	if (su->numel < 64)
 		return bench_bad_usage(&step_cmd, "--params %" PRIu64 " is too small (at least 64"
 				       " elements)", su->numel);
-	su->state_bytes = su->numel * su->bpe;
 	step_sizes(su->numel, su->shard_elems, su->sizes);
+	su->state_bytes = 0;
+	for (int i = 0; i < STEP_NPARAMS; i++)
+		su->state_bytes += step_state_bytes(su, su->sizes[i]);
 	su->max_size = 0;
 	for (int i = 0; i < STEP_NPARAMS; i++)
 		su->max_size = su->sizes[i] > su->max_size ? su->sizes[i] : su->max_size;
@@ -428,8 +434,8 @@ int cmd_step(int argc, char **argv)
 		BENCH_NUM(O_STEPS, "steps", &o.steps, 1, 100000, "(1 to 100000)"),
 		BENCH_NUM(O_DRAM, "dram", &o.dram, 1, UINT64_MAX, "(bytes, e.g. 256MiB)"),
 		BENCH_OTHER(O_OFFLOAD, "offload-fraction", required_argument),
-		BENCH_DTYPE(O_MOMENTS, "moments", &o.moments, BENCH_DT_FP32 | BENCH_DT_BF16,
-			    "(fp32 or bf16)"),
+		BENCH_DTYPE(O_MOMENTS, "moments", &o.moments,
+			    BENCH_DT_FP32 | BENCH_DT_BF16 | BENCH_DT_Q8, "(fp32, bf16 or q8)"),
 		BENCH_FLAG(O_JSON, "json", &o.json),
 		BENCH_DTYPE(O_COPY_OUT, "copy-out", &o.copy_out,
 			    BENCH_DT_NONE | BENCH_DT_FP32 | BENCH_DT_BF16 | BENCH_DT_FP16,

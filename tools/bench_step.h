@@ -77,6 +77,7 @@ struct step_setup {
 	 * shard and lookahead window (scaled with the store's DRAM) */
 	enum tier_dtype moments;
 	size_t bpe;
+	uint32_t block_bytes;   /* q8: and per TIER_Q8_BLOCK elements (0 else) */
 	uint64_t shard_elems, lookahead;
 	uint64_t numel, state_bytes;    /* the whole model's (every rank's) */
 	size_t sizes[STEP_NPARAMS], max_size;
@@ -134,6 +135,15 @@ __attribute__((format(printf, 2, 3))) void progress_note(struct progress *p, con
 void progress_step(struct progress *p, uint64_t done, uint64_t total, double step_s,
 		   double stall_s);
 void progress_done(struct progress *p);
+
+/* The optimizer's state bytes of @n elements of one parameter (or of a
+ * rank's piece of it): bytes_per_elem each, and with q8 moments
+ * block_bytes per TIER_Q8_BLOCK (the last block partial: shards and pieces
+ * start on a block). */
+static inline uint64_t step_state_bytes(const struct step_setup *su, uint64_t n)
+{
+	return n * su->bpe + (n + TIER_Q8_BLOCK - 1) / TIER_Q8_BLOCK * su->block_bytes;
+}
 
 /* A runtime failure: what was being done, and the library's detail.  1. */
 int step_fail(const char *what, int rc);

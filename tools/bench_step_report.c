@@ -359,8 +359,13 @@ static void print_text_setup(const struct step_opts *o, const struct step_setup 
 		       su->source, human(su->manifest_dram, a, sizeof(a)));
 	else
 		printf("  manifest %s\n", su->source);
-	printf("  moments %s (%zu state bytes per element), copy-out %s\n",
-	       dtype_name((int)su->moments), su->bpe, dtype_name(o->copy_out));
+	if (su->block_bytes)
+		printf("  moments %s (%zu state bytes per element and %u per %d-element block),"
+		       " copy-out %s\n", dtype_name((int)su->moments), su->bpe, su->block_bytes,
+		       TIER_Q8_BLOCK, dtype_name(o->copy_out));
+	else
+		printf("  moments %s (%zu state bytes per element), copy-out %s\n",
+		       dtype_name((int)su->moments), su->bpe, dtype_name(o->copy_out));
 	printf("  shard %" PRIu64 " bytes, lookahead %" PRIu64 " bytes (the manifest's %"
 	       PRIu64 ", scaled with DRAM), %u threads (isa %s), offload fraction %s\n",
 	       su->shard_size, su->lookahead, su->manifest_lookahead, su->threads,

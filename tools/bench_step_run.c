@@ -148,7 +148,7 @@ static int step_pieces(struct step_setup *su, struct step_model *sm)
 	if (rc)
 		return step_fail("the optimizer's configuration", rc);
 	su->part_elems = oi.part_elems;
-	su->part_state_bytes = oi.part_elems * su->bpe;
+	su->part_state_bytes = 0;
 	for (uint32_t i = 0; i < STEP_NPARAMS; i++) {
 		struct tier_param_info pi;
 
@@ -157,6 +157,7 @@ static int step_pieces(struct step_setup *su, struct step_model *sm)
 			return step_fail("a parameter's piece", rc);
 		su->part_off[i] = pi.part_off;
 		su->part_numel[i] = pi.part_numel;
+		su->part_state_bytes += step_state_bytes(su, pi.part_numel);
 	}
 	return 0;
 }
@@ -437,7 +438,25 @@ static size_t first_diff(const void *a, const void *b, size_t es)
 struct verify_bufs {
 	float *master, *got_master;
 	void *m, *v, *got_m, *got_v, *out;
+	float *ms, *vs;         /* q8: the reference's block scales */
+	float *dm, *dv;         /* q8: its moments decoded (fp32, as read back) */
 };
+
+/* SplitMix64's finaliser and the seed of parameter @id's stochastic
+ * rounding stream in an optimizer seeded @seed (docs/kernels.md, "The
+ * random stream": sr_param_seed). */
+static uint64_t mix64(uint64_t z)
+{
+	z += 0x9e3779b97f4a7c15ull;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static uint64_t param_seed(uint64_t seed, uint32_t id)
+{
+	return mix64(seed ^ mix64(0x7a11ull << 32 | id));
+}
 
 /*
  * Parameter @id's reference: tier_adam_step in memory from its initial
@@ -452,8 +471,13 @@ static int verify_param(const struct step_opts *o, const struct step_setup *su,
 {
 	size_t k = su->sizes[id], ms = dtype_size((int)su->moments), os = dtype_size(o->copy_out);
 	size_t off = su->part_off[id], pn = su->part_numel[id];
+	bool q8 = su->moments == TIER_Q8;
+	size_t rs = q8 ? 4 : ms; /* tier_optim_read's moments: q8 as fp32 values */
+	const void *em = vb->m, *ev = vb->v;
+	struct tier_optim_info oi;
 	struct tier_adam_tensors t = {
 		.n = k, .param = vb->master, .exp_avg = vb->m, .exp_avg_sq = vb->v,
+		.exp_avg_scale = vb->ms, .exp_avg_sq_scale = vb->vs,
 		.moment_dtype = su->moments, .grad = sm->grad, .grad_dtype = TIER_FP32,
 		.param_out = vb->out, .out_dtype = o->copy_out < 0 ? TIER_FP32 :
 						   (enum tier_dtype)o->copy_out,
@@ -468,9 +492,20 @@ static int verify_param(const struct step_opts *o, const struct step_setup *su,
 	hp.eps = sm->op.eps;
 	hp.weight_decay = sm->op.weight_decay;
 	hp.decoupled = sm->op.decoupled;
+	/* the optimizer's rounding, and its stream for this parameter */
+	rc = tier_optim_info(sm->opt, &oi);
+	if (rc)
+		return step_fail("--verify: the optimizer's configuration", rc);
+	hp.rounding = oi.rounding;
+	hp.out_rounding = oi.out_rounding;
+	hp.seed = param_seed(oi.seed, id);
 	memcpy(vb->master, sm->init, k * 4);
 	memset(vb->m, 0, k * ms);
 	memset(vb->v, 0, k * ms);
+	if (q8) {
+		memset(vb->ms, 0, (k + TIER_Q8_BLOCK - 1) / TIER_Q8_BLOCK * 4);
+		memset(vb->vs, 0, (k + TIER_Q8_BLOCK - 1) / TIER_Q8_BLOCK * 4);
+	}
 	for (uint64_t s = 0; s < o->steps; s++) {
 		if (!rec[s].res.applied)
 			continue;
@@ -486,16 +521,24 @@ static int verify_param(const struct step_opts *o, const struct step_setup *su,
 	rc = tier_optim_read(sm->opt, id, vb->got_master, vb->got_m, vb->got_v);
 	if (rc)
 		return step_fail("--verify: read the state back", rc);
+	if (q8) {
+		/* the reference's codes decoded: what the read must give */
+		if ((rc = tier_q8_decode(vb->m, vb->ms, k, TIER_Q8_EXP_AVG, vb->dm)) ||
+		    (rc = tier_q8_decode(vb->v, vb->vs, k, TIER_Q8_EXP_AVG_SQ, vb->dv)))
+			return step_fail("--verify: decode the reference's q8 moments", rc);
+		em = vb->dm;
+		ev = vb->dv;
+	}
 	*what = NULL;
 	if (memcmp(vb->master + off, vb->got_master, pn * 4)) {
 		*what = "master weights";
 		*at = off + first_diff(vb->master + off, vb->got_master, 4);
-	} else if (memcmp((char *)vb->m + off * ms, vb->got_m, pn * ms)) {
+	} else if (memcmp((const char *)em + off * rs, vb->got_m, pn * rs)) {
 		*what = "exp_avg";
-		*at = off + first_diff((char *)vb->m + off * ms, vb->got_m, ms);
-	} else if (memcmp((char *)vb->v + off * ms, vb->got_v, pn * ms)) {
+		*at = off + first_diff((const char *)em + off * rs, vb->got_m, rs);
+	} else if (memcmp((const char *)ev + off * rs, vb->got_v, pn * rs)) {
 		*what = "exp_avg_sq";
-		*at = off + first_diff((char *)vb->v + off * ms, vb->got_v, ms);
+		*at = off + first_diff((const char *)ev + off * rs, vb->got_v, rs);
 	} else if (os && memcmp(vb->out, sm->outs[id], k * os)) {
 		*what = "the copy-out";
 		*at = first_diff(vb->out, sm->outs[id], os);
@@ -514,15 +557,19 @@ static int step_verify(const struct step_opts *o, const struct step_setup *su,
 		       const struct step_record *rec)
 {
 	size_t n = su->max_size, ms = dtype_size((int)su->moments), os = dtype_size(o->copy_out);
+	bool q8 = su->moments == TIER_Q8;
+	size_t rs = q8 ? 4 : ms, nb = (n + TIER_Q8_BLOCK - 1) / TIER_Q8_BLOCK;
 	struct verify_bufs vb = {
 		.master = malloc(n * 4), .got_master = malloc(n * 4),
-		.m = calloc(n, ms), .v = calloc(n, ms), .got_m = malloc(n * ms),
-		.got_v = malloc(n * ms), .out = os ? malloc(n * os) : NULL,
+		.m = calloc(n, ms), .v = calloc(n, ms), .got_m = malloc(n * rs),
+		.got_v = malloc(n * rs), .out = os ? malloc(n * os) : NULL,
+		.ms = q8 ? calloc(nb, 4) : NULL, .vs = q8 ? calloc(nb, 4) : NULL,
+		.dm = q8 ? malloc(n * 4) : NULL, .dv = q8 ? malloc(n * 4) : NULL,
 	};
 	int ret = 1;
 
 	if (!vb.master || !vb.got_master || !vb.m || !vb.v || !vb.got_m || !vb.got_v ||
-	    (os && !vb.out)) {
+	    (os && !vb.out) || (q8 && (!vb.ms || !vb.vs || !vb.dm || !vb.dv))) {
 		fprintf(stderr, STEP_WHO ": out of memory for --verify\n");
 		goto done;
 	}
@@ -558,6 +605,10 @@ done:
 	free(vb.got_m);
 	free(vb.got_v);
 	free(vb.out);
+	free(vb.ms);
+	free(vb.vs);
+	free(vb.dm);
+	free(vb.dv);
 	return ret;
 }
 

@@ -89,6 +89,7 @@ int main(void)
 	E();
 	S(tier_optim_info);
 	F(tier_optim_info, moment_dtype); F(tier_optim_info, bytes_per_elem);
+	F(tier_optim_info, block_bytes);
 	F(tier_optim_info, shard_elems); F(tier_optim_info, shard_bytes);
 	F(tier_optim_info, window_bytes); F(tier_optim_info, hbm_budget);
 	F(tier_optim_info, write_behind); F(tier_optim_info, threads);
@@ -98,7 +99,6 @@ int main(void)
 	F(tier_optim_info, rank); F(tier_optim_info, world);
 	F(tier_optim_info, part_elems); F(tier_optim_info, total_elems);
 	F(tier_optim_info, rounding); F(tier_optim_info, out_rounding); F(tier_optim_info, seed);
-	F(tier_optim_info, block_bytes);
 	E();
 	S(tier_manifest_info);
 	F(tier_manifest_info, source); F(tier_manifest_info, name); F(tier_manifest_info, gpu);
