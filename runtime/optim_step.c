@@ -107,6 +107,7 @@ static int update_item(struct tier_optim *o, unsigned lane, struct la_item *it)
 			.param = t.param, .exp_avg = t.exp_avg, .exp_avg_sq = t.exp_avg_sq,
 			.grad = t.grad, .param_out = t.param_out, .n = sh->n,
 			.index0 = t.index0,
+			.exp_avg_scale = t.exp_avg_scale, .exp_avg_sq_scale = t.exp_avg_sq_scale,
 		};
 
 		if (pp->grad.mem == TIER_MEM_HOST) {
