@@ -16,21 +16,21 @@
 #include "kernels/adam_math.h"
 #include "tierstore/kernels.h"
 
-static int q8_args(const void *a, const void *b, const void *c, size_t n, int which,
-		   const char *who)
+static int q8_which(int which, const char *who)
 {
 	if (which != TIER_Q8_EXP_AVG && which != TIER_Q8_EXP_AVG_SQ)
 		return ts_err(-EINVAL, "%s: which %d is not TIER_Q8_EXP_AVG or TIER_Q8_EXP_AVG_SQ",
 			      who, which);
-	if (n && (!a || !b || !c))
-		return ts_err(-EINVAL, "%s: a NULL array with n = %zu", who, n);
 	return 0;
 }
 
 int tier_q8_decode(const void *codes, const float *scales, size_t n, int which, float *out)
 {
+	TS_NONNULL(codes);
+	TS_NONNULL(scales);
+	TS_NONNULL(out);
 	const uint8_t *c = codes;
-	int rc = q8_args(codes, scales, out, n, which, "tier_q8_decode");
+	int rc = q8_which(which, "tier_q8_decode");
 
 	if (rc)
 		return rc;
@@ -44,8 +44,11 @@ int tier_q8_decode(const void *codes, const float *scales, size_t n, int which, 
 
 int tier_q8_encode(const float *in, size_t n, int which, void *codes, float *scales)
 {
+	TS_NONNULL(in);
+	TS_NONNULL(codes);
+	TS_NONNULL(scales);
 	uint8_t *c = codes;
-	int rc = q8_args(in, codes, scales, n, which, "tier_q8_encode");
+	int rc = q8_which(which, "tier_q8_encode");
 
 	if (rc)
 		return rc;

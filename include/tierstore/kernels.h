@@ -102,7 +102,7 @@ struct tier_adam_tensors {
  * is exact (code value times scale, one fp32 multiply); encoding scales
  * each block by its largest |value| and rounds to nearest, as the update
  * does with TIER_ROUND_NEAREST, so decode then encode gives the same
- * codes and scales.  0, or -EINVAL (@which, a NULL array with n > 0).
+ * codes and scales.  0, or -EINVAL (@which, a NULL array).
  */
 #define TIER_Q8_EXP_AVG 0
 #define TIER_Q8_EXP_AVG_SQ 1
