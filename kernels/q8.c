@@ -16,21 +16,27 @@
 #include "kernels/adam_math.h"
 #include "tierstore/kernels.h"
 
+/* The arrays @a, @b, @c are named @names ("a,b,c"): a NULL one is named
+ * ("FN: ARG is NULL", as every entry point says it). */
 static int q8_args(const void *a, const void *b, const void *c, size_t n, int which,
-		   const char *who)
+		   const char *who, const char *const names[3])
 {
+	const void *arr[3] = { a, b, c };
+
 	if (which != TIER_Q8_EXP_AVG && which != TIER_Q8_EXP_AVG_SQ)
 		return ts_err(-EINVAL, "%s: which %d is not TIER_Q8_EXP_AVG or TIER_Q8_EXP_AVG_SQ",
 			      who, which);
-	if (n && (!a || !b || !c))
-		return ts_err(-EINVAL, "%s: a NULL array with n = %zu", who, n);
+	for (int k = 0; k < 3 && n; k++)
+		if (!arr[k])
+			return ts_err(-EINVAL, "%s: %s is NULL (n = %zu)", who, names[k], n);
 	return 0;
 }
 
 int tier_q8_decode(const void *codes, const float *scales, size_t n, int which, float *out)
 {
 	const uint8_t *c = codes;
-	int rc = q8_args(codes, scales, out, n, which, "tier_q8_decode");
+	static const char *const names[3] = { "codes", "scales", "out" };
+	int rc = q8_args(codes, scales, out, n, which, "tier_q8_decode", names);
 
 	if (rc)
 		return rc;
@@ -45,7 +51,8 @@ int tier_q8_decode(const void *codes, const float *scales, size_t n, int which, 
 int tier_q8_encode(const float *in, size_t n, int which, void *codes, float *scales)
 {
 	uint8_t *c = codes;
-	int rc = q8_args(in, codes, scales, n, which, "tier_q8_encode");
+	static const char *const names[3] = { "in", "codes", "scales" };
+	int rc = q8_args(in, codes, scales, n, which, "tier_q8_encode", names);
 
 	if (rc)
 		return rc;

@@ -139,6 +139,12 @@ static void io_cb(void *arg, int result, const char *detail)
 	X(INT, EINV, tier_adam_step, p, tier_adam_step(f->pool, NULL, &f->at))           \
 	X(INT, EINV, tier_adam_step, t, tier_adam_step(f->pool, &f->ap, NULL))           \
 	X(INT, EINV, tier_adam_roofline, t, tier_adam_roofline(f->pool, NULL))           \
+	X(INT, EINV, tier_q8_decode, codes, tier_q8_decode(NULL, f->m2, 64, TIER_Q8_EXP_AVG, f->m1)) \
+	X(INT, EINV, tier_q8_decode, scales, tier_q8_decode(f->p, NULL, 64, TIER_Q8_EXP_AVG, f->m1)) \
+	X(INT, EINV, tier_q8_decode, out, tier_q8_decode(f->p, f->m2, 64, TIER_Q8_EXP_AVG, NULL)) \
+	X(INT, EINV, tier_q8_encode, in, tier_q8_encode(NULL, 64, TIER_Q8_EXP_AVG, f->p, f->m2)) \
+	X(INT, EINV, tier_q8_encode, codes, tier_q8_encode(f->g, 64, TIER_Q8_EXP_AVG, NULL, f->m2)) \
+	X(INT, EINV, tier_q8_encode, scales, tier_q8_encode(f->g, 64, TIER_Q8_EXP_AVG, f->p, NULL)) \
 	X(INT, EINV, tier_grad_check, grad,                                              \
 	  tier_grad_check(f->pool, NULL, TIER_FP32, 64, &(struct tier_grad_stats){ 0 })) \
 	X(INT, EINV, tier_grad_check, acc, tier_grad_check(f->pool, f->g, TIER_FP32, 64, NULL)) \
