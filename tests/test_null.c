@@ -139,15 +139,15 @@ static void io_cb(void *arg, int result, const char *detail)
 	X(INT, EINV, tier_adam_step, p, tier_adam_step(f->pool, NULL, &f->at))           \
 	X(INT, EINV, tier_adam_step, t, tier_adam_step(f->pool, &f->ap, NULL))           \
 	X(INT, EINV, tier_adam_roofline, t, tier_adam_roofline(f->pool, NULL))           \
+	X(INT, EINV, tier_q8_decode, codes, tier_q8_decode(NULL, f->m2, 64, TIER_Q8_EXP_AVG, f->m1)) \
+	X(INT, EINV, tier_q8_decode, scales, tier_q8_decode(f->p, NULL, 64, TIER_Q8_EXP_AVG, f->m1)) \
+	X(INT, EINV, tier_q8_decode, out, tier_q8_decode(f->p, f->m2, 64, TIER_Q8_EXP_AVG, NULL)) \
+	X(INT, EINV, tier_q8_encode, in, tier_q8_encode(NULL, 64, TIER_Q8_EXP_AVG, f->p, f->m2)) \
+	X(INT, EINV, tier_q8_encode, codes, tier_q8_encode(f->g, 64, TIER_Q8_EXP_AVG, NULL, f->m2)) \
+	X(INT, EINV, tier_q8_encode, scales, tier_q8_encode(f->g, 64, TIER_Q8_EXP_AVG, f->p, NULL)) \
 	X(INT, EINV, tier_grad_check, grad,                                              \
 	  tier_grad_check(f->pool, NULL, TIER_FP32, 64, &(struct tier_grad_stats){ 0 })) \
 	X(INT, EINV, tier_grad_check, acc, tier_grad_check(f->pool, f->g, TIER_FP32, 64, NULL)) \
-	X(INT, EINV, tier_q8_decode, codes, tier_q8_decode(NULL, f->g, 64, TIER_Q8_EXP_AVG, f->g)) \
-	X(INT, EINV, tier_q8_decode, scales, tier_q8_decode(f->g, NULL, 64, TIER_Q8_EXP_AVG, f->g)) \
-	X(INT, EINV, tier_q8_decode, out, tier_q8_decode(f->g, f->g, 64, TIER_Q8_EXP_AVG, NULL)) \
-	X(INT, EINV, tier_q8_encode, in, tier_q8_encode(NULL, 64, TIER_Q8_EXP_AVG, f->g, f->g))  \
-	X(INT, EINV, tier_q8_encode, codes, tier_q8_encode(f->g, 64, TIER_Q8_EXP_AVG, NULL, f->g)) \
-	X(INT, EINV, tier_q8_encode, scales, tier_q8_encode(f->g, 64, TIER_Q8_EXP_AVG, f->g, NULL)) \
 	X(INT, EINV, tier_loss_scaler_init, s, tier_loss_scaler_init(NULL, 1, 1, 2, 0.5, 1000, 2)) \
 	X(ZERO, 0, tier_loss_scaler_update, s, tier_loss_scaler_update(NULL, false))     \
 	X(INT, EINV, tier_gpu_count, count, tier_gpu_count(NULL, NULL, 0))               \

@@ -43,7 +43,8 @@
  *    any step stays in it);
  *  - overflow (optim_overflow): steps with +inf, -inf or nan at chosen
  *    positions (a one-element parameter, the middle of a parameter, the
- *    last element) in fp32/bf16/fp16 gradients, static and dynamic scale,
+ *    last element) in fp32/bf16/fp16 gradients, fp32 and q8 moments,
+ *    static and dynamic scale,
  *    tier_optim_step and the streaming form: applied false, the state read
  *    back and the output buffers byte-identical to before, the step count
  *    unchanged; the dynamic scale's next_loss_scale follows a reference
@@ -70,7 +71,7 @@
  *    following step works and counts from the old step count), end
  *    without begin;
  *  - a tier failing in the middle of a step (tier_failure), with the CPU
- *    lane alone and with both lanes: a transient -EIO on a shard fill
+ *    lane alone and with both lanes (fp32 and q8 moments): a transient -EIO on a shard fill
  *    (nvme_io_err, once or as often as the NVMe tier retries, in the first
  *    fill of an emptied store or mid-step) in every step: each completes
  *    and equals the reference bit for bit; a persistent -EIO (first fill,
@@ -1178,17 +1179,23 @@ struct ocase {
 	uint32_t bad_param;
 	size_t bad_pos;         /* SIZE_MAX: the last element */
 	double offload;
+	enum tier_dtype moment; /* TIER_FP32 unless given */
 };
 
 static const struct ocase ocases[] = {
-	{ "static-inf", "cicc", TIER_FP32, false, D_STEP, 2, 65537, 0.5 },
-	{ "static-nan", "cnc", TIER_FP32, false, D_STEP, 2, SIZE_MAX, 1.0 },
-	{ "static-neginf-first", "icc", TIER_FP32, false, D_STEP, 0, 0, 0.5 },
-	{ "static-nan-bf16", "ccnc", TIER_BF16, false, D_STEP, 1, 4000, 0.5 },
-	{ "static-inf-fp16-stream", "cicic", TIER_FP16, false, D_SHUFFLE, 2, 12345, 0.5 },
-	{ "dynamic-inf", "cciicccc", TIER_FP32, true, D_STEP, 2, 65537, 0.5 },
-	{ "dynamic-nan-fp16", "ccnccncnnc", TIER_FP16, true, D_STEP, 1, 0, 1.0 },
-	{ "dynamic-mixed-stream", "c-ncccic", TIER_BF16, true, D_REVERSE, 2, SIZE_MAX, 0.5 },
+	{ "static-inf", "cicc", TIER_FP32, false, D_STEP, 2, 65537, 0.5, TIER_FP32 },
+	{ "static-nan", "cnc", TIER_FP32, false, D_STEP, 2, SIZE_MAX, 1.0, TIER_FP32 },
+	{ "static-neginf-first", "icc", TIER_FP32, false, D_STEP, 0, 0, 0.5, TIER_FP32 },
+	{ "static-nan-bf16", "ccnc", TIER_BF16, false, D_STEP, 1, 4000, 0.5, TIER_FP32 },
+	{ "static-inf-fp16-stream", "cicic", TIER_FP16, false, D_SHUFFLE, 2, 12345, 0.5,
+	  TIER_FP32 },
+	{ "dynamic-inf", "cciicccc", TIER_FP32, true, D_STEP, 2, 65537, 0.5, TIER_FP32 },
+	{ "dynamic-nan-fp16", "ccnccncnnc", TIER_FP16, true, D_STEP, 1, 0, 1.0, TIER_FP32 },
+	{ "dynamic-mixed-stream", "c-ncccic", TIER_BF16, true, D_REVERSE, 2, SIZE_MAX, 0.5,
+	  TIER_FP32 },
+	{ "static-inf-q8", "cicc", TIER_FP32, false, D_STEP, 2, 65537, 0.5, TIER_Q8 },
+	{ "dynamic-nan-q8-stream", "cncnccc", TIER_BF16, true, D_SHUFFLE, 1, SIZE_MAX, 1.0,
+	  TIER_Q8 },
 };
 
 /* _i = case */
@@ -1205,6 +1212,7 @@ START_TEST(optim_overflow)
 
 	world_open(&w, c->name, &sc);
 	hp_base(&hp);
+	hp.moment_dtype = c->moment;
 	hp.offload_fraction = c->offload;
 	hp.max_grad_norm = 1.0;
 	if (c->dynamic) {
@@ -1588,26 +1596,32 @@ struct fcase {
 	uint64_t hbm;
 	bool dynamic;           /* a dynamic loss scale that grows every step */
 	enum drive drive;
+	enum tier_dtype moment; /* TIER_FP32 unless given */
 };
 
 #define FSTEPS 4
 
 static const struct fcase fcases[] = {
 	{ "eio-once-first-fill-cpu", TIER_FAULT_NVME_IO_ERR, 0, 1, false, false, 1.0, 0, false,
-	  D_STEP },
+	  D_STEP, TIER_FP32 },
 	{ "eio-retried-out-first-fill-split", TIER_FAULT_NVME_IO_ERR, 0, TIER_NVME_IO_RETRIES,
-	  false, false, 0.5, 1 * MiB, false, D_SHUFFLE },
+	  false, false, 0.5, 1 * MiB, false, D_SHUFFLE, TIER_FP32 },
 	{ "eio-once-mid-step-split", TIER_FAULT_NVME_IO_ERR, 7, 1, false, false, 0.5, 1 * MiB,
-	  true, D_STEP },
+	  true, D_STEP, TIER_FP32 },
 	{ "eio-persistent-first-fill-cpu", TIER_FAULT_NVME_IO_ERR, 0, TIER_FAULT_PERSISTENT, true,
-	  false, 1.0, 0, false, D_STEP },
+	  false, 1.0, 0, false, D_STEP, TIER_FP32 },
 	{ "eio-persistent-mid-step-cpu-dynamic", TIER_FAULT_NVME_IO_ERR, 10, TIER_FAULT_PERSISTENT,
-	  true, true, 1.0, 0, true, D_STEP },
+	  true, true, 1.0, 0, true, D_STEP, TIER_FP32 },
 	{ "eio-persistent-mid-step-split", TIER_FAULT_NVME_IO_ERR, 10, TIER_FAULT_PERSISTENT, true,
-	  true, 0.5, 1 * MiB, false, D_REVERSE },
-	{ "store-io-first-fill-cpu", TIER_FAULT_STORE_IO, 0, 1, true, false, 1.0, 0, false, D_STEP },
+	  true, 0.5, 1 * MiB, false, D_REVERSE, TIER_FP32 },
+	{ "store-io-first-fill-cpu", TIER_FAULT_STORE_IO, 0, 1, true, false, 1.0, 0, false, D_STEP,
+	  TIER_FP32 },
 	{ "store-io-first-fill-split", TIER_FAULT_STORE_IO, 0, 1, true, false, 0.5, 1 * MiB, false,
-	  D_SHUFFLE },
+	  D_SHUFFLE, TIER_FP32 },
+	{ "eio-persistent-mid-step-split-q8", TIER_FAULT_NVME_IO_ERR, 10, TIER_FAULT_PERSISTENT,
+	  true, true, 0.5, 1 * MiB, true, D_REVERSE, TIER_Q8 },
+	{ "eio-once-mid-step-cpu-q8", TIER_FAULT_NVME_IO_ERR, 7, 1, false, false, 1.0, 0, false,
+	  D_STEP, TIER_Q8 },
 };
 
 static void fworld_open(struct world *w, const struct fcase *c)
@@ -1617,6 +1631,7 @@ static void fworld_open(struct world *w, const struct fcase *c)
 
 	world_open(w, c->name, &sc);
 	hp_base(&hp);
+	hp.moment_dtype = c->moment;
 	hp.offload_fraction = c->offload;
 	if (c->dynamic) {
 		hp.loss_scale = 1024;

@@ -154,4 +154,34 @@ for i in 0 1; do
 		exit 1
 	fi
 done
-echo "ok: 2 ranks, bit for bit, table of ranks and world figures"
+
+# q8 moments on 2 ranks: pieces aligned to 256 elements, each bit for bit
+# (--verify), each rank's part_state_bytes 6 per element and 8 per
+# 256-element block of its pieces, summing to the model's state_bytes.
+if ! run "$@" "$TB" step --manifest "$T/m.yaml" --steps 3 --params 4000001 --moments q8 \
+	--io-size 8MiB --io-passes 1 --update-runs 1 --verify --json --no-progress \
+	>"$T/q8.json" 2>"$T/err"; then
+	echo "FAIL: mpirun -np 2 tier-bench step --moments q8 --verify exited $?"
+	sed 's/^/  /' "$T/err"
+	exit 1
+fi
+python3 - "$T/q8.json" <<'PY' || exit 1
+import json, sys
+r = json.load(open(sys.argv[1]))
+fails = []
+ranks = (r.get("comm") or {}).get("ranks") or []
+if r.get("verified") is not True or r.get("moments") != "q8":
+    fails.append("verified %r, moments %r" % (r.get("verified"), r.get("moments")))
+if len(ranks) != 2:
+    fails.append("%d ranks in the JSON" % len(ranks))
+for k in ranks:
+    n, b = k["part_elems"], k["part_state_bytes"]
+    if not 6 * n + 8 * (n // 256) <= b <= 6 * n + 8 * (n // 256 + 8):
+        fails.append("rank %d: part_state_bytes %d for %d elements" % (k["rank"], b, n))
+if sum(k["part_state_bytes"] for k in ranks) != r["state_bytes"]:
+    fails.append("the ranks' part_state_bytes do not sum to state_bytes %d" % r["state_bytes"])
+for f in fails:
+    print("FAIL: q8:", f)
+sys.exit(1 if fails else 0)
+PY
+echo "ok: 2 ranks, bit for bit, table of ranks and world figures; q8"
