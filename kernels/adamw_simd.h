@@ -273,9 +273,19 @@ ADAMW_INLINE void simd_q8_range(const struct adam_consts *c, const struct tier_a
 	const bool l2 = c->l2 != 0.0f, unit_bc2 = c->inv_bc2_sqrt == 1.0f;
 	const bool srm = c->sr_moments != 0, sro = od == TIER_BF16 && c->sr_out;
 
-	for (size_t b = begin; b < end; b += TIER_Q8_BLOCK)
-		simd_q8_block(c, a, b, end - b < TIER_Q8_BLOCK ? end : b + TIER_Q8_BLOCK, gd, od, l2,
-			      unit_bc2, srm, sro);
+	/* the roundings as constants: one loop each, no branch on them inside */
+	for (size_t b = begin; b < end; b += TIER_Q8_BLOCK) {
+		size_t e = end - b < TIER_Q8_BLOCK ? end : b + TIER_Q8_BLOCK;
+
+		if (srm && sro)
+			simd_q8_block(c, a, b, e, gd, od, l2, unit_bc2, true, true);
+		else if (srm)
+			simd_q8_block(c, a, b, e, gd, od, l2, unit_bc2, true, false);
+		else if (sro)
+			simd_q8_block(c, a, b, e, gd, od, l2, unit_bc2, false, true);
+		else
+			simd_q8_block(c, a, b, e, gd, od, l2, unit_bc2, false, false);
+	}
 }
 
 /* The roofline of q8 elements [begin, end): the same loads and stores. */
