@@ -378,12 +378,18 @@ ADAM_HD uint32_t q8_enc_m(float m, float inv, uint32_t rnd)
 	return q8_enc_mag(x, rnd, Q8_M_MIN_NORMAL, Q8_M_BIAS_OFF, Q8_M_SUB_MUL) | (u >> 31) << 7;
 }
 
+/* exp_avg_sq: a positive value never becomes code 0 (it becomes at least
+ * code 1, 2^-33 of the block's largest).  Else an element 5 decades below
+ * its block's largest, whose exp_avg keeps a code (exp_avg's smallest is
+ * 2^-17 of its block's largest), would step by exp_avg / eps. */
 ADAM_HD uint32_t q8_enc_v(float v, float inv, uint32_t rnd)
 {
 	float x = q8_f(q8_u(v) & 0x7fffffffu) * inv;
+	uint32_t c;
 
 	x = x < 1.0f ? x : 1.0f;
-	return q8_enc_mag(x, rnd, Q8_V_MIN_NORMAL, Q8_V_BIAS_OFF, Q8_V_SUB_MUL);
+	c = q8_enc_mag(x, rnd, Q8_V_MIN_NORMAL, Q8_V_BIAS_OFF, Q8_V_SUB_MUL);
+	return c == 0 && x > 0.0f ? 1u : c;
 }
 
 /* The values of codes: x * scale (one multiply), exp_avg's sign applied. */

@@ -257,7 +257,11 @@ ADAMW_INLINE vi v_q8_enc_v(vf v, vf inv, vi rnd)
 	vf x = _mm256_mul_ps(_mm256_castsi256_ps(v_absbits(v)), inv);
 
 	x = _mm256_min_ps(x, _mm256_set1_ps(1.0f));
-	return v_q8_enc_mag(x, rnd, Q8_V_MIN_NORMAL, Q8_V_BIAS_OFF, Q8_V_SUB_MUL);
+	/* a positive value is at least code 1 (q8_enc_v) */
+	return _mm256_max_epi32(v_q8_enc_mag(x, rnd, Q8_V_MIN_NORMAL, Q8_V_BIAS_OFF, Q8_V_SUB_MUL),
+				_mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(x, _mm256_setzero_ps(),
+										   _CMP_GT_OQ)),
+						 _mm256_set1_epi32(1)));
 }
 
 #define ADAMW_SIMD_KERNEL adamw_avx2_kernel

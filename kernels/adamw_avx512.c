@@ -243,7 +243,11 @@ ADAMW_INLINE vi v_q8_enc_v(vf v, vf inv, vi rnd)
 	vf x = _mm512_mul_ps(_mm512_castsi512_ps(v_absbits(v)), inv);
 
 	x = _mm512_min_ps(x, _mm512_set1_ps(1.0f));
-	return v_q8_enc_mag(x, rnd, Q8_V_MIN_NORMAL, Q8_V_BIAS_OFF, Q8_V_SUB_MUL);
+	/* a positive value is at least code 1 (q8_enc_v) */
+	return _mm512_max_epi32(v_q8_enc_mag(x, rnd, Q8_V_MIN_NORMAL, Q8_V_BIAS_OFF, Q8_V_SUB_MUL),
+				_mm512_maskz_mov_epi32(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(),
+									  _CMP_GT_OQ),
+						       _mm512_set1_epi32(1)));
 }
 
 #define ADAMW_SIMD_KERNEL adamw_avx512_kernel

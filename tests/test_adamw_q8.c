@@ -411,8 +411,13 @@ static void ref_step(struct world *w, const struct tier_adam_params *h, uint64_t
 				cm = ref_enc_mag(fminf(fabsf(mb[j]) * invm, 1.0f), 15, tm);
 				cm |= signbit(mb[j]) ? 0x80u : 0u;
 			}
-			if (invv != 0)
-				cv = ref_enc_mag(fminf(fabsf(vb[j]) * invv, 1.0f), 31, tv);
+			if (invv != 0) {
+				float xv = fminf(fabsf(vb[j]) * invv, 1.0f);
+
+				cv = ref_enc_mag(xv, 31, tv);
+				if (cv == 0 && xv > 0)
+					cv = 1; /* a positive exp_avg_sq is never code 0 */
+			}
 			ck_assert_uint_le(cm & 0x7f, 120);
 			ck_assert_uint_le(cv, 248);
 			((unsigned char *)w->t.exp_avg)[i] = (unsigned char)cm;
