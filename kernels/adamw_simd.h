@@ -52,6 +52,49 @@
 #error "adamw_simd.h is included by a SIMD file after its primitives"
 #endif
 
+/* adam_consts as vectors: the per-step scalars every lane uses. */
+struct simd_consts {
+	vf grad_scale, l2c, decay, beta1, beta2, one_minus_beta1, one_minus_beta2;
+	vf inv_bc2_sqrt, eps, neg_step_size;
+};
+
+ADAMW_INLINE struct simd_consts simd_consts_of(const struct adam_consts *c)
+{
+	struct simd_consts k;
+
+	k.grad_scale = v_set1(c->grad_scale);
+	k.l2c = v_set1(c->l2);
+	k.decay = v_set1(c->decay);
+	k.beta1 = v_set1(c->beta1);
+	k.beta2 = v_set1(c->beta2);
+	k.one_minus_beta1 = v_set1(c->one_minus_beta1);
+	k.one_minus_beta2 = v_set1(c->one_minus_beta2);
+	k.inv_bc2_sqrt = v_set1(c->inv_bc2_sqrt);
+	k.eps = v_set1(c->eps);
+	k.neg_step_size = v_set1(c->neg_step_size);
+	return k;
+}
+
+/* adam_elem() on a vector of lanes, operation for operation (@l2 and
+ * @unit_bc2 as simd_range() says). */
+ADAMW_INLINE void simd_adam(const struct simd_consts *k, vf g, vf *p, vf *m, vf *v, bool l2,
+			    bool unit_bc2)
+{
+	vf pp = *p, mm, vv, denom;
+
+	g = v_mul(g, k->grad_scale);
+	if (l2)
+		g = v_add(g, v_mul(k->l2c, pp));
+	pp = v_mul(pp, k->decay);
+	mm = v_add(v_mul(*m, k->beta1), v_mul(k->one_minus_beta1, g));
+	vv = v_add(v_mul(*v, k->beta2), v_mul(v_mul(k->one_minus_beta2, g), g));
+	denom = unit_bc2 ? v_add(v_sqrt(vv), k->eps)
+			 : v_add(v_mul(v_sqrt(vv), k->inv_bc2_sqrt), k->eps);
+	*p = v_add(pp, v_mul(k->neg_step_size, v_div(mm, denom)));
+	*m = mm;
+	*v = vv;
+}
+
 /*
  * The update of elements [begin, end), for one dtype combination.  @sr:
  * the bf16 moments round stochastically (c->sr_moments, md bf16); @sro the
@@ -67,12 +110,7 @@ ADAMW_INLINE void simd_range(const struct adam_consts *c, const struct tier_adam
 			     size_t begin, size_t end, int md, int gd, int od, bool l2,
 			     bool unit_bc2, bool sr, bool sro, uint32_t key)
 {
-	const vf grad_scale = v_set1(c->grad_scale), l2c = v_set1(c->l2);
-	const vf decay = v_set1(c->decay), beta1 = v_set1(c->beta1), beta2 = v_set1(c->beta2);
-	const vf one_minus_beta1 = v_set1(c->one_minus_beta1);
-	const vf one_minus_beta2 = v_set1(c->one_minus_beta2);
-	const vf inv_bc2_sqrt = v_set1(c->inv_bc2_sqrt), eps = v_set1(c->eps);
-	const vf neg_step_size = v_set1(c->neg_step_size);
+	const struct simd_consts k = simd_consts_of(c);
 	/* In locals: the stores through them could alias *a otherwise. */
 	void *const param = a->param, *const exp_avg = a->exp_avg, *const exp_avg_sq = a->exp_avg_sq;
 	void *const param_out = a->param_out;
@@ -85,18 +123,9 @@ ADAMW_INLINE void simd_range(const struct adam_consts *c, const struct tier_adam
 		vf p = v_ld(TIER_FP32, param, i);
 		vf m = v_ld(md, exp_avg, i);
 		vf v = v_ld(md, exp_avg_sq, i);
-		vf denom;
 		vi r;
 
-		/* adam_elem(), step by step */
-		g = v_mul(g, grad_scale);
-		if (l2)
-			g = v_add(g, v_mul(l2c, p));
-		p = v_mul(p, decay);
-		m = v_add(v_mul(m, beta1), v_mul(one_minus_beta1, g));
-		v = v_add(v_mul(v, beta2), v_mul(v_mul(one_minus_beta2, g), g));
-		denom = unit_bc2 ? v_add(v_sqrt(v), eps) : v_add(v_mul(v_sqrt(v), inv_bc2_sqrt), eps);
-		p = v_add(p, v_mul(neg_step_size, v_div(m, denom)));
+		simd_adam(&k, g, &p, &m, &v, l2, unit_bc2);
 
 		v_st(TIER_FP32, param, i, p);
 		if (sr || sro)
@@ -181,12 +210,7 @@ ADAMW_INLINE void simd_q8_block(const struct adam_consts *c, const struct tier_a
 				size_t begin, size_t end, int gd, int od, bool l2, bool unit_bc2,
 				bool srm, bool sro)
 {
-	const vf grad_scale = v_set1(c->grad_scale), l2c = v_set1(c->l2);
-	const vf decay = v_set1(c->decay), beta1 = v_set1(c->beta1), beta2 = v_set1(c->beta2);
-	const vf one_minus_beta1 = v_set1(c->one_minus_beta1);
-	const vf one_minus_beta2 = v_set1(c->one_minus_beta2);
-	const vf inv_bc2_sqrt = v_set1(c->inv_bc2_sqrt), eps = v_set1(c->eps);
-	const vf neg_step_size = v_set1(c->neg_step_size);
+	const struct simd_consts k = simd_consts_of(c);
 	void *const param = a->param, *const exp_avg = a->exp_avg, *const exp_avg_sq = a->exp_avg_sq;
 	void *const param_out = a->param_out;
 	const void *const grad = a->grad;
@@ -205,17 +229,8 @@ ADAMW_INLINE void simd_q8_block(const struct adam_consts *c, const struct tier_a
 		vf p = v_ld(TIER_FP32, param, i);
 		vf m = v_q8_dec_m(v_ld_u8(exp_avg, i), vsm);
 		vf v = v_q8_dec_v(v_ld_u8(exp_avg_sq, i), vsv);
-		vf denom;
 
-		/* adam_elem(), step by step */
-		g = v_mul(g, grad_scale);
-		if (l2)
-			g = v_add(g, v_mul(l2c, p));
-		p = v_mul(p, decay);
-		m = v_add(v_mul(m, beta1), v_mul(one_minus_beta1, g));
-		v = v_add(v_mul(v, beta2), v_mul(v_mul(one_minus_beta2, g), g));
-		denom = unit_bc2 ? v_add(v_sqrt(v), eps) : v_add(v_mul(v_sqrt(v), inv_bc2_sqrt), eps);
-		p = v_add(p, v_mul(neg_step_size, v_div(m, denom)));
+		simd_adam(&k, g, &p, &m, &v, l2, unit_bc2);
 
 		v_st(TIER_FP32, param, i, p);
 		if (sro)
