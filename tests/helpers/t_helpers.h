@@ -137,4 +137,16 @@ double t_train_lr(unsigned step);
 /* Parameter @p's initial master weights (step 0's gradient, doubled). */
 float t_train_init(unsigned p, size_t i);
 
+/*
+ * 1 in a sanitizer build (ASan, TSan: instrumented, unoptimised code that
+ * runs the largest statistical tests tens of times slower); those take
+ * fewer elements there, with the same checks, and their full size in the
+ * other builds (the release and -O2 ones, where CI runs them too).
+ */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define T_SANITIZED 1
+#else
+#define T_SANITIZED 0
+#endif
+
 #endif
