@@ -52,6 +52,20 @@
 #error "adamw_simd.h is included by a SIMD file after its primitives"
 #endif
 
+/*
+ * ADAMW_SPECIALIZE: the flags a loop tests (L2 term, unit bias correction,
+ * stochastic roundings) become constants, one copy of the loop for each
+ * value, so that none is tested inside.  An unoptimized build folds
+ * nothing, so there the copies would only multiply the code (and its
+ * compile time: minutes under the sanitizers); it runs one loop with the
+ * flags as variables, the same operations in the same order.
+ */
+#ifdef __OPTIMIZE__
+#define ADAMW_SPECIALIZE 1
+#else
+#define ADAMW_SPECIALIZE 0
+#endif
+
 /* adam_consts as vectors: the per-step scalars every lane uses. */
 struct simd_consts {
 	vf grad_scale, l2c, decay, beta1, beta2, one_minus_beta1, one_minus_beta2;
@@ -154,7 +168,7 @@ ADAMW_INLINE void simd_range_sr(const struct adam_consts *c, const struct tier_a
 	const bool sr = md == TIER_BF16 && c->sr_moments;
 	const bool sro = od == TIER_BF16 && c->sr_out;
 
-	if (!sr && !sro) {
+	if (ADAMW_SPECIALIZE && !sr && !sro) {
 		simd_range(c, a, begin, end, md, gd, od, l2, unit_bc2, false, false, 0);
 		return;
 	}
@@ -164,12 +178,16 @@ ADAMW_INLINE void simd_range_sr(const struct adam_consts *c, const struct tier_a
 		size_t stop = end - begin > left ? begin + (size_t)left : end;
 		uint32_t key = sr_key(c->sr_base, (uint32_t)(idx >> 32));
 
+#if ADAMW_SPECIALIZE
 		if (sr && sro)
 			simd_range(c, a, begin, stop, md, gd, od, l2, unit_bc2, true, true, key);
 		else if (sr)
 			simd_range(c, a, begin, stop, md, gd, od, l2, unit_bc2, true, false, key);
 		else
 			simd_range(c, a, begin, stop, md, gd, od, l2, unit_bc2, false, true, key);
+#else
+		simd_range(c, a, begin, stop, md, gd, od, l2, unit_bc2, sr, sro, key);
+#endif
 		begin = stop;
 	}
 }
@@ -292,6 +310,7 @@ ADAMW_INLINE void simd_q8_range(const struct adam_consts *c, const struct tier_a
 	for (size_t b = begin; b < end; b += TIER_Q8_BLOCK) {
 		size_t e = end - b < TIER_Q8_BLOCK ? end : b + TIER_Q8_BLOCK;
 
+#if ADAMW_SPECIALIZE
 		if (srm && sro)
 			simd_q8_block(c, a, b, e, gd, od, l2, unit_bc2, true, true);
 		else if (srm)
@@ -300,6 +319,9 @@ ADAMW_INLINE void simd_q8_range(const struct adam_consts *c, const struct tier_a
 			simd_q8_block(c, a, b, e, gd, od, l2, unit_bc2, false, true);
 		else
 			simd_q8_block(c, a, b, e, gd, od, l2, unit_bc2, false, false);
+#else
+		simd_q8_block(c, a, b, e, gd, od, l2, unit_bc2, srm, sro);
+#endif
 	}
 }
 
@@ -325,6 +347,64 @@ ADAMW_INLINE void simd_q8_roof_range(const struct tier_adam_tensors *a, size_t b
 	adamw_q8_roof_scales(a, begin, end);
 }
 
+/* simd_range_sr() with @l2 and @unit_bc2 as constants (ADAMW_SPECIALIZE). */
+ADAMW_INLINE void simd_dense(const struct adam_consts *c, const struct tier_adam_tensors *a,
+			     size_t begin, size_t end, int md, int gd, int od, bool l2,
+			     bool unit_bc2)
+{
+#if ADAMW_SPECIALIZE
+	if (l2 && unit_bc2)
+		simd_range_sr(c, a, begin, end, md, gd, od, true, true);
+	else if (l2)
+		simd_range_sr(c, a, begin, end, md, gd, od, true, false);
+	else if (unit_bc2)
+		simd_range_sr(c, a, begin, end, md, gd, od, false, true);
+	else
+		simd_range_sr(c, a, begin, end, md, gd, od, false, false);
+#else
+	simd_range_sr(c, a, begin, end, md, gd, od, l2, unit_bc2);
+#endif
+}
+
+/*
+ * One function per dtype combination, not inlined into the dispatch: the
+ * code is the same, but a compiler's cost grows faster than the size of a
+ * function (one function of every loop took 6 minutes to compile under
+ * the sanitizers, and over a minute at -O2).
+ */
+#define ADAMW_CASE_FN(M, G, O) simd_case_##M##_##G##_##O
+#define ADAMW_ROOF_FN(M, G, O) simd_roof_##M##_##G##_##O
+#define ADAMW_CASE(M, G, O)                                                            \
+	static __attribute__((noinline)) void ADAMW_CASE_FN(M, G, O)(                  \
+		const struct adam_consts *c, const struct tier_adam_tensors *a,        \
+		size_t begin, size_t end, bool l2, bool unit_bc2)                      \
+	{                                                                              \
+		simd_dense(c, a, begin, end, M, G, O, l2, unit_bc2);                   \
+	}                                                                              \
+	static __attribute__((noinline)) void ADAMW_ROOF_FN(M, G, O)(                  \
+		const struct tier_adam_tensors *a, size_t begin, size_t end)           \
+	{                                                                              \
+		simd_roof_range(a, begin, end, M, G, O);                               \
+	}
+ADAMW_DTYPE_CASES(ADAMW_CASE)
+#undef ADAMW_CASE
+#define ADAMW_CASE(M, G, O)                                                            \
+	static __attribute__((noinline)) void ADAMW_CASE_FN(M, G, O)(                  \
+		const struct adam_consts *c, const struct tier_adam_tensors *a,        \
+		size_t begin, size_t end, bool l2, bool unit_bc2)                      \
+	{                                                                              \
+		(void)l2;                                                              \
+		(void)unit_bc2;                                                        \
+		simd_q8_range(c, a, begin, end, G, O);                                 \
+	}                                                                              \
+	static __attribute__((noinline)) void ADAMW_ROOF_FN(M, G, O)(                  \
+		const struct tier_adam_tensors *a, size_t begin, size_t end)           \
+	{                                                                              \
+		simd_q8_roof_range(a, begin, end, G, O);                               \
+	}
+ADAMW_Q8_CASES(ADAMW_CASE)
+#undef ADAMW_CASE
+
 void ADAMW_SIMD_KERNEL(const struct adam_consts *c, const struct tier_adam_tensors *a,
 		       size_t begin, size_t end)
 {
@@ -334,21 +414,9 @@ void ADAMW_SIMD_KERNEL(const struct adam_consts *c, const struct tier_adam_tenso
 	switch (adamw_key(a)) {
 #define ADAMW_CASE(M, G, O)                                                    \
 	case ADAMW_KEY(M, G, O):                                               \
-		if (l2 && unit_bc2)                                            \
-			simd_range_sr(c, a, begin, end, M, G, O, true, true);  \
-		else if (l2)                                                   \
-			simd_range_sr(c, a, begin, end, M, G, O, true, false); \
-		else if (unit_bc2)                                             \
-			simd_range_sr(c, a, begin, end, M, G, O, false, true); \
-		else                                                           \
-			simd_range_sr(c, a, begin, end, M, G, O, false, false);\
+		ADAMW_CASE_FN(M, G, O)(c, a, begin, end, l2, unit_bc2);        \
 		break;
 		ADAMW_DTYPE_CASES(ADAMW_CASE)
-#undef ADAMW_CASE
-#define ADAMW_CASE(M, G, O)                                                    \
-	case ADAMW_KEY(M, G, O):                                               \
-		simd_q8_range(c, a, begin, end, G, O);                         \
-		break;
 		ADAMW_Q8_CASES(ADAMW_CASE)
 #undef ADAMW_CASE
 	default:
@@ -363,14 +431,9 @@ void ADAMW_SIMD_ROOFLINE(const struct adam_consts *c, const struct tier_adam_ten
 	switch (adamw_key(a)) {
 #define ADAMW_CASE(M, G, O)                                                    \
 	case ADAMW_KEY(M, G, O):                                               \
-		simd_roof_range(a, begin, end, M, G, O);                       \
+		ADAMW_ROOF_FN(M, G, O)(a, begin, end);                         \
 		break;
 		ADAMW_DTYPE_CASES(ADAMW_CASE)
-#undef ADAMW_CASE
-#define ADAMW_CASE(M, G, O)                                                    \
-	case ADAMW_KEY(M, G, O):                                               \
-		simd_q8_roof_range(a, begin, end, G, O);                       \
-		break;
 		ADAMW_Q8_CASES(ADAMW_CASE)
 #undef ADAMW_CASE
 	default:
