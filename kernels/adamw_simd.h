@@ -55,15 +55,17 @@
 /*
  * ADAMW_SPECIALIZE: the flags a loop tests (L2 term, unit bias correction,
  * stochastic roundings) become constants, one copy of the loop for each
- * value, so that none is tested inside.  An unoptimized build folds
- * nothing, so there the copies would only multiply the code (and its
- * compile time: minutes under the sanitizers); it runs one loop with the
- * flags as variables, the same operations in the same order.
+ * value, so that none is tested inside.  Without it (kernels/meson.build
+ * turns it off under the sanitizers, where the copies took minutes to
+ * compile; an unoptimized compile folds nothing anyway) one loop takes the
+ * flags as variables: the same operations in the same order.
  */
+#ifndef ADAMW_SPECIALIZE
 #ifdef __OPTIMIZE__
 #define ADAMW_SPECIALIZE 1
 #else
 #define ADAMW_SPECIALIZE 0
+#endif
 #endif
 
 /* adam_consts as vectors: the per-step scalars every lane uses. */
