@@ -167,9 +167,24 @@ ADAMW_INLINE vi v_shl4(vi r)
 	return _mm256_slli_epi32(r, 4);
 }
 
+ADAMW_INLINE vi v_iand(vi a, vi b)
+{
+	return _mm256_and_si256(a, b);
+}
+
 ADAMW_INLINE vi v_xor1(vi c)
 {
 	return _mm256_xor_si256(c, _mm256_set1_epi32(1));
+}
+
+ADAMW_INLINE vi v_ld_i32(const uint32_t *base, size_t i)
+{
+	return _mm256_loadu_si256((const __m256i *)(const void *)((const uint32_t *)base + i));
+}
+
+ADAMW_INLINE void v_st_i32(uint32_t *base, size_t i, vi r)
+{
+	_mm256_storeu_si256((__m256i *)(void *)((uint32_t *)base + i), r);
 }
 
 ADAMW_INLINE vi v_ld_u8(const void *base, size_t i)

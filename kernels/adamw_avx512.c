@@ -161,9 +161,24 @@ ADAMW_INLINE vi v_shl4(vi r)
 	return _mm512_slli_epi32(r, 4);
 }
 
+ADAMW_INLINE vi v_iand(vi a, vi b)
+{
+	return _mm512_and_si512(a, b);
+}
+
 ADAMW_INLINE vi v_xor1(vi c)
 {
 	return _mm512_xor_si512(c, _mm512_set1_epi32(1));
+}
+
+ADAMW_INLINE vi v_ld_i32(const uint32_t *base, size_t i)
+{
+	return _mm512_loadu_si512((const void *)((const uint32_t *)base + i));
+}
+
+ADAMW_INLINE void v_st_i32(uint32_t *base, size_t i, vi r)
+{
+	_mm512_storeu_si512((void *)((uint32_t *)base + i), r);
 }
 
 ADAMW_INLINE vi v_ld_u8(const void *base, size_t i)

@@ -27,6 +27,8 @@
  *
  * and for q8 moments (adam_math.h, "q8 moments"):
  *
+ *   v_ld_i32(base, i), v_st_i32(base, i, r)
+ *                               ADAMW_W 32-bit lanes at element @i
  *   v_ld_u8(base, i)            ADAMW_W bytes at @i, zero-extended into
  *                               the 32-bit lanes of a vi
  *   v_st_u8(base, i, c)         the lanes of c (each <= 255) as bytes
@@ -39,8 +41,8 @@
  *                               the bits of x with the sign cleared; the
  *                               lane by lane maximum of such bits (< 2^31);
  *                               the largest lane
- *   v_iset1(k), v_shl4(r), v_xor1(c)
- *                               k in each lane; r << 4; c ^ 1
+ *   v_iset1(k), v_shl4(r), v_xor1(c), v_iand(a, b)
+ *                               k in each lane; r << 4; c ^ 1; a & b
  *   ADAMW_SIMD_KERNEL, ADAMW_SIMD_ROOFLINE
  *                               the names of the two bodies to define
  *
@@ -224,7 +226,9 @@ ADAMW_INLINE void simd_roof_range(const struct tier_adam_tensors *a, size_t begi
  * adamw_impl.h is the definition): pass 1 in vectors (the ragged tail of a
  * partial last block by the scalar element), the updated moments into
  * buffers, the largest magnitudes as integers on the bits (order-free);
- * then the scales, and pass 2 encodes the buffers in vectors.
+ * then the scales, and pass 2 encodes the buffers in vectors.  The random
+ * bits of an element are hashed once, in pass 1, and kept for pass 2; a
+ * block whose scale has no inverse (q8_scale) gets codes 0 by a mask.
  */
 ADAMW_INLINE void simd_q8_block(const struct adam_consts *c, const struct tier_adam_tensors *a,
 				size_t begin, size_t end, int gd, int od, bool l2, bool unit_bc2,
@@ -240,6 +244,7 @@ ADAMW_INLINE void simd_q8_block(const struct adam_consts *c, const struct tier_a
 	const uint32_t key = srm || sro ? adamw_q8_key(c, a, begin) : 0;
 	const uint32_t lo = (uint32_t)(a->index0 + begin);
 	float mb[TIER_Q8_BLOCK], vb[TIER_Q8_BLOCK], invm, invv;
+	uint32_t rb[TIER_Q8_BLOCK];
 	vi mxm = v_iset1(0), mxv = v_iset1(0);
 	uint32_t hm, hv;
 	size_t i = begin;
@@ -249,13 +254,17 @@ ADAMW_INLINE void simd_q8_block(const struct adam_consts *c, const struct tier_a
 		vf p = v_ld(TIER_FP32, param, i);
 		vf m = v_q8_dec_m(v_ld_u8(exp_avg, i), vsm);
 		vf v = v_q8_dec_v(v_ld_u8(exp_avg_sq, i), vsv);
+		vi r;
 
 		simd_adam(&k, g, &p, &m, &v, l2, unit_bc2);
 
 		v_st(TIER_FP32, param, i, p);
+		if (srm || sro)
+			r = v_sr_bits(key, lo + (uint32_t)(i - begin));
+		if (srm)
+			v_st_i32(rb, i - begin, r);
 		if (sro)
-			v_st_bf16_sr(param_out, i, p,
-				     v_out_bits(v_sr_bits(key, lo + (uint32_t)(i - begin))));
+			v_st_bf16_sr(param_out, i, p, v_out_bits(r));
 		else
 			v_st(od, param_out, i, p);
 		v_st(TIER_FP32, mb, i - begin, m);
@@ -278,20 +287,21 @@ ADAMW_INLINE void simd_q8_block(const struct adam_consts *c, const struct tier_a
 	adamw_q8_scales(a, blk, hm, hv, &invm, &invv);
 	{
 		const vf vinvm = v_set1(invm), vinvv = v_set1(invv);
-		const vi nearest = v_iset1((int)Q8_RND_NEAREST), zero = v_iset1(0);
+		const vi nearest = v_iset1((int)Q8_RND_NEAREST);
+		const vi keepm = v_iset1(invm != 0.0f ? -1 : 0), keepv = v_iset1(invv != 0.0f ? -1 : 0);
 
 		for (i = begin; end - i >= ADAMW_W; i += ADAMW_W) {
 			vf m = v_ld(TIER_FP32, mb, i - begin), v = v_ld(TIER_FP32, vb, i - begin);
 			vi rm = nearest, rv = nearest;
 
 			if (srm) {
-				vi r = v_sr_bits(key, lo + (uint32_t)(i - begin));
+				vi r = v_ld_i32(rb, i - begin);
 
 				rm = v_shl4(v_lo16(r));
 				rv = v_shl4(v_hi16(r));
 			}
-			v_st_u8(exp_avg, i, invm != 0.0f ? v_q8_enc_m(m, vinvm, rm) : zero);
-			v_st_u8(exp_avg_sq, i, invv != 0.0f ? v_q8_enc_v(v, vinvv, rv) : zero);
+			v_st_u8(exp_avg, i, v_iand(v_q8_enc_m(m, vinvm, rm), keepm));
+			v_st_u8(exp_avg_sq, i, v_iand(v_q8_enc_v(v, vinvv, rv), keepv));
 		}
 		for (; i < end; i++) {
 			uint32_t r = srm ? sr_hash32(key ^ (lo + (uint32_t)(i - begin))) : 0;
@@ -308,19 +318,32 @@ ADAMW_INLINE void simd_q8_range(const struct adam_consts *c, const struct tier_a
 	const bool l2 = c->l2 != 0.0f, unit_bc2 = c->inv_bc2_sqrt == 1.0f;
 	const bool srm = c->sr_moments != 0, sro = od == TIER_BF16 && c->sr_out;
 
-	/* the roundings as constants: one loop each, no branch on them inside */
+	/* the flags as constants (ADAMW_SPECIALIZE): one loop each, no
+	 * branch on them inside */
 	for (size_t b = begin; b < end; b += TIER_Q8_BLOCK) {
 		size_t e = end - b < TIER_Q8_BLOCK ? end : b + TIER_Q8_BLOCK;
 
 #if ADAMW_SPECIALIZE
-		if (srm && sro)
-			simd_q8_block(c, a, b, e, gd, od, l2, unit_bc2, true, true);
-		else if (srm)
-			simd_q8_block(c, a, b, e, gd, od, l2, unit_bc2, true, false);
-		else if (sro)
-			simd_q8_block(c, a, b, e, gd, od, l2, unit_bc2, false, true);
+#define Q8_BLOCK_SR(L2, BC2)                                                          \
+	do {                                                                          \
+		if (srm && sro)                                                       \
+			simd_q8_block(c, a, b, e, gd, od, L2, BC2, true, true);       \
+		else if (srm)                                                         \
+			simd_q8_block(c, a, b, e, gd, od, L2, BC2, true, false);      \
+		else if (sro)                                                         \
+			simd_q8_block(c, a, b, e, gd, od, L2, BC2, false, true);      \
+		else                                                                  \
+			simd_q8_block(c, a, b, e, gd, od, L2, BC2, false, false);     \
+	} while (0)
+		if (l2 && unit_bc2)
+			Q8_BLOCK_SR(true, true);
+		else if (l2)
+			Q8_BLOCK_SR(true, false);
+		else if (unit_bc2)
+			Q8_BLOCK_SR(false, true);
 		else
-			simd_q8_block(c, a, b, e, gd, od, l2, unit_bc2, false, false);
+			Q8_BLOCK_SR(false, false);
+#undef Q8_BLOCK_SR
 #else
 		simd_q8_block(c, a, b, e, gd, od, l2, unit_bc2, srm, sro);
 #endif

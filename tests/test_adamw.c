@@ -54,26 +54,6 @@
 
 /* ------------------------------------------------------------- helpers */
 
-/* xorshift64*: fixed seeds, so a failure reproduces. */
-static uint64_t rnd_next(uint64_t *s)
-{
-	*s ^= *s >> 12;
-	*s ^= *s << 25;
-	*s ^= *s >> 27;
-	return *s * 0x2545F4914F6CDD1Dull;
-}
-
-static size_t rnd_below(uint64_t *s, size_t n)
-{
-	return n ? (size_t)(rnd_next(s) % n) : 0;
-}
-
-/* Uniform in [0, 1). */
-static double rnd_unit(uint64_t *s)
-{
-	return (double)(rnd_next(s) >> 11) * 0x1p-53;
-}
-
 static float f_from_bits(uint32_t u)
 {
 	float f;
@@ -96,7 +76,7 @@ enum val_kind { K_PARAM, K_EXP_AVG, K_EXP_AVG_SQ, K_GRAD };
  * raw bit patterns. */
 static float rnd_value(uint64_t *s, enum val_kind k, bool special)
 {
-	size_t r = rnd_below(s, 1000);
+	size_t r = t_rnd_below(s, 1000);
 	double mag;
 	float x;
 
@@ -105,18 +85,18 @@ static float rnd_value(uint64_t *s, enum val_kind k, bool special)
 	if (r < 30)
 		return -0.0f;
 	if (special && r < 40) /* subnormal */
-		return f_from_bits((uint32_t)(rnd_next(s) >> 32) & 0x807fffffu);
+		return f_from_bits((uint32_t)(t_rnd_next(s) >> 32) & 0x807fffffu);
 	if (special && r < 45)
-		return rnd_below(s, 2) ? INFINITY : -INFINITY;
+		return t_rnd_below(s, 2) ? INFINITY : -INFINITY;
 	if (special && r < 55) /* NaN, random payload and sign */
-		return f_from_bits(0x7f800001u | ((uint32_t)(rnd_next(s) >> 32) & 0x807fffffu));
+		return f_from_bits(0x7f800001u | ((uint32_t)(t_rnd_next(s) >> 32) & 0x807fffffu));
 	if (special && r < 60) /* huge */
-		return (float)(rnd_unit(s) * 1e30) * (rnd_below(s, 2) ? 1.0f : -1.0f);
-	mag = pow(10.0, -6.0 + 9.0 * rnd_unit(s));
-	x = (float)(mag * (0.5 + rnd_unit(s)));
+		return (float)(t_rnd_unit(s) * 1e30) * (t_rnd_below(s, 2) ? 1.0f : -1.0f);
+	mag = pow(10.0, -6.0 + 9.0 * t_rnd_unit(s));
+	x = (float)(mag * (0.5 + t_rnd_unit(s)));
 	if (k == K_EXP_AVG_SQ)
 		return x * x * 1e-3f;
-	return rnd_below(s, 2) ? x : -x;
+	return t_rnd_below(s, 2) ? x : -x;
 }
 
 /* ------------------------------------------------------------- a world */
@@ -172,12 +152,12 @@ static void world_init(struct world *w, size_t n, int md, int gd, int od, const 
 		w->buf[a] = aligned_alloc(64, w->size[a]);
 		ck_assert_ptr_nonnull(w->buf[a]);
 		for (size_t i = 0; i < w->size[a]; i++)
-			w->buf[a][i] = (unsigned char)(rnd_next(&s) >> 56);
+			w->buf[a][i] = (unsigned char)(t_rnd_next(&s) >> 56);
 		if (a == A_OUT)
 			continue; /* written, not read: random bytes */
 		for (size_t i = 0; i < n; i++) {
 			unsigned char *p = w->buf[a] + w->off[a] + i * es;
-			bool sp = a == A_GRAD ? special : special_state && rnd_below(&s, 50) == 0;
+			bool sp = a == A_GRAD ? special : special_state && t_rnd_below(&s, 50) == 0;
 			float x = rnd_value(&s, a == A_PARAM ? K_PARAM : a == A_M ? K_EXP_AVG :
 						a == A_V ? K_EXP_AVG_SQ : K_GRAD, sp);
 			uint16_t h;
@@ -186,8 +166,8 @@ static void world_init(struct world *w, size_t n, int md, int gd, int od, const 
 				memcpy(p, &x, 4);
 				continue;
 			}
-			if (sp && rnd_below(&s, 20) == 0)
-				h = (uint16_t)(rnd_next(&s) >> 48); /* any bit pattern */
+			if (sp && t_rnd_below(&s, 20) == 0)
+				h = (uint16_t)(t_rnd_next(&s) >> 48); /* any bit pattern */
 			else
 				h = w->dt[a] == TIER_BF16 ? f32_to_bf16(x) : f32_to_f16(x);
 			memcpy(p, &h, 2);
@@ -593,7 +573,7 @@ START_TEST(double_reference)
 
 	ck_assert(p && m && v && g && rp && rm && rv);
 	for (size_t i = 0; i < REF_N; i++) {
-		p[i] = (float)(rnd_unit(&s) * 2 - 1);
+		p[i] = (float)(t_rnd_unit(&s) * 2 - 1);
 		rp[i] = (double)p[i];
 	}
 	for (uint64_t st = 1; st <= REF_STEPS; st++) {
@@ -602,7 +582,7 @@ START_TEST(double_reference)
 		h.step = st;
 		h.grad_scale = 1.0;
 		for (size_t i = 0; i < REF_N; i++)
-			g[i] = (float)((rnd_unit(&s) * 2 - 1) * (i % 7 + 1) * 1e-2);
+			g[i] = (float)((t_rnd_unit(&s) * 2 - 1) * (i % 7 + 1) * 1e-2);
 		ref_step(&h, g, rp, rm, rv, REF_N);
 		ck_assert_int_eq(tier_adam_step(NULL, &h, &t), 0);
 	}
@@ -931,7 +911,7 @@ static double decay_mean_v(int md, int rounding)
 	ck_assert(p && g && m && v);
 	for (size_t i = 0; i < n; i += 2) {
 		/* Box-Muller */
-		double u1 = (rnd_next(&s) >> 11) * 0x1p-53 + 0x1p-54, u2 = (rnd_next(&s) >> 11) * 0x1p-53;
+		double u1 = (t_rnd_next(&s) >> 11) * 0x1p-53 + 0x1p-54, u2 = (t_rnd_next(&s) >> 11) * 0x1p-53;
 		double r = sqrt(-2 * log(u1));
 
 		g[i] = (float)(r * cos(2 * M_PI * u2));
@@ -1152,7 +1132,7 @@ START_TEST(conversion_sweep)
 						 0x7fff, 0x8000, 0x8001, 0xefff, 0xf000, 0xffff };
 
 		for (size_t k = 0; k < ARRAY_SIZE(lows) + 4; k++) {
-			uint32_t u = hi << 16 | (k < ARRAY_SIZE(lows) ? lows[k] : (uint32_t)rnd_next(&s) & 0xffff);
+			uint32_t u = hi << 16 | (k < ARRAY_SIZE(lows) ? lows[k] : (uint32_t)t_rnd_next(&s) & 0xffff);
 			float f = f_from_bits(u);
 
 			if (f32_to_bf16(f) != bf16_ref(u))
@@ -1195,7 +1175,7 @@ START_TEST(simd_conversions)
 			static const uint16_t lows[16] = { 0x0000, 0x0001, 0x0fff, 0x1000, 0x1001,
 							   0x2fff, 0x3000, 0x7fff, 0x8000, 0x8001,
 							   0xefff, 0xf000, 0xffff };
-			uint32_t lo = (i & 15) < 13 && round < 2 ? lows[i & 15] : (uint32_t)(rnd_next(&s) >> 48);
+			uint32_t lo = (i & 15) < 13 && round < 2 ? lows[i & 15] : (uint32_t)(t_rnd_next(&s) >> 48);
 
 			p[i] = f_from_bits((uint32_t)(i >> 4) << 16 | lo);
 		}
@@ -1244,7 +1224,7 @@ static void tame_world(struct world *w, uint64_t seed)
 		size_t es = tier_dtype_size((enum tier_dtype)w->dt[a]);
 
 		for (size_t i = 0; i < w->n; i++) {
-			float x = (float)(rnd_unit(&s) * 2 - 1);
+			float x = (float)(t_rnd_unit(&s) * 2 - 1);
 			unsigned char *p = w->buf[a] + w->off[a] + i * es;
 			uint16_t h = w->dt[a] == TIER_BF16 ? f32_to_bf16(x) : f32_to_f16(x);
 

@@ -52,32 +52,6 @@
 
 /* ------------------------------------------------------------- helpers */
 
-static uint64_t rnd_next(uint64_t *s)
-{
-	*s ^= *s >> 12;
-	*s ^= *s << 25;
-	*s ^= *s >> 27;
-	return *s * 0x2545F4914F6CDD1Dull;
-}
-
-static size_t rnd_below(uint64_t *s, size_t n)
-{
-	return n ? (size_t)(rnd_next(s) % n) : 0;
-}
-
-static double rnd_unit(uint64_t *s)
-{
-	return (double)(rnd_next(s) >> 11) * 0x1p-53;
-}
-
-/* N(0, 1), Box-Muller. */
-static double rnd_normal(uint64_t *s)
-{
-	double u = rnd_unit(s), v = rnd_unit(s);
-
-	return sqrt(-2.0 * log(u + 0x1p-60)) * cos(6.283185307179586 * v);
-}
-
 static float f_of(uint32_t u)
 {
 	float f;
@@ -144,18 +118,18 @@ static void world_init(struct world *w, size_t n, int gd, int od, bool mis, uint
 		w->buf[a] = aligned_alloc(64, w->size[a]);
 		ck_assert_ptr_nonnull(w->buf[a]);
 		for (size_t i = 0; i < w->size[a]; i++)
-			w->buf[a][i] = (unsigned char)(rnd_next(&s) >> 56);
+			w->buf[a][i] = (unsigned char)(t_rnd_next(&s) >> 56);
 	}
 	for (size_t i = 0; i < n; i++) {
-		float p = (float)(rnd_normal(&s) * 0.1);
-		double mag = pow(10.0, -6.0 + 8.0 * rnd_unit(&s));
-		float g = (float)(rnd_normal(&s) * mag);
+		float p = (float)(t_rnd_normal(&s) * 0.1);
+		double mag = pow(10.0, -6.0 + 8.0 * t_rnd_unit(&s));
+		float g = (float)(t_rnd_normal(&s) * mag);
 		unsigned char *gp = w->buf[W_GRAD] + w->off[W_GRAD] + i * w->es[W_GRAD];
 
-		if (rnd_below(&s, 50) == 0)
+		if (t_rnd_below(&s, 50) == 0)
 			g = 0.0f;
-		if (special && rnd_below(&s, 3000) == 0)
-			g = rnd_below(&s, 2) ? INFINITY : NAN;
+		if (special && t_rnd_below(&s, 3000) == 0)
+			g = t_rnd_below(&s, 2) ? INFINITY : NAN;
 		memcpy(w->buf[W_PARAM] + w->off[W_PARAM] + 4 * i, &p, 4);
 		if (gd == TIER_FP32) {
 			memcpy(gp, &g, 4);
@@ -167,9 +141,9 @@ static void world_init(struct world *w, size_t n, int gd, int od, bool mis, uint
 		/* codes: any byte (already random) */
 	}
 	for (size_t b = 0; b < nblocks(n); b++) {
-		float sm = (float)pow(10.0, -8.0 + 8.0 * rnd_unit(&s));
-		float sv = (float)pow(10.0, -14.0 + 12.0 * rnd_unit(&s));
-		size_t r = rnd_below(&s, 40);
+		float sm = (float)pow(10.0, -8.0 + 8.0 * t_rnd_unit(&s));
+		float sv = (float)pow(10.0, -14.0 + 12.0 * t_rnd_unit(&s));
+		size_t r = t_rnd_below(&s, 40);
 
 		if (r == 0)
 			sm = sv = 0.0f;
@@ -606,12 +580,12 @@ START_TEST(q8_round_trip)
 		float vals[QB], inv, scale;
 		uint32_t mx = 0;
 		bool isv = blk % 2;
-		double mu = -10.0 + 8.0 * rnd_unit(&s), sigma = 0.5 + 3.0 * rnd_unit(&s);
+		double mu = -10.0 + 8.0 * t_rnd_unit(&s), sigma = 0.5 + 3.0 * t_rnd_unit(&s);
 
 		for (int j = 0; j < QB; j++) {
-			double x = exp(mu + sigma * rnd_normal(&s));
+			double x = exp(mu + sigma * t_rnd_normal(&s));
 
-			vals[j] = (float)(isv || rnd_below(&s, 2) ? x : -x);
+			vals[j] = (float)(isv || t_rnd_below(&s, 2) ? x : -x);
 			mx = (u_of(vals[j]) & 0x7fffffffu) > mx ? u_of(vals[j]) & 0x7fffffffu : mx;
 		}
 		scale = q8_scale(mx, &inv);
@@ -745,7 +719,7 @@ static double decay_mean_v(struct tier_pool *pool, int md, bool sr)
 
 	ck_assert(p && g && m && v && sm && sv);
 	for (size_t i = 0; i < n; i++)
-		g[i] = (float)rnd_normal(&s);
+		g[i] = (float)t_rnd_normal(&s);
 	for (uint64_t st = 1; st <= 201; st++) {
 		struct tier_adam_params h = hp_with(&hp_adamw, sr, st);
 
@@ -938,11 +912,11 @@ START_TEST(q8_block_size)
 
 	ck_assert(g && mu && rs && cs && m32 && v32);
 	for (int r = 0; r < R; r++)
-		rs[r] = (float)pow(10.0, -(_i ? 6.0 : 3.0) * rnd_unit(&s));
+		rs[r] = (float)pow(10.0, -(_i ? 6.0 : 3.0) * t_rnd_unit(&s));
 	for (int c = 0; c < C; c++)
-		cs[c] = (float)pow(10.0, -1.0 * rnd_unit(&s));
+		cs[c] = (float)pow(10.0, -1.0 * t_rnd_unit(&s));
 	for (size_t i = 0; i < n; i++)
-		mu[i] = (float)(0.3 * rnd_normal(&s));
+		mu[i] = (float)(0.3 * t_rnd_normal(&s));
 	for (int k = 0; k < 3; k++)
 		for (int sr = 0; sr < 2; sr++) {
 			e[k][sr].n = n;
@@ -961,7 +935,7 @@ START_TEST(q8_block_size)
 		h.rounding = TIER_ROUND_STOCHASTIC;
 		adam_consts_init(&h, &cs2);
 		for (size_t i = 0; i < n; i++)
-			g[i] = rs[i / C] * cs[i % C] * (mu[i] + (float)rnd_normal(&s));
+			g[i] = rs[i / C] * cs[i % C] * (mu[i] + (float)t_rnd_normal(&s));
 		for (size_t i = 0; i < n; i++) {
 			float p = 0;
 
@@ -1026,7 +1000,7 @@ START_TEST(q8_emulation_is_kernel)
 		h.weight_decay = 0;
 		adam_consts_init(&h, &c);
 		for (size_t i = 0; i < n; i++)
-			g[i] = (float)(rnd_normal(&s) * pow(10.0, -3.0 * (double)(i / QB) / 9));
+			g[i] = (float)(t_rnd_normal(&s) * pow(10.0, -3.0 * (double)(i / QB) / 9));
 		emu_step(&e, g, &c);
 		ck_assert_int_eq(tier_adam_step(NULL, &h, &t), 0);
 		ck_assert(memcmp(e.m, m, n) == 0 && memcmp(e.v, v, n) == 0);

@@ -6,8 +6,10 @@
 #ifndef TIER_TESTS_HELPERS_H
 #define TIER_TESTS_HELPERS_H
 
+#include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "tierstore.h"
 
@@ -148,5 +150,35 @@ float t_train_init(unsigned p, size_t i);
 #else
 #define T_SANITIZED 0
 #endif
+
+/*
+ * A reproducible random stream for tests (xorshift64*: fixed seeds, so a
+ * failure reproduces): the next 64 bits; an integer below @n (0 for n = 0);
+ * uniform in [0, 1); N(0, 1) by Box-Muller.
+ */
+static inline uint64_t t_rnd_next(uint64_t *s)
+{
+	*s ^= *s >> 12;
+	*s ^= *s << 25;
+	*s ^= *s >> 27;
+	return *s * 0x2545F4914F6CDD1Dull;
+}
+
+static inline size_t t_rnd_below(uint64_t *s, size_t n)
+{
+	return n ? (size_t)(t_rnd_next(s) % n) : 0;
+}
+
+static inline double t_rnd_unit(uint64_t *s)
+{
+	return (double)(t_rnd_next(s) >> 11) * 0x1p-53;
+}
+
+static inline double t_rnd_normal(uint64_t *s)
+{
+	double u = t_rnd_unit(s), v = t_rnd_unit(s);
+
+	return sqrt(-2.0 * log(u + 0x1p-60)) * cos(6.283185307179586 * v);
+}
 
 #endif
