@@ -161,19 +161,9 @@ ADAM_HD void adam_elem(const struct adam_consts *c, float g, float *p, float *m,
 	*v = vv;
 }
 
-/* bf16 <-> fp32.  To bf16: round to nearest even; NaN stays a (quiet) NaN. */
-ADAM_HD float bf16_to_f32(uint16_t h)
-{
-	union {
-		uint32_t u;
-		float f;
-	} x;
-
-	x.u = (uint32_t)h << 16;
-	return x.f;
-}
-
-ADAM_HD uint16_t f32_to_bf16(float f)
+/* The bits of an fp32 value, and the value of bits (a union: the one
+ * type-pun C and CUDA both define). */
+ADAM_HD uint32_t f32_bits(float f)
 {
 	union {
 		uint32_t u;
@@ -181,10 +171,34 @@ ADAM_HD uint16_t f32_to_bf16(float f)
 	} x;
 
 	x.f = f;
-	if ((x.u & 0x7fffffffu) > 0x7f800000u)
-		return (uint16_t)((x.u >> 16) | 0x0040u);
-	x.u += 0x7fffu + ((x.u >> 16) & 1u);
-	return (uint16_t)(x.u >> 16);
+	return x.u;
+}
+
+ADAM_HD float f32_from_bits(uint32_t u)
+{
+	union {
+		uint32_t u;
+		float f;
+	} x;
+
+	x.u = u;
+	return x.f;
+}
+
+/* bf16 <-> fp32.  To bf16: round to nearest even; NaN stays a (quiet) NaN. */
+ADAM_HD float bf16_to_f32(uint16_t h)
+{
+	return f32_from_bits((uint32_t)h << 16);
+}
+
+ADAM_HD uint16_t f32_to_bf16(float f)
+{
+	uint32_t u = f32_bits(f);
+
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((u >> 16) | 0x0040u);
+	u += 0x7fffu + ((u >> 16) & 1u);
+	return (uint16_t)(u >> 16);
 }
 
 /*
@@ -198,15 +212,11 @@ ADAM_HD uint16_t f32_to_bf16(float f)
  */
 ADAM_HD uint16_t f32_to_bf16_sr(float f, uint32_t r)
 {
-	union {
-		uint32_t u;
-		float f;
-	} x;
+	uint32_t u = f32_bits(f);
 
-	x.f = f;
-	if ((x.u & 0x7fffffffu) > 0x7f800000u)
-		return (uint16_t)((x.u >> 16) | 0x0040u);
-	return (uint16_t)((x.u + r) >> 16);
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((u >> 16) | 0x0040u);
+	return (uint16_t)((u + r) >> 16);
 }
 
 /*
@@ -220,40 +230,22 @@ ADAM_HD uint16_t f32_to_bf16_sr(float f, uint32_t r)
  */
 ADAM_HD float f16_to_f32(uint16_t h)
 {
-	union {
-		uint32_t u;
-		float f;
-	} x;
 	uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
 	uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
 
-	if (exp == 0x1fu) {
-		x.u = sign | 0x7f800000u | (mant << 13);
-		if (mant != 0)
-			x.u |= 0x00400000u; /* quiet */
-		return x.f;
-	}
-	if (exp != 0) {
-		x.u = sign | ((exp + 112u) << 23) | (mant << 13);
-		return x.f;
-	}
+	if (exp == 0x1fu) /* inf, or a NaN made quiet */
+		return f32_from_bits(sign | 0x7f800000u | (mant << 13) | (mant != 0 ? 0x00400000u : 0u));
+	if (exp != 0)
+		return f32_from_bits(sign | ((exp + 112u) << 23) | (mant << 13));
 	/* zero or subnormal: mant * 2^-24, exact in fp32 */
-	x.f = (float)mant * 5.9604644775390625e-8f;
-	x.u |= sign;
-	return x.f;
+	return f32_from_bits(f32_bits((float)mant * 5.9604644775390625e-8f) | sign);
 }
 
 ADAM_HD uint16_t f32_to_f16(float f)
 {
-	union {
-		uint32_t u;
-		float f;
-	} x;
-	uint32_t a, sign;
-
-	x.f = f;
-	sign = (x.u >> 16) & 0x8000u;
-	a = x.u & 0x7fffffffu;
+	uint32_t u = f32_bits(f);
+	uint32_t sign = (u >> 16) & 0x8000u;
+	uint32_t a = u & 0x7fffffffu;
 	if (a > 0x7f800000u) /* NaN: quiet, top 9 bits of the payload */
 		return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x1ffu));
 	if (a >= 0x47800000u) /* >= 65536 (and inf): inf */
@@ -304,33 +296,11 @@ ADAM_HD uint16_t f32_to_f16(float f)
 #define Q8_SCALE_NAN 0x7fc00000u          /* the scale of a block with a NaN */
 #define Q8_MIN_SCALE 0x00800000u          /* bits of 2^-126: smaller maxima are 0 */
 
-ADAM_HD float q8_f(uint32_t u)
-{
-	union {
-		uint32_t u;
-		float f;
-	} x;
-
-	x.u = u;
-	return x.f;
-}
-
-ADAM_HD uint32_t q8_u(float f)
-{
-	union {
-		uint32_t u;
-		float f;
-	} x;
-
-	x.f = f;
-	return x.u;
-}
-
 /* The magnitude code of x in [0, 1] (bits @u). */
 ADAM_HD uint32_t q8_enc_mag(float x, uint32_t rnd, uint32_t min_normal, uint32_t bias_off,
 			    float sub_mul)
 {
-	uint32_t u = q8_u(x);
+	uint32_t u = f32_bits(x);
 
 	if (u >= min_normal)
 		return ((u + rnd) >> 20) - bias_off;
@@ -341,7 +311,7 @@ ADAM_HD uint32_t q8_enc_mag(float x, uint32_t rnd, uint32_t min_normal, uint32_t
 ADAM_HD float q8_dec_mag(uint32_t mag, uint32_t bias_off, float sub_step)
 {
 	if (mag >= 8u)
-		return q8_f((mag + bias_off) << 20);
+		return f32_from_bits((mag + bias_off) << 20);
 	return (float)mag * sub_step;
 }
 
@@ -358,21 +328,21 @@ ADAM_HD float q8_scale(uint32_t maxbits, float *inv)
 {
 	*inv = 0.0f;
 	if (maxbits > 0x7f800000u)
-		return q8_f(Q8_SCALE_NAN);
+		return f32_from_bits(Q8_SCALE_NAN);
 	if (maxbits < Q8_MIN_SCALE)
 		return 0.0f;
 	if (maxbits == 0x7f800000u)
-		return q8_f(maxbits);
-	*inv = 1.0f / q8_f(maxbits);
-	return q8_f(maxbits);
+		return f32_from_bits(maxbits);
+	*inv = 1.0f / f32_from_bits(maxbits);
+	return f32_from_bits(maxbits);
 }
 
 /* Codes of an exp_avg value @m and an exp_avg_sq value @v of a block whose
  * *inv (q8_scale) is @inv != 0; @rnd: Q8_RND_NEAREST or 16 random bits << 4. */
 ADAM_HD uint32_t q8_enc_m(float m, float inv, uint32_t rnd)
 {
-	uint32_t u = q8_u(m);
-	float x = q8_f(u & 0x7fffffffu) * inv;
+	uint32_t u = f32_bits(m);
+	float x = f32_from_bits(u & 0x7fffffffu) * inv;
 
 	x = x < 1.0f ? x : 1.0f;
 	return q8_enc_mag(x, rnd, Q8_M_MIN_NORMAL, Q8_M_BIAS_OFF, Q8_M_SUB_MUL) | (u >> 31) << 7;
@@ -384,7 +354,7 @@ ADAM_HD uint32_t q8_enc_m(float m, float inv, uint32_t rnd)
  * 2^-17 of its block's largest), would step by exp_avg / eps. */
 ADAM_HD uint32_t q8_enc_v(float v, float inv, uint32_t rnd)
 {
-	float x = q8_f(q8_u(v) & 0x7fffffffu) * inv;
+	float x = f32_from_bits(f32_bits(v) & 0x7fffffffu) * inv;
 	uint32_t c;
 
 	x = x < 1.0f ? x : 1.0f;
@@ -397,7 +367,7 @@ ADAM_HD float q8_dec_m(uint32_t code, float scale)
 {
 	float y = q8_dec_mag(code & 0x7fu, Q8_M_BIAS_OFF, Q8_M_SUB_STEP) * scale;
 
-	return q8_f(q8_u(y) | (code & 0x80u) << 24);
+	return f32_from_bits(f32_bits(y) | (code & 0x80u) << 24);
 }
 
 ADAM_HD float q8_dec_v(uint32_t code, float scale)

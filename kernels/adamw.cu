@@ -365,8 +365,8 @@ __global__ void __launch_bounds__(STEP_THREADS) q8_kernel(const __grid_constant_
 		}
 		/* out of range threads add 0; alternate shared buffers, so one
 		 * barrier per block suffices */
-		hm = block_max(q8_u(m) & 0x7fffffffu, shm[par]);
-		hv = block_max(q8_u(v) & 0x7fffffffu, shv[par]);
+		hm = block_max(f32_bits(m) & 0x7fffffffu, shm[par]);
+		hv = block_max(f32_bits(v) & 0x7fffffffu, shv[par]);
 		scm = q8_scale(hm, &invm);
 		scv = q8_scale(hv, &invv);
 		if (threadIdx.x == 0) {

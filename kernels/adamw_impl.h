@@ -267,8 +267,8 @@ ADAMW_INLINE void adamw_q8_block_scalar(const struct adam_consts *c,
 		uint32_t um, uv;
 
 		adamw_q8_elem(&k, a, i, sm, sv, r, gd, od, sro, &mb[i - begin], &vb[i - begin]);
-		um = q8_u(mb[i - begin]) & 0x7fffffffu;
-		uv = q8_u(vb[i - begin]) & 0x7fffffffu;
+		um = f32_bits(mb[i - begin]) & 0x7fffffffu;
+		uv = f32_bits(vb[i - begin]) & 0x7fffffffu;
 		mxm = um > mxm ? um : mxm;
 		mxv = uv > mxv ? uv : mxv;
 	}
@@ -309,8 +309,8 @@ ADAMW_INLINE void adamw_q8_roof_elems(const struct tier_adam_tensors *a, size_t 
 ADAMW_INLINE void adamw_q8_roof_scales(const struct tier_adam_tensors *a, size_t begin, size_t end)
 {
 	for (size_t b = begin / TIER_Q8_BLOCK; b * TIER_Q8_BLOCK < end; b++) {
-		adamw_st_f32(a->exp_avg_scale, b, q8_f(q8_u(adamw_ld_f32(a->exp_avg_scale, b)) ^ 1u));
-		adamw_st_f32(a->exp_avg_sq_scale, b, q8_f(q8_u(adamw_ld_f32(a->exp_avg_sq_scale, b)) ^ 1u));
+		adamw_st_f32(a->exp_avg_scale, b, f32_from_bits(f32_bits(adamw_ld_f32(a->exp_avg_scale, b)) ^ 1u));
+		adamw_st_f32(a->exp_avg_sq_scale, b, f32_from_bits(f32_bits(adamw_ld_f32(a->exp_avg_sq_scale, b)) ^ 1u));
 	}
 }
 

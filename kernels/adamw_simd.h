@@ -279,8 +279,8 @@ ADAMW_INLINE void simd_q8_block(const struct adam_consts *c, const struct tier_a
 		uint32_t um, uv;
 
 		adamw_q8_elem(c, a, i, sm, sv, r, gd, od, sro, &mb[i - begin], &vb[i - begin]);
-		um = q8_u(mb[i - begin]) & 0x7fffffffu;
-		uv = q8_u(vb[i - begin]) & 0x7fffffffu;
+		um = f32_bits(mb[i - begin]) & 0x7fffffffu;
+		uv = f32_bits(vb[i - begin]) & 0x7fffffffu;
 		hm = um > hm ? um : hm;
 		hv = uv > hv ? uv : hv;
 	}

@@ -58,7 +58,7 @@ int tier_q8_encode(const float *in, size_t n, int which, void *codes, float *sca
 		float inv;
 
 		for (size_t i = b0; i < b1; i++) {
-			uint32_t u = q8_u(in[i]) & 0x7fffffffu;
+			uint32_t u = f32_bits(in[i]) & 0x7fffffffu;
 
 			maxbits = u > maxbits ? u : maxbits;
 		}
