@@ -75,3 +75,86 @@ extern "C" int ts_cuda_copy(void *dst, const void *src, size_t len, void *stream
 out:
 	return rc;
 }
+
+extern "C" int ts_cuda_copy_async(void *dst, const void *src, size_t len, void *stream)
+{
+	int rc = 0;
+
+	if (!len)
+		return 0;
+	TIER_CUDA_CHECK_GOTO(cudaMemcpyAsync(dst, src, len, cudaMemcpyDefault, (cudaStream_t)stream),
+			     rc, out);
+out:
+	return rc;
+}
+
+extern "C" int ts_cuda_event_open(void **ev)
+{
+	cudaEvent_t e = NULL;
+	int rc = 0;
+
+	*ev = NULL;
+	TIER_CUDA_CHECK_GOTO(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), rc, out);
+	*ev = e;
+out:
+	return rc;
+}
+
+extern "C" int ts_cuda_event_record(void *ev, void *stream)
+{
+	int rc = 0;
+
+	TIER_CUDA_CHECK_GOTO(cudaEventRecord((cudaEvent_t)ev, (cudaStream_t)stream), rc, out);
+out:
+	return rc;
+}
+
+extern "C" int ts_cuda_event_sync(void *ev)
+{
+	int rc = 0;
+
+	TIER_CUDA_CHECK_GOTO(cudaEventSynchronize((cudaEvent_t)ev), rc, out);
+out:
+	return rc;
+}
+
+extern "C" void ts_cuda_event_close(void *ev)
+{
+	if (ev)
+		(void)cudaEventDestroy((cudaEvent_t)ev);
+}
+
+extern "C" int ts_cuda_host_alloc(size_t len, void **ptr)
+{
+	int rc = 0;
+
+	*ptr = NULL;
+	TIER_CUDA_CHECK_GOTO(cudaHostAlloc(ptr, len ? len : 1, cudaHostAllocPortable), rc, out);
+out:
+	return rc;
+}
+
+extern "C" void ts_cuda_host_free(void *ptr)
+{
+	if (ptr)
+		(void)cudaFreeHost(ptr);
+}
+
+extern "C" int ts_cuda_mem_kind(const void *ptr)
+{
+	cudaPointerAttributes a;
+	int rc = 0;
+
+	TIER_CUDA_CHECK_GOTO(cudaPointerGetAttributes(&a, ptr), rc, out);
+	switch (a.type) {
+	case cudaMemoryTypeHost:
+		return TS_CUDA_MEM_PINNED;
+	case cudaMemoryTypeDevice:
+	case cudaMemoryTypeManaged:
+		return TS_CUDA_MEM_DEVICE;
+	default:
+		return TS_CUDA_MEM_PAGEABLE;
+	}
+out:
+	return rc;
+}

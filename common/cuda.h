@@ -52,6 +52,44 @@ void ts_cuda_free(void *ptr);
  */
 int ts_cuda_copy(void *dst, const void *src, size_t len, void *stream);
 
+/*
+ * The asynchronous services of a pipelined lane (runtime/optim_gpu.c).
+ *
+ * ts_cuda_copy_async: queues the copy of ts_cuda_copy on @stream and
+ * returns; from pinned host memory (or to it) the copy is a DMA that
+ * overlaps the caller and the other streams, from pageable memory CUDA
+ * stages it (and may wait).  0 bytes: 0 without calling CUDA.
+ */
+int ts_cuda_copy_async(void *dst, const void *src, size_t len, void *stream);
+
+/*
+ * An event (cudaEventDisableTiming): ts_cuda_event_open creates one in
+ * *ev (NULL on failure), _record queues it on @stream (it completes when
+ * the work queued before it does), _sync waits for it, and _close
+ * destroys it (NULL: nothing; errors ignored).
+ */
+int ts_cuda_event_open(void **ev);
+int ts_cuda_event_record(void *ev, void *stream);
+int ts_cuda_event_sync(void *ev);
+void ts_cuda_event_close(void *ev);
+
+/*
+ * Page-locked host memory (cudaHostAlloc, portable): @len bytes (1 for
+ * 0) into *ptr (NULL on failure), which the CPU reads and writes and the
+ * copy engines reach by DMA.  ts_cuda_host_free: NULL is nothing.
+ */
+int ts_cuda_host_alloc(size_t len, void **ptr);
+void ts_cuda_host_free(void *ptr);
+
+/* What memory @ptr is (cudaPointerGetAttributes): */
+enum ts_cuda_mem {
+	TS_CUDA_MEM_PAGEABLE = 0, /* host memory CUDA does not know */
+	TS_CUDA_MEM_PINNED = 1,   /* page-locked host memory (allocated or registered) */
+	TS_CUDA_MEM_DEVICE = 2,   /* device or managed memory */
+};
+/* The kind of @ptr, or a negative errno (no CUDA: -ENODEV). */
+int ts_cuda_mem_kind(const void *ptr);
+
 #ifdef __cplusplus
 }
 #endif

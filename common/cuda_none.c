@@ -55,3 +55,54 @@ int ts_cuda_copy(void *dst, const void *src, size_t len, void *stream)
 	(void)stream;
 	return ts_err(-ENODEV, "cuda: copy: built without CUDA");
 }
+
+int ts_cuda_copy_async(void *dst, const void *src, size_t len, void *stream)
+{
+	(void)dst;
+	(void)src;
+	(void)len;
+	(void)stream;
+	return ts_err(-ENODEV, "cuda: copy: built without CUDA");
+}
+
+int ts_cuda_event_open(void **ev)
+{
+	*ev = NULL;
+	return ts_err(-ENODEV, "cuda: event: built without CUDA");
+}
+
+int ts_cuda_event_record(void *ev, void *stream)
+{
+	(void)ev;
+	(void)stream;
+	return ts_err(-ENODEV, "cuda: event: built without CUDA");
+}
+
+int ts_cuda_event_sync(void *ev)
+{
+	(void)ev;
+	return ts_err(-ENODEV, "cuda: event: built without CUDA");
+}
+
+void ts_cuda_event_close(void *ev)
+{
+	(void)ev;
+}
+
+int ts_cuda_host_alloc(size_t len, void **ptr)
+{
+	(void)len;
+	*ptr = NULL;
+	return ts_err(-ENODEV, "cuda: host alloc: built without CUDA");
+}
+
+void ts_cuda_host_free(void *ptr)
+{
+	(void)ptr;
+}
+
+int ts_cuda_mem_kind(const void *ptr)
+{
+	(void)ptr;
+	return ts_err(-ENODEV, "cuda: pointer: built without CUDA");
+}

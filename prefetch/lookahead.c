@@ -15,6 +15,7 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/ticket.h"
 #include "prefetch/lookahead.h"
 
 static bool fits(const struct lookahead *la, const struct la_item *it)
@@ -172,6 +173,27 @@ int la_take(struct lookahead *la, unsigned lane, struct la_item **out, uint64_t 
 	*stall_ns += ts_now_ns() - t0;
 	*out = it;
 	return rc;
+}
+
+bool la_ready(struct lookahead *la, unsigned lane)
+{
+	struct la_item *it;
+	bool ready;
+
+	pthread_mutex_lock(&la->lock);
+	while (la->cursor[lane] < la->n && la->items[la->cursor[lane]].lane != lane)
+		la->cursor[lane]++;
+	if (la->cursor[lane] == la->n || la->aborted) {
+		pthread_mutex_unlock(&la->lock);
+		return true;
+	}
+	it = &la->items[la->cursor[lane]];
+	if (it->state == LA_QUEUED)
+		ready = la->issue_rc != 0;
+	else
+		ready = !it->tk || ticket_done(it->tk);
+	pthread_mutex_unlock(&la->lock);
+	return ready;
 }
 
 static void unaccount(struct lookahead *la, struct la_item *it)

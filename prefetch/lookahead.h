@@ -115,6 +115,16 @@ int la_start(struct lookahead *la, struct tier_store *s, struct la_item *items, 
  */
 int la_take(struct lookahead *la, unsigned lane, struct la_item **out, uint64_t *stall_ns);
 
+/*
+ * Whether la_take(@lane) would return without waiting: the lane's next
+ * item is resident (its acquire complete, or failed), or the lane has no
+ * item left, or the window stopped.  A lane that holds items taken and
+ * not given back asks before it takes more, and gives its oldest back
+ * first when the answer is no: the budget those items hold may be what
+ * the next one waits for.
+ */
+bool la_ready(struct lookahead *la, unsigned lane);
+
 /* Gives a taken item back: releases its pin (@dirty: the bytes changed),
  * and issues more.  0 or the release's error. */
 int la_done(struct lookahead *la, struct la_item *it, bool dirty);

@@ -245,12 +245,11 @@ static int open_gpu_lane(struct tier_optim *o)
 	if (!o->dev_host) {
 		if ((rc = ts_cuda_stream_open(o->gpu, &o->stream)))
 			return rc;
-		if ((rc = ts_cuda_alloc(bytes, &o->dev_grad)) ||
-		    (rc = ts_cuda_alloc(bytes, &o->dev_out)))
-			return rc;
 		if (!(o->host_grad = ts_malloc(bytes)) || !(o->host_out = ts_malloc(bytes)))
 			return ts_err(-ENOMEM, "optimizer: out of memory for staging buffers");
 	}
+	if ((rc = gpu_lane_open(o, bytes)))
+		return rc;
 	rc = ts_fault_check(TIER_FAULT_THREAD_CREATE);
 	if (!rc)
 		rc = -pthread_create(&o->thread, NULL, optim_gpu_main, o);
@@ -293,8 +292,7 @@ static void optim_free(struct tier_optim *o)
 	if (o->pool)
 		tier_pool_destroy(o->pool);
 	ts_cuda_free(o->xdev);
-	ts_cuda_free(o->dev_grad);
-	ts_cuda_free(o->dev_out);
+	gpu_lane_close(o);
 	ts_cuda_stream_close(o->stream);
 	free(o->host_grad);
 	free(o->host_out);

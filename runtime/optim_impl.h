@@ -74,6 +74,27 @@ struct lane {
 	uint32_t shards;
 };
 
+/*
+ * One shard in flight on the GPU lane (optim_gpu.c): its gradient in,
+ * the update, its parameter copy out, all queued on the slot's stream
+ * and ended by its event.  The lane keeps GPU_SLOTS of them, so one
+ * shard's gradient comes in while another's update runs and a third's
+ * copy goes out.
+ */
+#define GPU_SLOTS 3
+struct gpu_slot {
+	void *stream, *ev;       /* CUDA: its stream and end event (emulated: NULL) */
+	void *dgrad, *dout;      /* device buffers of one shard: a host gradient
+				  * comes into dgrad, a host copy leaves from dout
+				  * (emulated: host memory) */
+	void *pgrad, *pout;      /* CUDA: pinned staging for pageable host buffers */
+	struct la_item *it;      /* the item in flight (NULL: free) */
+	bool failed;             /* its work could not all be queued */
+	void *out_dst;           /* a pageable host copy: pout goes there when */
+	size_t out_len;          /* the slot ends, out_len bytes */
+	uint64_t t0, t1;         /* queued at t0; emulated: the update ended at t1 */
+};
+
 /* struct tier_optim's magic while open (TS_HANDLE, common/error.h). */
 #define OPTIM_MAGIC 0x4f50544du /* "OPTM" */
 #define OPTIM_ARG(o) TS_HANDLE(o, OPTIM_MAGIC, "optimizer", "tier_optim")
@@ -135,12 +156,13 @@ struct tier_optim {
 	struct tier_store_stats st0;
 	struct tier_adam_params ap;
 
-	/* the GPU lane */
+	/* the GPU lane (optim_gpu.c) */
 	unsigned hbm_caps;       /* the HBM backend's HBM_CAP_*; 0: no GPU lane */
 	bool dev_host;           /* the HBM tier's memory is host memory (emulated) */
 	int gpu;
-	void *stream;            /* CUDA: the update's stream */
-	void *dev_grad, *dev_out;/* CUDA: staging for host buffers, one shard each */
+	void *stream;            /* CUDA: the gradient check's and the exchanges' stream */
+	struct gpu_slot slot[GPU_SLOTS]; /* the lane's shards in flight: */
+	unsigned slot_head, slot_count;  /* the oldest, and how many */
 	void *host_grad, *host_out; /* staging for device buffers on the CPU lane */
 	pthread_t thread;
 	bool thread_started, quit;
@@ -270,6 +292,36 @@ int optim_grad_check(struct tier_optim *o, const void *ptr, enum tier_dtype dt,
 
 /* The GPU lane's thread: runs lane 1 of each step it is handed. */
 void *optim_gpu_main(void *arg);
+
+/* The per-shard work both lanes share.  optim_item_args: the update's
+ * arguments for taken item @it (its group's hyperparameters, its piece of
+ * the gradient and of the output). */
+void optim_item_args(struct tier_optim *o, const struct la_item *it, struct tier_adam_params *ap,
+		     struct tier_adam_tensors *t);
+/* Records @lane's first failure, @rc with tier_last_error() (prefixed
+ * "'@obj': update: " when @obj is not NULL); @fatal: a shard may be half
+ * updated. */
+void optim_lane_fail(struct tier_optim *o, unsigned lane, int rc, bool fatal, const char *obj);
+/* After la_take gave @it (waiting @stall ns, now @now): the stall is
+ * counted; 0 when it is to be updated, 1 when its parameter has no
+ * gradient this step (given back), or the error of giving it back (the
+ * lane failed, the window aborted). */
+int optim_item_taken(struct tier_optim *o, unsigned lane, struct la_item *it, uint64_t stall,
+		     uint64_t now);
+/* After @it's update on @lane, from @u0 to @u1: its span, its marks, its
+ * release (dirty) and write-back.  0, or the release's error (the lane
+ * failed, the window aborted). */
+int optim_item_updated(struct tier_optim *o, unsigned lane, struct la_item *it, uint64_t u0,
+		       uint64_t u1);
+
+/* optim_gpu.c */
+
+/* Opens the GPU lane: its slots' streams, events and buffers of
+ * @shard_bytes each; 0 or the error.  gpu_lane_close frees what it got. */
+int gpu_lane_open(struct tier_optim *o, size_t shard_bytes);
+void gpu_lane_close(struct tier_optim *o);
+/* Lane 1 of the step: every item of the GPU lane, GPU_SLOTS in flight. */
+void optim_gpu_lane(struct tier_optim *o);
 
 /* Ends a step begun and not finished: its window released, nothing
  * updated (a failed end, or destroy inside a step). */

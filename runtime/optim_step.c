@@ -1,11 +1,9 @@
 /*
  * optim_step.c - the optimizer's step (tier_optim_begin, _push, _end and
- * _step; docs/optimizer.md) and the update of each shard on its lane: the
- * CPU lane in the calling thread over the thread pool, the GPU lane on the
- * optimizer's own thread (the CUDA kernel on a stream, or with the
- * emulated "host" HBM backend the CPU kernel on that thread alone).
- * runtime/optim.c owns the optimizer's lifetime; optim_impl.h the
- * structures both share.
+ * _step; docs/optimizer.md), the CPU lane (the calling thread over the
+ * thread pool) and the per-shard work both lanes share; the GPU lane, on
+ * the optimizer's own thread, is runtime/optim_gpu.c.  runtime/optim.c
+ * owns the optimizer's lifetime; optim_impl.h the structures they share.
  */
 #include "config.h"
 
@@ -44,16 +42,23 @@ static bool dtype_ok(int d)
 
 /* ------------------------------------------------------------ the update */
 
-/* Runs the kernel over one taken item, on @lane. */
-static int update_item(struct tier_optim *o, unsigned lane, struct la_item *it)
+void optim_item_args(struct tier_optim *o, const struct la_item *it, struct tier_adam_params *ap,
+		     struct tier_adam_tensors *t)
 {
 	struct shard *sh = it->user;
 	struct param *pp = &o->params[sh->param];
-	char *base = it->ptr;
 	size_t gsz = tier_dtype_size(pp->grad.dtype), osz = pp->out.ptr ? tier_dtype_size(pp->out.dtype) : 0;
+	const struct tier_group_params *g = &o->groups[pp->group];
 	struct shard_view sv;
-	struct tier_adam_tensors t = {
+
+	shard_view_of(o->md, it->ptr, sh->n, &sv);
+	*t = (struct tier_adam_tensors){
 		.n = sh->n,
+		.param = sv.param,
+		.exp_avg = sv.m,
+		.exp_avg_sq = sv.v,
+		.exp_avg_scale = sv.ms,
+		.exp_avg_sq_scale = sv.vs,
 		.moment_dtype = o->md,
 		.grad = (const char *)pp->grad.ptr + sh->off * gsz,
 		.grad_dtype = pp->grad.dtype,
@@ -61,141 +66,150 @@ static int update_item(struct tier_optim *o, unsigned lane, struct la_item *it)
 		.out_dtype = pp->out.ptr ? pp->out.dtype : TIER_FP32,
 		.index0 = pp->poff + sh->off,
 	};
-	void *final_out;
-
-	shard_view_of(o->md, base, sh->n, &sv);
-	t.param = sv.param;
-	t.exp_avg = sv.m;
-	t.exp_avg_sq = sv.v;
-	t.exp_avg_scale = sv.ms;
-	t.exp_avg_sq_scale = sv.vs;
-	final_out = t.param_out;
-	bool on_device = lane == 1 && !o->dev_host;
-	const struct tier_group_params *g = &o->groups[pp->group];
-	struct tier_adam_params ap = o->ap;
-	int rc;
-
 	/* the parameter's group and its own bias-correction count */
-	ap.lr = g->lr;
-	ap.beta1 = g->beta1;
-	ap.beta2 = g->beta2;
-	ap.eps = g->eps;
-	ap.weight_decay = g->weight_decay;
-	ap.decoupled = g->decoupled;
-	ap.step = pp->step + 1;
-	ap.rounding = o->rounding;
-	ap.out_rounding = o->out_rounding;
-	ap.seed = sr_param_seed(o->seed, sh->param);
-	if (!on_device) {
-		/* host kernel: device buffers of a real device go through staging */
-		bool stage_grad = pp->grad.mem == TIER_MEM_DEVICE && !o->dev_host;
-		bool stage_out = t.param_out && pp->out.mem == TIER_MEM_DEVICE && !o->dev_host;
-
-		if (stage_grad) {
-			if ((rc = ts_cuda_copy(o->host_grad, t.grad, sh->n * gsz, o->stream)))
-				return rc;
-			t.grad = o->host_grad;
-		}
-		if (stage_out)
-			t.param_out = o->host_out;
-		rc = tier_adam_step(lane == 0 ? o->pool : NULL, &ap, &t);
-		if (!rc && stage_out)
-			rc = ts_cuda_copy(final_out, o->host_out, sh->n * osz, o->stream);
-		return rc;
-	} else {
-		struct adamw_chunk c = {
-			.param = t.param, .exp_avg = t.exp_avg, .exp_avg_sq = t.exp_avg_sq,
-			.grad = t.grad, .param_out = t.param_out, .n = sh->n,
-			.index0 = t.index0,
-			.exp_avg_scale = t.exp_avg_scale, .exp_avg_sq_scale = t.exp_avg_sq_scale,
-		};
-
-		if (pp->grad.mem == TIER_MEM_HOST) {
-			if ((rc = ts_cuda_copy(o->dev_grad, t.grad, sh->n * gsz, o->stream)))
-				return rc;
-			c.grad = o->dev_grad;
-		}
-		if (c.param_out && pp->out.mem == TIER_MEM_HOST)
-			c.param_out = o->dev_out;
-		rc = adamw_cuda_step(&ap, o->md, pp->grad.dtype, t.out_dtype, &c, 1, o->stream);
-		if (!rc)
-			rc = ts_cuda_stream_sync(o->stream);
-		if (!rc && c.param_out && c.param_out != final_out)
-			rc = ts_cuda_copy(final_out, o->dev_out, sh->n * osz, o->stream);
-		return rc;
-	}
+	*ap = o->ap;
+	ap->lr = g->lr;
+	ap->beta1 = g->beta1;
+	ap->beta2 = g->beta2;
+	ap->eps = g->eps;
+	ap->weight_decay = g->weight_decay;
+	ap->decoupled = g->decoupled;
+	ap->step = pp->step + 1;
+	ap->rounding = o->rounding;
+	ap->out_rounding = o->out_rounding;
+	ap->seed = sr_param_seed(o->seed, sh->param);
 }
 
-/* One lane's part of the step: every item of @lane, in order. */
-static void run_lane(struct tier_optim *o, unsigned lane)
+/* Runs the CPU kernel over one taken item on the CPU lane: a real
+ * device's buffers go through host staging. */
+static int update_item(struct tier_optim *o, struct la_item *it)
+{
+	struct shard *sh = it->user;
+	struct param *pp = &o->params[sh->param];
+	size_t gsz = tier_dtype_size(pp->grad.dtype), osz = pp->out.ptr ? tier_dtype_size(pp->out.dtype) : 0;
+	struct tier_adam_params ap;
+	struct tier_adam_tensors t;
+	bool stage_grad = pp->grad.mem == TIER_MEM_DEVICE && !o->dev_host;
+	bool stage_out = pp->out.ptr && pp->out.mem == TIER_MEM_DEVICE && !o->dev_host;
+	void *final_out;
+	int rc;
+
+	optim_item_args(o, it, &ap, &t);
+	final_out = t.param_out;
+	if (stage_grad) {
+		if ((rc = ts_cuda_copy(o->host_grad, t.grad, sh->n * gsz, o->stream)))
+			return rc;
+		t.grad = o->host_grad;
+	}
+	if (stage_out)
+		t.param_out = o->host_out;
+	rc = tier_adam_step(o->pool, &ap, &t);
+	if (!rc && stage_out)
+		rc = ts_cuda_copy(final_out, o->host_out, sh->n * osz, o->stream);
+	return rc;
+}
+
+void optim_lane_fail(struct tier_optim *o, unsigned lane, int rc, bool fatal, const char *obj)
 {
 	struct lane *ln = &o->lane[lane];
+
+	if (ln->rc)
+		return; /* the first error is the one to report */
+	if (obj)
+		snprintf(ln->err, sizeof(ln->err), "'%s': update: %s", obj, tier_last_error());
+	else
+		snprintf(ln->err, sizeof(ln->err), "%s", tier_last_error());
+	ln->rc = rc;
+	ln->fatal = fatal;
+}
+
+int optim_item_taken(struct tier_optim *o, unsigned lane, struct la_item *it, uint64_t stall,
+		     uint64_t now)
+{
+	struct shard *sh = it->user;
+	int rc;
+
+	o->lane[lane].stall_ns += stall;
+	if (stall && o->feed)
+		atomic_fetch_add_explicit(&o->feed->prefetch.stall_ns, stall, memory_order_relaxed);
+	if (stall)
+		trace_span(o->trace, TRACE_STALL, sh->index, atomic_load(&o->begun), now - stall, now, 0);
+	if (o->params[sh->param].pushed)
+		return 0;
+	/* no gradient this step: streamed, left as it is */
+	sh->updated = true;
+	if ((rc = la_done(&o->la, it, false))) {
+		optim_lane_fail(o, lane, rc, false, NULL);
+		la_abort(&o->la);
+		return rc;
+	}
+	return 1;
+}
+
+int optim_item_updated(struct tier_optim *o, unsigned lane, struct la_item *it, uint64_t u0,
+		       uint64_t u1)
+{
+	struct lane *ln = &o->lane[lane];
+	struct shard *sh = it->user;
+	int rc;
+
+	trace_span(o->trace, lane ? TRACE_UPDATE_GPU : TRACE_UPDATE_CPU, sh->index,
+		   atomic_load(&o->begun), u0, u1, sh->bytes);
+	sh->updated = true;
+	if (o->comm) /* its outputs are written: counts toward the all-gather */
+		atomic_fetch_sub_explicit(&o->params[sh->param].ag_left, 1, memory_order_release);
+	if ((rc = la_done(&o->la, it, true))) {
+		optim_lane_fail(o, lane, rc, true, NULL);
+		la_abort(&o->la);
+		return rc;
+	}
+	ln->bytes += sh->bytes;
+	ln->shards++;
+	if (lane == 0 && o->ag_on)
+		zero_gather_progress(o);
+	if (sh->after > o->keep && o->home_nvme)
+		(void)wb_push(o->wb, sh->obj); /* -ENOMEM: it goes down on eviction */
+	return 0;
+}
+
+/* The CPU lane's part of the step: every item of lane 0, in order. */
+static void run_cpu_lane(struct tier_optim *o)
+{
+	struct lane *ln = &o->lane[0];
 	uint64_t t0 = ts_now_ns();
 
 	for (;;) {
 		struct la_item *it;
 		uint64_t stall = 0, u0, u1;
-		int rc = la_take(&o->la, lane, &it, &stall);
-		struct shard *sh;
+		int rc = la_take(&o->la, 0, &it, &stall);
 
 		if (rc == 1)
 			break;
-		ln->stall_ns += stall;
-		if (stall && o->feed)
-			atomic_fetch_add_explicit(&o->feed->prefetch.stall_ns, stall, memory_order_relaxed);
 		if (rc) {
 			/* its state did not come up: nothing of it changed */
-			snprintf(ln->err, sizeof(ln->err), "%s", tier_last_error());
-			ln->rc = rc;
+			ln->stall_ns += stall;
+			optim_lane_fail(o, 0, rc, false, NULL);
 			la_done(&o->la, it, false);
 			la_abort(&o->la);
 			break;
 		}
-		sh = it->user;
 		u0 = ts_now_ns();
-		if (stall)
-			trace_span(o->trace, TRACE_STALL, sh->index, atomic_load(&o->begun),
-				   u0 - stall, u0, 0);
-		if (!o->params[sh->param].pushed) {
-			/* no gradient this step: streamed, left as it is */
-			sh->updated = true;
-			if ((rc = la_done(&o->la, it, false))) {
-				snprintf(ln->err, sizeof(ln->err), "%s", tier_last_error());
-				ln->rc = rc;
-				la_abort(&o->la);
-				break;
-			}
+		if ((rc = optim_item_taken(o, 0, it, stall, u0)) < 0)
+			break;
+		if (rc)
 			continue;
-		}
-		rc = update_item(o, lane, it);
+		rc = update_item(o, it);
 		u1 = ts_now_ns();
-		trace_span(o->trace, lane ? TRACE_UPDATE_GPU : TRACE_UPDATE_CPU, sh->index,
-			   atomic_load(&o->begun), u0, u1, sh->bytes);
 		if (rc) {
-			snprintf(ln->err, sizeof(ln->err), "'%s': update: %s", tier_obj_name(sh->obj),
-				 tier_last_error());
-			ln->rc = rc;
-			ln->fatal = true;
+			trace_span(o->trace, TRACE_UPDATE_CPU, ((struct shard *)it->user)->index,
+				   atomic_load(&o->begun), u0, u1, 0);
+			optim_lane_fail(o, 0, rc, true, tier_obj_name(((struct shard *)it->user)->obj));
 			la_done(&o->la, it, false);
 			la_abort(&o->la);
 			break;
 		}
-		sh->updated = true;
-		if (o->comm) /* its outputs are written: counts toward the all-gather */
-			atomic_fetch_sub_explicit(&o->params[sh->param].ag_left, 1, memory_order_release);
-		if ((rc = la_done(&o->la, it, true))) {
-			snprintf(ln->err, sizeof(ln->err), "%s", tier_last_error());
-			ln->rc = rc;
-			ln->fatal = true;
-			la_abort(&o->la);
+		if (optim_item_updated(o, 0, it, u0, u1))
 			break;
-		}
-		ln->bytes += sh->bytes;
-		ln->shards++;
-		if (lane == 0 && o->ag_on)
-			zero_gather_progress(o);
-		if (sh->after > o->keep && o->home_nvme)
-			(void)wb_push(o->wb, sh->obj); /* -ENOMEM: it goes down on eviction */
 	}
 	ln->busy_ns = ts_now_ns() - t0;
 }
@@ -215,7 +229,7 @@ void *optim_gpu_main(void *arg)
 			break;
 		seen = o->go;
 		pthread_mutex_unlock(&o->lock);
-		run_lane(o, 1);
+		optim_gpu_lane(o);
 		pthread_mutex_lock(&o->lock);
 		o->done = seen;
 		pthread_cond_broadcast(&o->cond);
@@ -612,7 +626,7 @@ void optim_run_lanes(struct tier_optim *o)
 		pthread_cond_broadcast(&o->cond);
 		pthread_mutex_unlock(&o->lock);
 	}
-	run_lane(o, 0);
+	run_cpu_lane(o);
 	if (gpu_items) {
 		pthread_mutex_lock(&o->lock);
 		while (o->done != o->go) {

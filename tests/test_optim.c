@@ -389,6 +389,7 @@ struct param {
 	int gdt;
 	void *out, *rout;       /* the optimizer's output buffer, the reference's */
 	int odt;                /* -1: no output */
+	bool dmem;              /* pushed as device memory (the emulated HBM's) */
 	/* read back */
 	float *rp;
 	void *rm, *rv;          /* tier_optim_read's (q8: fp32 values) */
@@ -739,14 +740,14 @@ static void ref_step(struct world *w, double lr, struct ref_res *rr)
 static struct tier_tensor grad_t(const struct param *q)
 {
 	return (struct tier_tensor){ .ptr = q->g, .dtype = (enum tier_dtype)q->gdt,
-				     .mem = TIER_MEM_HOST, .numel = q->n };
+				     .mem = q->dmem ? TIER_MEM_DEVICE : TIER_MEM_HOST, .numel = q->n };
 }
 
 static struct tier_tensor out_t(const struct param *q)
 {
 	return (struct tier_tensor){ .ptr = q->odt >= 0 ? q->out : NULL,
 				     .dtype = q->odt >= 0 ? (enum tier_dtype)q->odt : TIER_FP32,
-				     .mem = TIER_MEM_HOST, .numel = q->n };
+				     .mem = q->dmem ? TIER_MEM_DEVICE : TIER_MEM_HOST, .numel = q->n };
 }
 
 /* How a step is driven. */
@@ -999,53 +1000,63 @@ struct mcase {
 	bool small;             /* small_set over 512 KiB of DRAM */
 	int rnd, ornd;          /* rounding, out_rounding: 0 the manifest's, else
 				 * enum tier_rounding + 1 */
+	bool dmem;              /* every other parameter's buffers in device memory */
 };
 
 static const struct mcase mcases[] = {
 	{ "cpu", 1.0, 0, TIER_FP32, 0.01, false, 0, 1, false, TIER_FP32, TIER_FP32, D_STEP,
-	  false, false, 6, 2, false, 0, 0 },
+	  false, false, 6, 2, false, 0, 0, false },
 	{ "hbm", 0.0, 1 * MiB, TIER_FP32, 0.01, false, 0, 1, false, TIER_FP32, TIER_BF16, D_STEP,
-	  false, false, 6, 2, false, 0, 0 },
+	  false, false, 6, 2, false, 0, 0, false },
 	{ "half", 0.5, 1 * MiB, TIER_FP32, 0.01, false, 0, 1, false, TIER_FP32, TIER_FP32, D_STEP,
-	  false, false, 6, 2, false, 0, 0 },
+	  false, false, 6, 2, false, 0, 0, false },
 	{ "auto", TIER_OFFLOAD_AUTO, 1 * MiB, TIER_FP32, 0.01, false, 0, 1, false, TIER_FP32,
-	  TIER_FP16, D_STEP, false, false, 8, 0, false, 0, 0 },
+	  TIER_FP16, D_STEP, false, false, 8, 0, false, 0, 0, false },
 	{ "half-no-hbm", 0.5, 0, TIER_FP32, 0.01, false, 0, 1, false, TIER_FP32, TIER_FP32,
-	  D_STEP, false, false, 5, 2, false, 0, 0 },
+	  D_STEP, false, false, 5, 2, false, 0, 0, false },
 	{ "bf16-moments", 0.5, 1 * MiB, TIER_BF16, 0.01, false, 0, 1, false, TIER_BF16, TIER_BF16,
-	  D_STEP, false, false, 6, 2, false, 0, 0 },
+	  D_STEP, false, false, 6, 2, false, 0, 0, false },
 	{ "bf16-moments-cpu", 1.0, 0, TIER_BF16, 0.01, false, 0, 1, false, MIXED, MIXED, D_STEP,
-	  false, false, 6, 3, false, 0, 0 },
+	  false, false, 6, 3, false, 0, 0, false },
 	{ "bf16-nearest", 0.5, 1 * MiB, TIER_BF16, 0.01, false, 0, 1, false, TIER_FP32, TIER_BF16,
-	  D_STEP, false, false, 4, 2, false, 1 + TIER_ROUND_NEAREST, 0 },
+	  D_STEP, false, false, 4, 2, false, 1 + TIER_ROUND_NEAREST, 0, false },
 	{ "bf16-stochastic-copy", 0.5, 1 * MiB, TIER_BF16, 0.01, false, 0, 1, false, MIXED,
 	  TIER_BF16, D_STEP, false, false, 4, 2, false, 1 + TIER_ROUND_STOCHASTIC,
-	  1 + TIER_ROUND_STOCHASTIC },
+	  1 + TIER_ROUND_STOCHASTIC, false },
 	/* q8 moments (stochastic, the default), both lanes */
 	{ "q8-moments", 0.5, 1 * MiB, TIER_Q8, 0.01, false, 0, 1, false, MIXED, TIER_BF16,
-	  D_STEP, false, false, 6, 2, false, 0, 0 },
+	  D_STEP, false, false, 6, 2, false, 0, 0, false },
 	{ "q8-nearest", 1.0, 0, TIER_Q8, 0.01, false, 0, 1, false, TIER_FP32, TIER_BF16,
-	  D_STEP, false, false, 4, 2, false, 1 + TIER_ROUND_NEAREST, 0 },
+	  D_STEP, false, false, 4, 2, false, 1 + TIER_ROUND_NEAREST, 0, false },
 	{ "wd-decoupled", 1.0, 0, TIER_FP32, 0.1, false, 0, 1, false, TIER_FP16, TIER_FP16,
-	  D_STEP, false, false, 6, 2, false, 0, 0 },
+	  D_STEP, false, false, 6, 2, false, 0, 0, false },
 	{ "wd-l2", 0.5, 1 * MiB, TIER_FP32, 0.05, true, 0, 1, false, TIER_FP32, TIER_FP32, D_STEP,
-	  false, false, 6, 2, false, 0, 0 },
+	  false, false, 6, 2, false, 0, 0, false },
 	{ "clip", 0.5, 1 * MiB, TIER_FP32, 0.01, false, 0.5, 1, false, MIXED, TIER_FP32, D_STEP,
-	  false, false, 6, 2, false, 0, 0 },
+	  false, false, 6, 2, false, 0, 0, false },
 	{ "static-scale", 1.0, 0, TIER_FP32, 0.01, false, 0, 1024, false, TIER_FP32, NONE, D_STEP,
-	  false, false, 6, 2, false, 0, 0 },
+	  false, false, 6, 2, false, 0, 0, false },
 	{ "static-scale-clip-fp16", 0.5, 1 * MiB, TIER_FP32, 0.01, false, 1.0, 1024, false,
-	  TIER_FP16, MIXED, D_STEP, false, false, 6, 2, false, 0, 0 },
+	  TIER_FP16, MIXED, D_STEP, false, false, 6, 2, false, 0, 0, false },
 	{ "dynamic-scale", 0.5, 1 * MiB, TIER_FP32, 0.01, false, 0, 1024, true, TIER_FP32,
-	  TIER_FP32, D_STEP, false, false, 7, 2, false, 0, 0 },
+	  TIER_FP32, D_STEP, false, false, 7, 2, false, 0, 0, false },
 	{ "stream-shuffled", 0.5, 1 * MiB, TIER_FP32, 0.01, false, 0.5, 1, false, MIXED, MIXED,
-	  D_SHUFFLE, false, false, 6, 2, false, 0, 0 },
+	  D_SHUFFLE, false, false, 6, 2, false, 0, 0, false },
 	{ "direct-crc", 0.5, 1 * MiB, TIER_FP32, 0.01, false, 0, 1, false, TIER_FP32, TIER_FP32,
-	  D_STEP, false, true, 5, 2, false, 0, 0 },
+	  D_STEP, false, true, 5, 2, false, 0, 0, false },
 	{ "nvme-delay", 0.5, 1 * MiB, TIER_FP32, 0.01, false, 0, 1, false, TIER_FP32, TIER_FP32,
-	  D_REVERSE, true, false, 3, 2, true, 0, 0 },
+	  D_REVERSE, true, false, 3, 2, true, 0, 0, false },
 	{ "nvme-delay-cpu", 1.0, 0, TIER_BF16, 0.01, false, 0, 1, false, TIER_FP32, TIER_BF16,
-	  D_STEP, true, false, 3, 2, true, 0, 0 },
+	  D_STEP, true, false, 3, 2, true, 0, 0, false },
+	/* the GPU lane's slots: an HBM budget of one shard (a slot in flight
+	 * must end before the next shard can come up), and buffers in
+	 * (emulated) device memory on both lanes */
+	{ "hbm-tight", 0.0, 128 * KiB, TIER_FP32, 0.01, false, 0, 1, false, MIXED, MIXED,
+	  D_SHUFFLE, false, false, 4, 2, false, 0, 0, false },
+	{ "device-buffers", 0.5, 1 * MiB, TIER_FP32, 0.01, false, 0, 1, false, MIXED, MIXED,
+	  D_STEP, false, false, 4, 2, false, 0, 0, true },
+	{ "device-buffers-gpu", 0.0, 1 * MiB, TIER_BF16, 0.01, false, 0, 1, false, MIXED, MIXED,
+	  D_REVERSE, false, false, 4, 2, false, 0, 0, true },
 };
 
 static const int turn_dt[] = { TIER_FP32, TIER_BF16, TIER_FP16 };
@@ -1088,7 +1099,9 @@ static void mworld_open(struct world *w, const struct mcase *c, const char *sub)
 			  : c->odt == MIXED ? (i % 4 == 3 ? NONE : turn_dt[(i + 1) % 3])
 					    : c->odt;
 
-		world_add(w, set[i].name, set[i].n, set[i].zeros, gdt, odt, 1000 + i);
+		struct param *q = world_add(w, set[i].name, set[i].n, set[i].zeros, gdt, odt, 1000 + i);
+
+		q->dmem = c->dmem && i % 2;
 	}
 	VALID(w->s);
 }
@@ -1622,6 +1635,12 @@ static const struct fcase fcases[] = {
 	  true, true, 0.5, 1 * MiB, true, D_REVERSE, TIER_Q8 },
 	{ "eio-once-mid-step-cpu-q8", TIER_FAULT_NVME_IO_ERR, 7, 1, false, false, 1.0, 0, false,
 	  D_STEP, TIER_Q8 },
+	/* the GPU lane: a copy to or from HBM failing mid-step, with shards
+	 * in flight in the lane's slots */
+	{ "hbm-copy-persistent-mid-step-gpu", TIER_FAULT_HBM_COPY, 10, TIER_FAULT_PERSISTENT, true,
+	  true, 0.0, 1 * MiB, false, D_STEP, TIER_FP32 },
+	{ "hbm-copy-persistent-mid-step-split-bf16", TIER_FAULT_HBM_COPY, 6, TIER_FAULT_PERSISTENT,
+	  true, true, 0.5, 1 * MiB, false, D_SHUFFLE, TIER_BF16 },
 };
 
 static void fworld_open(struct world *w, const struct fcase *c)

@@ -1,0 +1,270 @@
+/*
+ * optim_gpu.c - the optimizer's GPU lane: the update of the shards the
+ * split gives the HBM tier, run on the optimizer's own thread with
+ * GPU_SLOTS shards in flight (docs/optimizer.md, "The GPU lane").
+ *
+ * A shard's work, queued on its slot's stream and closed by the slot's
+ * event:
+ *
+ *   gradient in   a device gradient is read where it is; a host one is
+ *                 copied into the slot's device buffer, by DMA straight
+ *                 from it when it is pinned, else through the slot's
+ *                 pinned staging (a CPU copy, then the DMA);
+ *   update        the CUDA kernel over the shard's state, which the
+ *                 window brought up to HBM (the store's own copy stream);
+ *   copy out      a device output is written where it is; a host one is
+ *                 copied back from the slot's device buffer, by DMA
+ *                 straight into it when it is pinned, else into the
+ *                 pinned staging and from there by the CPU when the slot
+ *                 ends.
+ *
+ * Nothing waits on the way in: the lane takes the next item while the
+ * slots run, so one shard's gradient comes in while another's update runs
+ * and a third's output and state go out (the state leaves through the
+ * store's device-to-host stream once the slot ends and gives the item
+ * back dirty).  A slot ends (its event waited for) when the lane needs it
+ * again, when the next item is not resident yet (the budget its item holds
+ * may be what the window waits for), and at the end of the step; slots
+ * end in the order they were queued.
+ *
+ * With the emulated "host" HBM backend the HBM tier is host memory, and
+ * the lane keeps the same slots and the same order: the gradient and the
+ * output are copied (memcpy) through the slot's buffers as they would be
+ * over the link, the update is the CPU kernel on this thread, and a slot
+ * ends as a CUDA one would.  So the tests without a GPU run this file's
+ * bookkeeping: items given back out of the order they were taken, and
+ * outputs copied out at the end of a slot.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/cuda.h"
+#include "common/error.h"
+#include "common/fault.h"
+#include "kernels/adamw_cuda.h"
+#include "prefetch/lookahead.h"
+#include "runtime/optim_impl.h"
+#include "runtime/trace.h"
+
+int gpu_lane_open(struct tier_optim *o, size_t shard_bytes)
+{
+	int rc;
+
+	o->slot_head = o->slot_count = 0;
+	for (unsigned i = 0; i < GPU_SLOTS; i++) {
+		struct gpu_slot *sl = &o->slot[i];
+
+		if (o->dev_host) {
+			if (!(sl->dgrad = ts_malloc(shard_bytes)) || !(sl->dout = ts_malloc(shard_bytes)))
+				return ts_err(-ENOMEM, "optimizer: out of memory for the GPU lane's buffers");
+			continue;
+		}
+		if ((rc = ts_cuda_stream_open(o->gpu, &sl->stream)) ||
+		    (rc = ts_cuda_event_open(&sl->ev)) ||
+		    (rc = ts_cuda_alloc(shard_bytes, &sl->dgrad)) ||
+		    (rc = ts_cuda_alloc(shard_bytes, &sl->dout)) ||
+		    (rc = ts_cuda_host_alloc(shard_bytes, &sl->pgrad)) ||
+		    (rc = ts_cuda_host_alloc(shard_bytes, &sl->pout)))
+			return rc;
+	}
+	return 0;
+}
+
+void gpu_lane_close(struct tier_optim *o)
+{
+	for (unsigned i = 0; i < GPU_SLOTS; i++) {
+		struct gpu_slot *sl = &o->slot[i];
+
+		if (o->dev_host) {
+			free(sl->dgrad);
+			free(sl->dout);
+		} else {
+			ts_cuda_stream_close(sl->stream);
+			ts_cuda_event_close(sl->ev);
+			ts_cuda_free(sl->dgrad);
+			ts_cuda_free(sl->dout);
+			ts_cuda_host_free(sl->pgrad);
+			ts_cuda_host_free(sl->pout);
+		}
+		memset(sl, 0, sizeof(*sl));
+	}
+}
+
+/* Whether host buffer @p may go over the link by DMA as it is. */
+static int host_pinned(const void *p, bool *pinned)
+{
+	int k = ts_cuda_mem_kind(p);
+
+	if (k < 0)
+		return k;
+	*pinned = k != TS_CUDA_MEM_PAGEABLE;
+	return 0;
+}
+
+/* Queues @it's work on slot @sl (the item already in sl->it). */
+static int slot_queue(struct tier_optim *o, struct gpu_slot *sl)
+{
+	struct la_item *it = sl->it;
+	struct shard *sh = it->user;
+	struct param *pp = &o->params[sh->param];
+	size_t glen = sh->n * tier_dtype_size(pp->grad.dtype);
+	size_t olen = pp->out.ptr ? sh->n * tier_dtype_size(pp->out.dtype) : 0;
+	bool host_grad = pp->grad.mem == TIER_MEM_HOST, host_out = olen && pp->out.mem == TIER_MEM_HOST;
+	struct tier_adam_params ap;
+	struct tier_adam_tensors t;
+	bool pinned;
+	int rc;
+
+	optim_item_args(o, it, &ap, &t);
+	sl->out_dst = NULL;
+	if (o->dev_host) {
+		/* the emulated link: the same copies, by the CPU */
+		if (host_grad) {
+			memcpy(sl->dgrad, t.grad, glen);
+			t.grad = sl->dgrad;
+		}
+		if (host_out) {
+			sl->out_dst = t.param_out;
+			sl->out_len = olen;
+			t.param_out = sl->dout;
+		}
+		rc = tier_adam_step(NULL, &ap, &t);
+		sl->t1 = ts_now_ns();
+		return rc;
+	}
+
+	struct adamw_chunk c = {
+		.param = t.param, .exp_avg = t.exp_avg, .exp_avg_sq = t.exp_avg_sq,
+		.grad = t.grad, .param_out = t.param_out, .n = sh->n, .index0 = t.index0,
+		.exp_avg_scale = t.exp_avg_scale, .exp_avg_sq_scale = t.exp_avg_sq_scale,
+	};
+
+	if (host_grad) {
+		const void *src = t.grad;
+
+		if ((rc = host_pinned(t.grad, &pinned)))
+			return rc;
+		if (!pinned) {
+			memcpy(sl->pgrad, t.grad, glen); /* the slot's last DMA from it has ended */
+			src = sl->pgrad;
+		}
+		if ((rc = ts_cuda_copy_async(sl->dgrad, src, glen, sl->stream)))
+			return rc;
+		c.grad = sl->dgrad;
+	}
+	if (host_out)
+		c.param_out = sl->dout;
+	if ((rc = adamw_cuda_step(&ap, o->md, t.grad_dtype, t.out_dtype, &c, 1, sl->stream)))
+		return rc;
+	if (host_out) {
+		if ((rc = host_pinned(t.param_out, &pinned)))
+			return rc;
+		if ((rc = ts_cuda_copy_async(pinned ? t.param_out : sl->pout, sl->dout, olen, sl->stream)))
+			return rc;
+		if (!pinned) {
+			sl->out_dst = t.param_out;
+			sl->out_len = olen;
+		}
+	}
+	return ts_cuda_event_record(sl->ev, sl->stream);
+}
+
+/*
+ * Ends the oldest slot: waits for its work, copies a staged output to
+ * its place, and gives its item back (updated) or, when the work failed,
+ * records the lane's failure and stops the window.  0 or the error.
+ */
+static int slot_end(struct tier_optim *o)
+{
+	struct gpu_slot *sl = &o->slot[o->slot_head];
+	struct la_item *it = sl->it;
+	uint64_t t1;
+	int rc = 0;
+
+	if (sl->failed)
+		rc = o->lane[1].rc; /* queued in part: its failure is recorded */
+	else if (!o->dev_host)
+		rc = ts_cuda_event_sync(sl->ev);
+	if (!rc && sl->out_dst)
+		memcpy(sl->out_dst, o->dev_host ? sl->dout : sl->pout, sl->out_len);
+	t1 = o->dev_host ? sl->t1 : ts_now_ns();
+	sl->it = NULL;
+	sl->out_dst = NULL;
+	sl->failed = false;
+	o->slot_head = (o->slot_head + 1) % GPU_SLOTS;
+	o->slot_count--;
+	if (rc) {
+		/* the update may have run in part: the step fails for good */
+		optim_lane_fail(o, 1, rc, true, tier_obj_name(((struct shard *)it->user)->obj));
+		la_done(&o->la, it, false);
+		la_abort(&o->la);
+		return rc;
+	}
+	return optim_item_updated(o, 1, it, sl->t0, t1);
+}
+
+void optim_gpu_lane(struct tier_optim *o)
+{
+	struct lane *ln = &o->lane[1];
+	uint64_t t0 = ts_now_ns();
+	int rc = 0;
+
+	for (;;) {
+		struct la_item *it;
+		struct gpu_slot *sl;
+		uint64_t stall = 0, now;
+
+		/* the next item not up yet: end what is in flight first */
+		while (o->slot_count && !la_ready(&o->la, 1))
+			if ((rc = slot_end(o)))
+				goto drain;
+		rc = la_take(&o->la, 1, &it, &stall);
+		if (rc == 1) {
+			rc = 0;
+			break;
+		}
+		if (rc) {
+			/* its state did not come up: nothing of it changed */
+			ln->stall_ns += stall;
+			optim_lane_fail(o, 1, rc, false, NULL);
+			la_done(&o->la, it, false);
+			la_abort(&o->la);
+			break;
+		}
+		now = ts_now_ns();
+		if ((rc = optim_item_taken(o, 1, it, stall, now)) < 0)
+			break;
+		if (rc) {
+			rc = 0;
+			continue;
+		}
+		if (o->slot_count == GPU_SLOTS && (rc = slot_end(o))) {
+			la_done(&o->la, it, false);
+			break;
+		}
+		sl = &o->slot[(o->slot_head + o->slot_count) % GPU_SLOTS];
+		sl->it = it;
+		sl->t0 = now;
+		sl->failed = false;
+		o->slot_count++;
+		if ((rc = slot_queue(o, sl))) {
+			/* queued in part at most: what did run may have changed it */
+			optim_lane_fail(o, 1, rc, true, tier_obj_name(((struct shard *)it->user)->obj));
+			la_abort(&o->la);
+			sl->failed = true; /* it ends below, given back clean */
+			break;
+		}
+	}
+drain:
+	/* the slots still in flight end in order; after a failure, each one
+	 * whose work ran is given back as updated, the others clean */
+	while (o->slot_count)
+		(void)slot_end(o);
+	ln->busy_ns = ts_now_ns() - t0;
+}
