@@ -77,6 +77,19 @@ int adamw_cuda_step(const struct tier_adam_params *p, enum tier_dtype moment_dty
 		    const struct adamw_chunk *chunks, size_t nchunks, void *stream);
 
 /*
+ * The update's same-traffic kernel (the roofline of adamw_cuda_step, as
+ * tier_adam_roofline is the CPU kernels'): over the same chunks, the same
+ * tiles and the same loads and stores of every array (q8: the block
+ * scales too), with one integer operation per word in place of the
+ * arithmetic, which leaves every array as it was.  Asynchronous on
+ * @stream, as adamw_cuda_step.  0, -EINVAL (a dtype, a NULL array), or a
+ * CUDA error.
+ */
+int adamw_cuda_roofline(enum tier_dtype moment_dtype, enum tier_dtype grad_dtype,
+			enum tier_dtype out_dtype, const struct adamw_chunk *chunks, size_t nchunks,
+			void *stream);
+
+/*
  * The gradient check over the .grad/.n of @nchunks chunks (the other
  * fields are not read), gradients in @dtype: *sumsq gets the sum of the
  * squares of every element (in double), *nonfinite 1 when any element is

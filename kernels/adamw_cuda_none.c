@@ -24,6 +24,19 @@ int adamw_cuda_step(const struct tier_adam_params *p, enum tier_dtype moment_dty
 	return ts_err(-ENODEV, "adamw cuda: step: built without CUDA");
 }
 
+int adamw_cuda_roofline(enum tier_dtype moment_dtype, enum tier_dtype grad_dtype,
+			enum tier_dtype out_dtype, const struct adamw_chunk *chunks, size_t nchunks,
+			void *stream)
+{
+	(void)moment_dtype;
+	(void)grad_dtype;
+	(void)out_dtype;
+	(void)chunks;
+	(void)nchunks;
+	(void)stream;
+	return ts_err(-ENODEV, "adamw cuda: roofline: built without CUDA");
+}
+
 int adamw_cuda_grad_check(const struct adamw_chunk *chunks, size_t nchunks, enum tier_dtype dtype,
 			  void *stream, double *sumsq, int *nonfinite)
 {

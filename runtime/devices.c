@@ -1,11 +1,15 @@
 /*
- * devices.c - the public face of device discovery (tiers/gpu.h).
+ * devices.c - the public face of device discovery (tiers/gpu.h), GPU
+ * buffers (common/cuda.h) and the CUDA update (kernels/adamw_cuda.h).
  */
 #include "config.h"
 
+#include <errno.h>
 #include <limits.h>
 
+#include "common/cuda.h"
 #include "common/error.h"
+#include "kernels/adamw_cuda.h"
 #include "tiers/gpu.h"
 #include "tierstore.h"
 
@@ -20,4 +24,93 @@ int tier_gpu_selftest(int index)
 {
 	ts_err_clear();
 	return gpu_selftest(index);
+}
+
+/* ------------------------------------------------------------ GPU buffers */
+
+static int use_gpu(int gpu)
+{
+	if (gpu < 0)
+		return ts_err(-ENODEV, "GPU %d: no such device (devices are numbered from 0)", gpu);
+	return ts_cuda_use_device(gpu);
+}
+
+int tier_gpu_alloc(int gpu, enum tier_gpu_mem kind, size_t len, void **ptr)
+{
+	int rc;
+
+	TS_NONNULL(ptr);
+	*ptr = NULL;
+	ts_err_clear();
+	if (kind != TIER_GPU_DEVICE && kind != TIER_GPU_PINNED)
+		return ts_err(-EINVAL, "tier_gpu_alloc: memory kind %d (TIER_GPU_DEVICE or TIER_GPU_PINNED)",
+				(int)kind);
+	if ((rc = use_gpu(gpu)))
+		return rc;
+	return kind == TIER_GPU_DEVICE ? ts_cuda_alloc(len, ptr) : ts_cuda_host_alloc(len, ptr);
+}
+
+void tier_gpu_free(enum tier_gpu_mem kind, void *ptr)
+{
+	if (kind == TIER_GPU_DEVICE)
+		ts_cuda_free(ptr);
+	else if (kind == TIER_GPU_PINNED)
+		ts_cuda_host_free(ptr);
+}
+
+int tier_gpu_copy(void *dst, const void *src, size_t len)
+{
+	ts_err_clear();
+	if (len && (!dst || !src))
+		return ts_err(-EINVAL, "tier_gpu_copy: a NULL %s of %zu bytes",
+				!dst ? "destination" : "source", len);
+	return ts_cuda_copy(dst, src, len, NULL);
+}
+
+int tier_gpu_sync(int gpu)
+{
+	int rc;
+
+	ts_err_clear();
+	if ((rc = use_gpu(gpu)))
+		return rc;
+	return ts_cuda_stream_sync(NULL);
+}
+
+/* @t as the one chunk of a CUDA launch. */
+static struct adamw_chunk chunk_of(const struct tier_adam_tensors *t)
+{
+	return (struct adamw_chunk){
+		.param = t->param, .exp_avg = t->exp_avg, .exp_avg_sq = t->exp_avg_sq,
+		.grad = t->grad, .param_out = t->param_out, .n = t->n, .index0 = t->index0,
+		.exp_avg_scale = t->exp_avg_scale, .exp_avg_sq_scale = t->exp_avg_sq_scale,
+	};
+}
+
+int tier_adam_step_gpu(int gpu, const struct tier_adam_params *p, const struct tier_adam_tensors *t)
+{
+	struct adamw_chunk c;
+	int rc;
+
+	TS_NONNULL(p);
+	TS_NONNULL(t);
+	ts_err_clear();
+	if ((rc = use_gpu(gpu)))
+		return rc;
+	c = chunk_of(t);
+	return adamw_cuda_step(p, t->moment_dtype, t->grad_dtype, t->out_dtype, &c, 1, NULL);
+}
+
+int tier_adam_roofline_gpu(int gpu, const struct tier_adam_tensors *t)
+{
+	struct adamw_chunk c;
+	int rc;
+
+	TS_NONNULL(t);
+	ts_err_clear();
+	if ((rc = use_gpu(gpu)))
+		return rc;
+	c = chunk_of(t);
+	return adamw_cuda_roofline(t->moment_dtype, t->grad_dtype,
+				   t->param_out ? t->out_dtype : TIER_FP32, &c, 1, NULL);
 }

@@ -1,6 +1,6 @@
 """tierstore: optimizer state in tiers (HBM over pinned DRAM over NVMe).
 
-A ctypes binding of libtierstore (API 0.6) and, in tierstore.torch, the
+A ctypes binding of libtierstore (API 0.7) and, in tierstore.torch, the
 PyTorch optimizer TierAdamW.  docs/python.md describes both.
 
     import tierstore

@@ -1,4 +1,4 @@
-"""ctypes declarations of libtierstore (include/tierstore.h, API 0.6).
+"""ctypes declarations of libtierstore (include/tierstore.h, API 0.7).
 
 The library is the copy bundled next to this package (a wheel built by
 meson-python installs it there), else the file $TIERSTORE_LIBRARY names
@@ -14,7 +14,7 @@ import errno
 import os
 
 API_MAJOR = 0
-API_MINOR = 6
+API_MINOR = 7
 
 # enum tier_dtype
 TIER_FP32, TIER_BF16, TIER_FP16, TIER_Q8 = 0, 1, 2, 3

@@ -568,6 +568,114 @@ START_TEST(test_errors)
 }
 END_TEST
 
+/*
+ * The public face (tier_gpu_alloc, _copy, _sync, tier_adam_step_gpu,
+ * tier_adam_roofline_gpu) on device 0.  _i: moment dtype (fp32, bf16,
+ * q8) * 4 + grad dtype (fp32, bf16) * 2 + output (none, bf16).  Three
+ * steps from zero moments, each against tier_adam_step on the host, bit
+ * for bit; after the first, the roofline leaves the state as it was.
+ */
+START_TEST(test_public_gpu)
+{
+	const int md = _i / 4 == 2 ? TIER_Q8 : _i / 4, gd = _i / 2 % 2;
+	const bool out = _i % 2;
+	const size_t n = (1u << 20) + 37, nb = q8_blocks(n);
+	const size_t msz = md == TIER_Q8 ? 1 : md == TIER_BF16 ? 2 : 4, gsz = gd ? 2 : 4;
+	struct tier_adam_tensors h = { .n = n, .moment_dtype = (enum tier_dtype)md,
+				       .grad_dtype = (enum tier_dtype)gd, .out_dtype = TIER_BF16 };
+	struct tier_adam_tensors d = h;
+	void *back[5];
+	struct tier_adam_params hp = k_adamw_sr;
+	size_t len[5] = { n * 4, n * msz, n * msz, nb * 4, nb * 4 };
+
+	h.param = calloc(n, 4);
+	h.exp_avg = calloc(n, msz);
+	h.exp_avg_sq = calloc(n, msz);
+	h.grad = malloc(n * gsz);
+	h.param_out = out ? calloc(n, 2) : NULL;
+	h.exp_avg_scale = md == TIER_Q8 ? calloc(nb, 4) : NULL;
+	h.exp_avg_sq_scale = md == TIER_Q8 ? calloc(nb, 4) : NULL;
+	ck_assert(h.param && h.exp_avg && h.exp_avg_sq && h.grad);
+	for (size_t i = 0; i < n; i++) {
+		float g = (float)((double)(rnd() >> 11) * 0x1p-53 - 0.5);
+
+		h.param[i] = (float)((double)(rnd() >> 11) * 0x1p-53 - 0.5);
+		if (gd)
+			((uint16_t *)h.grad)[i] = f32_to_bf16(g);
+		else
+			((float *)h.grad)[i] = g;
+	}
+	ck_assert_int_eq(tier_gpu_alloc(0, TIER_GPU_DEVICE, n * 4, (void **)&d.param), 0);
+	ck_assert_int_eq(tier_gpu_alloc(0, TIER_GPU_DEVICE, n * msz, &d.exp_avg), 0);
+	ck_assert_int_eq(tier_gpu_alloc(0, TIER_GPU_DEVICE, n * msz, &d.exp_avg_sq), 0);
+	ck_assert_int_eq(tier_gpu_alloc(0, TIER_GPU_DEVICE, n * gsz, (void **)&d.grad), 0);
+	d.param_out = NULL;
+	if (out)
+		ck_assert_int_eq(tier_gpu_alloc(0, TIER_GPU_DEVICE, n * 2, &d.param_out), 0);
+	if (md == TIER_Q8) {
+		ck_assert_int_eq(tier_gpu_alloc(0, TIER_GPU_DEVICE, nb * 4, (void **)&d.exp_avg_scale), 0);
+		ck_assert_int_eq(tier_gpu_alloc(0, TIER_GPU_DEVICE, nb * 4, (void **)&d.exp_avg_sq_scale), 0);
+	}
+	ck_assert_int_eq(tier_gpu_copy(d.param, h.param, n * 4), 0);
+	ck_assert_int_eq(tier_gpu_copy(d.exp_avg, h.exp_avg, n * msz), 0);
+	ck_assert_int_eq(tier_gpu_copy(d.exp_avg_sq, h.exp_avg_sq, n * msz), 0);
+	ck_assert_int_eq(tier_gpu_copy((void *)d.grad, h.grad, n * gsz), 0);
+	if (md == TIER_Q8) {
+		ck_assert_int_eq(tier_gpu_copy(d.exp_avg_scale, h.exp_avg_scale, nb * 4), 0);
+		ck_assert_int_eq(tier_gpu_copy(d.exp_avg_sq_scale, h.exp_avg_sq_scale, nb * 4), 0);
+	}
+	for (int k = 0; k < 5; k++) {
+		back[k] = malloc(len[k]);
+		ck_assert_ptr_nonnull(back[k]);
+	}
+	for (int step = 1; step <= 3; step++) {
+		void *dev[5] = { d.param, d.exp_avg, d.exp_avg_sq, d.exp_avg_scale, d.exp_avg_sq_scale };
+		const void *host[5] = { h.param, h.exp_avg, h.exp_avg_sq, h.exp_avg_scale,
+					h.exp_avg_sq_scale };
+
+		hp.step = (uint64_t)step;
+		ck_assert_int_eq(tier_adam_step(NULL, &hp, &h), 0);
+		ck_assert_msg(tier_adam_step_gpu(0, &hp, &d) == 0, "step_gpu: %s", tier_last_error());
+		ck_assert_int_eq(tier_gpu_sync(0), 0);
+		if (step == 1) {
+			ck_assert_msg(tier_adam_roofline_gpu(0, &d) == 0, "roofline_gpu: %s",
+				      tier_last_error());
+			ck_assert_int_eq(tier_gpu_sync(0), 0);
+		}
+		for (int k = 0; k < 5; k++) {
+			if (!dev[k])
+				continue;
+			ck_assert_int_eq(tier_gpu_copy(back[k], dev[k], len[k]), 0);
+			ck_assert_msg(memcmp(back[k], host[k], len[k]) == 0,
+				      "moments %d, grads %d, out %d: step %d: array %d differs from tier_adam_step's",
+				      md, gd, out, step, k);
+		}
+		if (out && step > 1) {
+			/* (after step 1 the roofline wrote it) */
+			ck_assert_int_eq(tier_gpu_copy(back[0], d.param_out, n * 2), 0);
+			ck_assert_msg(memcmp(back[0], h.param_out, n * 2) == 0,
+				      "moments %d, grads %d: step %d: the copy differs", md, gd, step);
+		}
+	}
+	for (int k = 0; k < 5; k++)
+		free(back[k]);
+	tier_gpu_free(TIER_GPU_DEVICE, d.param);
+	tier_gpu_free(TIER_GPU_DEVICE, d.exp_avg);
+	tier_gpu_free(TIER_GPU_DEVICE, d.exp_avg_sq);
+	tier_gpu_free(TIER_GPU_DEVICE, (void *)d.grad);
+	tier_gpu_free(TIER_GPU_DEVICE, d.param_out);
+	tier_gpu_free(TIER_GPU_DEVICE, d.exp_avg_scale);
+	tier_gpu_free(TIER_GPU_DEVICE, d.exp_avg_sq_scale);
+	free(h.param);
+	free(h.exp_avg);
+	free(h.exp_avg_sq);
+	free((void *)h.grad);
+	free(h.param_out);
+	free(h.exp_avg_scale);
+	free(h.exp_avg_sq_scale);
+}
+END_TEST
+
 static Suite *adamw_suite(void)
 {
 	Suite *s = suite_create("gpu-adamw");
@@ -578,6 +686,7 @@ static Suite *adamw_suite(void)
 	tcase_add_test(tc, test_step_many_chunks);
 	tcase_add_loop_test(tc, test_grad_check, 0, 3);
 	tcase_add_test(tc, test_errors);
+	tcase_add_loop_test(tc, test_public_gpu, 0, 12);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -55,7 +55,7 @@ def test_store_open_close(scratch):
 
 
 def test_version_features():
-    assert tierstore.version().startswith("0.6.")
+    assert tierstore.version().startswith("0.7.")
     assert "cuda=" in tierstore.build_features()
     n, why = tierstore.gpu_count()
     assert n >= 0 and (n > 0 or why)
