@@ -139,6 +139,47 @@ sys.exit(1 if fails else 0)
 PY
 done
 
+# --grads device on the emulated HBM tier: the gradients and the copies
+# pushed as device memory, through the GPU lane's slots and the CPU lane,
+# the state and copies bit for bit (--verify); auto is host without a GPU.
+if ! "$TB" step --manifest "$T/m.yaml" --params 2000001 --steps 3 --offload-fraction 0.5 \
+	--grads device --io-size 8MiB --io-passes 1 --update-runs 1 --verify --json \
+	--no-progress >"$T/gdev.json" 2>"$T/err"; then
+	echo "FAIL: tier-bench step --grads device --verify exited $?"; sed 's/^/  /' "$T/err"
+	exit 1
+fi
+"$TB" step --manifest "$T/m.yaml" --params 300000 --steps 2 --io-size 8MiB --io-passes 1 \
+	--update-runs 1 --json --no-progress >"$T/gauto.json" 2>"$T/err" || {
+	echo "FAIL: tier-bench step (--grads auto) exited $?"; sed 's/^/  /' "$T/err"; exit 1; }
+python3 - "$T/gdev.json" "$T/gauto.json" <<'PY' || exit 1
+import json, sys
+d, a = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+fails = []
+if d.get("verified") is not True:
+    fails.append("--grads device: not verified bit for bit")
+if d["grads"] != "device" or d["hbm_backend"] != "host":
+    fails.append("--grads device: grads %r, hbm_backend %r" % (d["grads"], d["hbm_backend"]))
+if a["grads"] != "host":
+    fails.append("--grads auto without a GPU: %r" % a["grads"])
+for f in fails:
+    print("FAIL:", f)
+sys.exit(1 if fails else 0)
+PY
+# ...and what it refuses: a bad value, pinned without a GPU, device with
+# no HBM tier at all.
+for args in "--grads gpu|bad --grads 'gpu'" "--grads pinned|--grads pinned needs a GPU" \
+	"--grads device --offload-fraction 1|--grads device needs a GPU"; do
+	a=${args%%|*} want=${args#*|}
+	# shellcheck disable=SC2086
+	"$TB" step --manifest "$T/m.yaml" --params 300000 --steps 1 $a >"$T/out" 2>"$T/err"
+	rc=$?
+	if [ "$rc" -ne 2 ] || ! grep -qF -e "$want" "$T/err"; then
+		echo "FAIL: tier-bench step $a: exit $rc (want 2 and \"$want\"):"
+		sed 's/^/  /' "$T/err"
+		exit 1
+	fi
+done
+
 # The text report ends with one plain sentence on what the efficiency means.
 "$TB" step --manifest "$T/m.yaml" --params 300000 --steps 2 --io-size 8MiB --io-passes 1 \
 	--update-runs 1 --no-progress >"$T/text.out" 2>"$T/err"

@@ -1,7 +1,9 @@
 /*
  * bench_adam.c - `tier-bench adam`: the CPU Adam/AdamW update
  * (tier_adam_step) on random data, timed against a roofline kernel that
- * moves exactly the same bytes (tier_adam_roofline), runs alternating.
+ * moves exactly the same bytes (tier_adam_roofline), runs alternating;
+ * with --gpu the CUDA update (tier_adam_step_gpu) against its own
+ * same-traffic kernel (tier_adam_roofline_gpu) in device memory.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -18,7 +20,8 @@ struct adam_opts {
 	int moments, grads; /* enum tier_dtype */
 	int copy_out;       /* BENCH_NO_DTYPE: none, else an enum tier_dtype */
 	int rounding;       /* enum tier_rounding: bf16 moments and copy */
-	bool json;
+	bool json, gpu;
+	uint64_t device;    /* --gpu: the CUDA device */
 };
 
 /*
@@ -63,6 +66,7 @@ static void adam_usage(FILE *f)
 	fprintf(f, "usage: tier-bench adam [--numel N] [--threads T] [--moments fp32|bf16|q8]\n"
 		   "                       [--grads fp32|bf16|fp16] [--copy-out none|bf16|fp16|fp32]\n"
 		   "                       [--rounding nearest|stochastic] [--runs R] [--json]\n"
+		   "                       [--gpu [--device N]]\n"
 		   "  --numel     elements updated (default 64Mi = 67108864; K/M/G suffixes are binary)\n"
 		   "  --threads   threads of the kernel pool, the caller included (default 2)\n"
 		   "  --moments   storage of exp_avg and exp_avg_sq (default fp32; q8: a byte\n"
@@ -72,6 +76,9 @@ static void adam_usage(FILE *f)
 		   "  --rounding  how bf16 moments and a bf16 copy are rounded (default stochastic,\n"
 		   "              the optimizer's default)\n"
 		   "  --runs      timed runs of the step and of the roofline, alternating (default 7)\n"
+		   "  --gpu       the CUDA update on device --device (default 0), in device memory,\n"
+		   "              against its same-traffic kernel (tier_adam_roofline_gpu); --threads\n"
+		   "              is not used\n"
 		   "Times tier_adam_step (AdamW: lr 1e-3, betas 0.9/0.999, eps 1e-8, wd 0.01) against\n"
 		   "tier_adam_roofline, which moves the same bytes with trivial arithmetic, and\n"
 		   "reports medians; roofline_frac = roofline time / step time.\n");
@@ -133,6 +140,91 @@ static int adam_time(const struct adam_opts *o, struct tier_pool *pool,
 	return 0;
 }
 
+/* The device copy of @h's arrays (tier_gpu_alloc), or a message and 1. */
+static int adam_gpu_arrays(int dev, const struct tier_adam_tensors *h, struct tier_adam_tensors *d)
+{
+	size_t n = h->n, ms = dtype_size(h->moment_dtype), gs = dtype_size(h->grad_dtype);
+	size_t os = h->param_out ? dtype_size(h->out_dtype) : 0;
+	size_t nb = (n + TIER_Q8_BLOCK - 1) / TIER_Q8_BLOCK;
+	const void *src[7] = { h->param, h->exp_avg, h->exp_avg_sq, h->grad, h->param_out,
+			       h->exp_avg_scale, h->exp_avg_sq_scale };
+	size_t len[7] = { n * 4, n * ms, n * ms, n * gs, n * os, nb * 4, nb * 4 };
+	void *dst[7] = { 0 };
+
+	*d = *h;
+	for (int k = 0; k < 7; k++) {
+		int rc;
+
+		if (!src[k])
+			continue;
+		if ((rc = tier_gpu_alloc(dev, TIER_GPU_DEVICE, len[k], &dst[k])) ||
+		    (rc = tier_gpu_copy(dst[k], src[k], len[k]))) {
+			fprintf(stderr, "tier-bench adam: --gpu: device %d: %s\n", dev, tier_last_error());
+			for (int j = 0; j <= k; j++)
+				tier_gpu_free(TIER_GPU_DEVICE, dst[j]);
+			return 1;
+		}
+	}
+	d->param = dst[0];
+	d->exp_avg = dst[1];
+	d->exp_avg_sq = dst[2];
+	d->grad = dst[3];
+	d->param_out = dst[4];
+	d->exp_avg_scale = dst[5];
+	d->exp_avg_sq_scale = dst[6];
+	return 0;
+}
+
+static void adam_gpu_free(struct tier_adam_tensors *d)
+{
+	tier_gpu_free(TIER_GPU_DEVICE, d->param);
+	tier_gpu_free(TIER_GPU_DEVICE, d->exp_avg);
+	tier_gpu_free(TIER_GPU_DEVICE, d->exp_avg_sq);
+	tier_gpu_free(TIER_GPU_DEVICE, (void *)d->grad);
+	tier_gpu_free(TIER_GPU_DEVICE, d->param_out);
+	tier_gpu_free(TIER_GPU_DEVICE, d->exp_avg_scale);
+	tier_gpu_free(TIER_GPU_DEVICE, d->exp_avg_sq_scale);
+}
+
+/* One launch of the step (@roof false) or the roofline, waited for. */
+static int adam_gpu_one(int dev, const struct tier_adam_params *hp, const struct tier_adam_tensors *d,
+			bool roof, double *secs)
+{
+	uint64_t t0 = now_ns();
+	int rc = roof ? tier_adam_roofline_gpu(dev, d) : tier_adam_step_gpu(dev, hp, d);
+
+	if (!rc)
+		rc = tier_gpu_sync(dev);
+	*secs = (double)(now_ns() - t0) * 1e-9;
+	if (rc)
+		fprintf(stderr, "tier-bench adam: --gpu: %s: %s\n", roof ? "roofline" : "step",
+			tier_last_error());
+	return rc;
+}
+
+/* adam_time on the device: warm-up, then o->runs of each, alternating.
+ * The roofline leaves the arrays as they were: nothing to fix. */
+static int adam_time_gpu(const struct adam_opts *o, const struct tier_adam_tensors *d,
+			 double *step_s, double *roof_s)
+{
+	struct tier_adam_params hp;
+	int dev = (int)o->device;
+	double w;
+
+	tier_adam_params_init(&hp);
+	hp.rounding = hp.out_rounding = o->rounding;
+	hp.seed = 1;
+	if (adam_gpu_one(dev, &hp, d, false, &w) || adam_gpu_one(dev, &hp, d, true, &w))
+		return 1;
+	for (size_t r = 0; r < o->runs; r++) {
+		hp.step++;
+		if (adam_gpu_one(dev, &hp, d, false, &step_s[r]) ||
+		    adam_gpu_one(dev, &hp, d, true, &roof_s[r]))
+			return 1;
+	}
+	return 0;
+}
+
 static const char *rounding_name(int r)
 {
 	return r == TIER_ROUND_STOCHASTIC ? "stochastic" : "nearest";
@@ -162,15 +254,19 @@ static void adam_report(const struct adam_opts *o, const double *step_s, const d
 	size_t n = (size_t)o->numel, runs = (size_t)o->runs, ms = dtype_size(o->moments);
 	size_t rd = 4 + 2 * ms + dtype_size(o->grads), wr = 4 + 2 * ms + dtype_size(o->copy_out);
 	size_t bpe = rd + wr;
-	const char *isa = tier_adam_isa();
+	char isa[32];
 	double step_med = median(step_s, runs), roof_med = median(roof_s, runs);
 	double gelem = (double)n / step_med * 1e-9;
 	double step_gbps = (double)bpe * (double)n / step_med * 1e-9;
 	double roof_gbps = (double)bpe * (double)n / roof_med * 1e-9;
 	double frac = roof_med / step_med;
 
+	if (o->gpu)
+		snprintf(isa, sizeof(isa), "cuda:%" PRIu64, o->device);
+	else
+		snprintf(isa, sizeof(isa), "%s", tier_adam_isa());
 	if (o->json) {
-		printf("{\"isa\": \"%s\", \"threads\": %" PRIu64 ", \"numel\": %zu, \"moments\": \"%s\""
+		printf("{\"isa\": \"%s\", \"gpu\": %s, \"threads\": %" PRIu64 ", \"numel\": %zu, \"moments\": \"%s\""
 		       ", \"grads\": \"%s\", \"copy_out\": \"%s\", \"rounding\": \"%s\""
 		       ", \"bytes_read_per_elem\": %zu"
 		       ", \"bytes_written_per_elem\": %zu, \"bytes_per_elem\": %zu, \"nruns\": %zu"
@@ -178,7 +274,7 @@ static void adam_report(const struct adam_opts *o, const double *step_s, const d
 		       ", \"step_GBps\": %.3f, \"roofline_s\": %.6f, \"roofline_min_s\": %.6f"
 		       ", \"roofline_GBps\": %.3f, \"roofline_frac\": %.4f, \"nonfinite_params\": %zu"
 		       ", \"runs\": {",
-		       isa, o->threads, n, dtype_name(o->moments), dtype_name(o->grads),
+		       isa, o->gpu ? "true" : "false", o->gpu ? 0 : o->threads, n, dtype_name(o->moments), dtype_name(o->grads),
 		       dtype_name(o->copy_out), rounding_name(o->rounding), rd, wr, bpe, runs, step_med,
 		       min_of(step_s, runs),
 		       gelem, step_gbps, roof_med, min_of(roof_s, runs), roof_gbps, frac, nonfinite);
@@ -188,9 +284,15 @@ static void adam_report(const struct adam_opts *o, const double *step_s, const d
 		printf("}}\n");
 		return;
 	}
-	printf("tier-bench adam: %zu elements, %" PRIu64 " thread(s), isa %s, moments %s,"
-	       " grads %s, copy-out %s, rounding %s\n", n, o->threads, isa, dtype_name(o->moments),
-	       dtype_name(o->grads), dtype_name(o->copy_out), rounding_name(o->rounding));
+	if (o->gpu)
+		printf("tier-bench adam: %zu elements on %s, moments %s, grads %s, copy-out %s,"
+		       " rounding %s\n", n, isa, dtype_name(o->moments), dtype_name(o->grads),
+		       dtype_name(o->copy_out), rounding_name(o->rounding));
+	else
+		printf("tier-bench adam: %zu elements, %" PRIu64 " thread(s), isa %s, moments %s,"
+		       " grads %s, copy-out %s, rounding %s\n", n, o->threads, isa,
+		       dtype_name(o->moments), dtype_name(o->grads), dtype_name(o->copy_out),
+		       rounding_name(o->rounding));
 	printf("  bytes per element: %zu read + %zu written = %zu\n", rd, wr, bpe);
 	printf("  step      median %9.6f s  %7.3f Gelem/s  %7.3f GB/s\n", step_med, gelem,
 	       step_gbps);
@@ -219,15 +321,28 @@ static int adam_run(const struct adam_opts *o)
 			dtype_size(o->copy_out));
 		goto out;
 	}
-	rc = tier_pool_create((unsigned)o->threads, &pool);
-	if (rc) {
-		fprintf(stderr, "tier-bench adam: pool of %" PRIu64 " threads: %s\n", o->threads,
-			tier_last_error()[0] ? tier_last_error() : tier_strerror(rc));
-		pool = NULL;
-		goto out;
+	if (o->gpu) {
+		struct tier_adam_tensors d;
+
+		if (adam_gpu_arrays((int)o->device, &t, &d))
+			goto out;
+		rc = adam_time_gpu(o, &d, step_s, roof_s);
+		if (!rc && (rc = tier_gpu_copy(t.param, d.param, n * 4)))
+			fprintf(stderr, "tier-bench adam: --gpu: %s\n", tier_last_error());
+		adam_gpu_free(&d);
+		if (rc)
+			goto out;
+	} else {
+		rc = tier_pool_create((unsigned)o->threads, &pool);
+		if (rc) {
+			fprintf(stderr, "tier-bench adam: pool of %" PRIu64 " threads: %s\n",
+				o->threads, tier_last_error()[0] ? tier_last_error() : tier_strerror(rc));
+			pool = NULL;
+			goto out;
+		}
+		if (adam_time(o, pool, &t, step_s, roof_s))
+			goto out;
 	}
-	if (adam_time(o, pool, &t, step_s, roof_s))
-		goto out;
 	nonfinite = adam_nonfinite(t.param, n);
 	if (nonfinite)
 		fprintf(stderr, "tier-bench adam: warning: %zu of %zu parameters are not finite after"
@@ -262,11 +377,18 @@ int cmd_adam(int argc, char **argv)
 		BENCH_NUM('r', "runs", &o.runs, 1, 10000, "(1 to 10000)"),
 		BENCH_FLAG('j', "json", &o.json),
 		BENCH_OTHER('R', "rounding", required_argument),
+		BENCH_FLAG('G', "gpu", &o.gpu),
+		BENCH_NUM('d', "device", &o.device, 0, 1023, "(a CUDA device, 0 to 1023)"),
 	};
 	int ret = bench_options(&adam_cmd, argc, argv, args, sizeof(args) / sizeof(args[0]), adam_opt,
 				&o);
 
 	if (ret)
 		return ret == BENCH_HELP ? 0 : ret;
+	if (o.device && !o.gpu) {
+		fprintf(stderr, "tier-bench adam: --device is for --gpu\n");
+		adam_usage(stderr);
+		return EXIT_USAGE;
+	}
 	return adam_run(&o);
 }

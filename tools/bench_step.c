@@ -109,6 +109,20 @@ void progress_done(struct progress *p)
 
 /* ------------------------------------------------------------- helpers */
 
+const char *step_grads_name(int g)
+{
+	switch (g) {
+	case STEP_GRADS_HOST:
+		return "host";
+	case STEP_GRADS_PINNED:
+		return "pinned";
+	case STEP_GRADS_DEVICE:
+		return "device";
+	default:
+		return "auto";
+	}
+}
+
 static void step_usage(FILE *f)
 {
 	fprintf(f, "usage: tier-bench step [--manifest FILE] [--params N] [--steps K] [--dram BYTES]\n"
@@ -117,7 +131,7 @@ static void step_usage(FILE *f)
 		   "                       [--hbm-capacity BYTES] [--hbm-bandwidth BYTES/s] [--io-size BYTES]\n"
 		   "                       [--io-passes P] [--update-runs R] [--verify]\n"
 		   "                       [--checkpoint-every K] [--progress|--no-progress]\n"
-		   "                       [--comm auto|none|single|mpi]\n"
+		   "                       [--comm auto|none|single|mpi] [--grads auto|host|pinned|device]\n"
 		   "  --manifest          the node (default: $TIER_MANIFEST, else the embedded default)\n"
 		   "  --params            elements of the model, all ranks' together (default: the\n"
 		   "                      state, or each rank's piece of it, is 2x the DRAM tier;\n"
@@ -155,7 +169,13 @@ static void step_usage(FILE *f)
 		   "                      else none).  Each rank loads the manifest for its rank\n"
 		   "                      (${RANK} in paths); rank 0 prints every rank's figures\n"
 		   "                      and the world's\n"
-		   "Without a GPU in the manifest, the HBM tier is the emulated \"host\" backend when\n"
+		   "  --grads             where the gradients and the parameter copies are, as a\n"
+		   "                      training loop has them after backward: device (the\n"
+		   "                      manifest's GPU; without one, the emulated HBM tier's host\n"
+		   "                      memory pushed as device memory), pinned (page-locked host\n"
+		   "                      memory), host (pageable); auto (default): device with a\n"
+		   "                      GPU in the manifest, else host\n");
+	fprintf(f, "Without a GPU in the manifest, the HBM tier is the emulated \"host\" backend when\n"
 		   "asked for (an offload fraction below 1, or --hbm-capacity; its updates then run\n"
 		   "on the CPU too), else there is none and \"auto\" updates everything on the CPU.\n"
 		   "The bound of a step\n"
@@ -259,6 +279,20 @@ static int step_setup_store(const struct step_opts *o, const struct tier_manifes
 		su->hbm_backend = "host";
 	else
 		su->hbm_backend = "none";
+	su->gpu_index = mi.gpu;
+	su->grads = o->grads;
+	if (su->grads == STEP_GRADS_AUTO)
+		su->grads = su->gpu && !su->w->active ? STEP_GRADS_DEVICE : STEP_GRADS_HOST;
+	if (su->grads != STEP_GRADS_HOST && su->w->active)
+		return bench_bad_usage(&step_cmd, "--grads %s is not measured in a partitioned run"
+				       " yet (--grads host, or --comm none for one store)",
+				       step_grads_name(su->grads));
+	if (su->grads == STEP_GRADS_PINNED && !su->gpu)
+		return bench_bad_usage(&step_cmd, "--grads pinned needs a GPU in the manifest (gpu.device)");
+	if (su->grads == STEP_GRADS_DEVICE && !su->gpu && strcmp(su->hbm_backend, "host") != 0)
+		return bench_bad_usage(&step_cmd, "--grads device needs a GPU in the manifest"
+				       " (gpu.device), or the emulated HBM tier (an offload fraction"
+				       " below 1, or --hbm-capacity)");
 	su->hbm_capacity = o->hbm_capacity;
 	if (!su->hbm_capacity) {
 		su->hbm_capacity = su->dram / 4;
@@ -373,7 +407,7 @@ static int step_setup(const struct step_opts *o, const struct tier_manifest *m,
 enum {
 	O_MANIFEST = 256, O_PARAMS, O_STEPS, O_DRAM, O_OFFLOAD, O_MOMENTS, O_JSON, O_COPY_OUT,
 	O_THREADS, O_SHARD, O_HBM_CAP, O_HBM_BW, O_IO_SIZE, O_IO_PASSES, O_UPDATE_RUNS, O_VERIFY,
-	O_PROGRESS, O_NO_PROGRESS, O_CKPT_EVERY, O_COMM,
+	O_PROGRESS, O_NO_PROGRESS, O_CKPT_EVERY, O_COMM, O_GRADS,
 };
 
 /* --manifest, --offload-fraction, --hbm-bandwidth, --comm, --progress and
@@ -409,6 +443,19 @@ static int step_option(void *ctx, int c, const char *arg)
 		else
 			return bench_bad_usage(&step_cmd, "bad --comm '%s' (auto, none, single or mpi)",
 					       arg);
+		return 0;
+	case O_GRADS:
+		if (strcmp(arg, "auto") == 0)
+			o->grads = STEP_GRADS_AUTO;
+		else if (strcmp(arg, "host") == 0)
+			o->grads = STEP_GRADS_HOST;
+		else if (strcmp(arg, "pinned") == 0)
+			o->grads = STEP_GRADS_PINNED;
+		else if (strcmp(arg, "device") == 0)
+			o->grads = STEP_GRADS_DEVICE;
+		else
+			return bench_bad_usage(&step_cmd, "bad --grads '%s' (auto, host, pinned or"
+					       " device)", arg);
 		return 0;
 	case O_HBM_BW:
 		if (parse_positive(arg, &o->hbm_bandwidth))
@@ -455,6 +502,7 @@ int cmd_step(int argc, char **argv)
 		BENCH_OTHER(O_PROGRESS, "progress", no_argument),
 		BENCH_OTHER(O_NO_PROGRESS, "no-progress", no_argument),
 		BENCH_OTHER(O_COMM, "comm", required_argument),
+		BENCH_OTHER(O_GRADS, "grads", required_argument),
 	};
 	struct step_world w;
 	struct step_setup su = { .w = &w };

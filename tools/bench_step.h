@@ -20,12 +20,24 @@
  * rank returns it, after the report): the command exits 1 */
 #define STEP_EXIT_VERIFY 101
 
+/* --grads's name of @g */
+const char *step_grads_name(int g);
+
 /* --comm: which run (bench_step_world.c) */
 enum step_comm {
 	STEP_COMM_AUTO,         /* partitioned when an MPI launcher started us */
 	STEP_COMM_NONE,         /* not partitioned (one store, the whole model) */
 	STEP_COMM_SINGLE,       /* partitioned on the single backend: one rank */
 	STEP_COMM_MPI,          /* partitioned over MPI_COMM_WORLD */
+};
+
+/* --grads: where the gradients and the parameter copies live */
+enum step_grads {
+	STEP_GRADS_AUTO,        /* device with a GPU in the manifest, else host */
+	STEP_GRADS_HOST,        /* pageable host memory */
+	STEP_GRADS_PINNED,      /* page-locked host memory (tier_gpu_alloc) */
+	STEP_GRADS_DEVICE,      /* the manifest's GPU (emulated: host memory
+				 * pushed as TIER_MEM_DEVICE) */
 };
 
 struct step_opts {
@@ -46,6 +58,7 @@ struct step_opts {
 	bool json, verify;
 	int progress;           /* -1 auto, 0 off */
 	int comm;               /* enum step_comm */
+	int grads;              /* enum step_grads */
 };
 
 /*
@@ -87,6 +100,8 @@ struct step_setup {
 	size_t part_off[STEP_NPARAMS], part_numel[STEP_NPARAMS];
 	struct step_world *w;
 	const char *hbm_backend; /* NULL: cuda */
+	int gpu_index;          /* the manifest's GPU (-1: none) */
+	int grads;              /* enum step_grads, resolved (never AUTO) */
 	char offload_text[96];
 	double offload;
 	unsigned threads;       /* the pool's size */

@@ -305,7 +305,7 @@ static void print_json(const struct step_opts *o, const struct step_setup *su,
 
 	print_json_bound(su, nv, b, f);
 	printf(", \"params\": %d, \"numel\": %" PRIu64 ", \"state_bytes\": %" PRIu64
-	       ", \"moments\": \"%s\", \"copy_out\": \"%s\", \"dram_bytes\": %" PRIu64
+	       ", \"moments\": \"%s\", \"copy_out\": \"%s\", \"grads\": \"%s\", \"dram_bytes\": %" PRIu64
 	       ", \"dram_capped\": %s, \"manifest_dram_bytes\": %" PRIu64
 	       ", \"shard_size\": %" PRIu64 ", \"lookahead\": %" PRIu64
 	       ", \"manifest_lookahead\": %" PRIu64
@@ -313,7 +313,7 @@ static void print_json(const struct step_opts *o, const struct step_setup *su,
 	       ", \"hbm_bandwidth\": %.4g, \"offload_fraction\": \"%s\""
 	       ", \"threads\": %u, \"isa\": \"%s\", \"manifest\": ",
 	       STEP_NPARAMS, su->numel, su->state_bytes, dtype_name((int)su->moments),
-	       dtype_name(o->copy_out), su->dram, su->dram_capped ? "true" : "false",
+	       dtype_name(o->copy_out), step_grads_name(su->grads), su->dram, su->dram_capped ? "true" : "false",
 	       su->manifest_dram, su->shard_size, su->lookahead, su->manifest_lookahead, f->hbm,
 	       emulated ? su->hbm_capacity : 0, emulated ? o->hbm_bandwidth : 0.0,
 	       su->offload_text, su->threads, tier_adam_isa());
@@ -361,11 +361,13 @@ static void print_text_setup(const struct step_opts *o, const struct step_setup 
 		printf("  manifest %s\n", su->source);
 	if (su->block_bytes)
 		printf("  moments %s (%zu state bytes per element and %u per %d-element block),"
-		       " copy-out %s\n", dtype_name((int)su->moments), su->bpe, su->block_bytes,
-		       TIER_Q8_BLOCK, dtype_name(o->copy_out));
+		       " copy-out %s, gradients and copies in %s memory\n", dtype_name((int)su->moments),
+		       su->bpe, su->block_bytes, TIER_Q8_BLOCK, dtype_name(o->copy_out),
+		       step_grads_name(su->grads));
 	else
-		printf("  moments %s (%zu state bytes per element), copy-out %s\n",
-		       dtype_name((int)su->moments), su->bpe, dtype_name(o->copy_out));
+		printf("  moments %s (%zu state bytes per element), copy-out %s, gradients and"
+		       " copies in %s memory\n", dtype_name((int)su->moments), su->bpe,
+		       dtype_name(o->copy_out), step_grads_name(su->grads));
 	printf("  shard %" PRIu64 " bytes, lookahead %" PRIu64 " bytes (the manifest's %"
 	       PRIu64 ", scaled with DRAM), %u threads (isa %s), offload fraction %s\n",
 	       su->shard_size, su->lookahead, su->manifest_lookahead, su->threads,

@@ -85,6 +85,12 @@ struct step_model {
 	float *init;                  /* kept for --verify only */
 	float *grad;
 	void *outs[STEP_NPARAMS];     /* each parameter's copy-out */
+	/* --grads: what is pushed (grad and outs themselves in host memory,
+	 * or with the emulated HBM tier), its kind, and how it was allocated */
+	void *gbuf, *obufs[STEP_NPARAMS];
+	enum tier_mem mem;
+	bool gpu_alloc;               /* gbuf and obufs are tier_gpu_alloc's */
+	enum tier_gpu_mem gpu_kind;
 	struct step_store_summary st;
 };
 
@@ -121,6 +127,51 @@ static int step_add_params(const struct step_opts *o, const struct step_setup *s
 			memset(sm->outs[i], 0, su->sizes[i] * os);
 		}
 	}
+	return 0;
+}
+
+/*
+ * The buffers the steps push (--grads): the gradient and the copies in
+ * pageable host memory as they are, or copied to pinned or device memory
+ * of the manifest's GPU; with the emulated HBM tier, "device" is the same
+ * host memory pushed as TIER_MEM_DEVICE.  0, or 1 after a message.
+ */
+static int step_buffers(const struct step_opts *o, const struct step_setup *su,
+			struct step_model *sm)
+{
+	size_t os = dtype_size(o->copy_out);
+	int rc;
+
+	sm->mem = su->grads == STEP_GRADS_DEVICE ? TIER_MEM_DEVICE : TIER_MEM_HOST;
+	sm->gbuf = sm->grad;
+	memcpy(sm->obufs, sm->outs, sizeof(sm->obufs));
+	if (su->grads == STEP_GRADS_HOST || !su->gpu)
+		return 0;
+	sm->gpu_alloc = true;
+	sm->gpu_kind = su->grads == STEP_GRADS_DEVICE ? TIER_GPU_DEVICE : TIER_GPU_PINNED;
+	memset(sm->obufs, 0, sizeof(sm->obufs));
+	sm->gbuf = NULL;
+	if ((rc = tier_gpu_alloc(su->gpu_index, sm->gpu_kind, su->max_size * 4, &sm->gbuf)) ||
+	    (rc = tier_gpu_copy(sm->gbuf, sm->grad, su->max_size * 4)))
+		return step_fail("--grads: the gradient's buffer", rc);
+	for (int i = 0; os && i < STEP_NPARAMS; i++) {
+		if ((rc = tier_gpu_alloc(su->gpu_index, sm->gpu_kind, su->sizes[i] * os, &sm->obufs[i])) ||
+		    (rc = tier_gpu_copy(sm->obufs[i], sm->outs[i], su->sizes[i] * os)))
+			return step_fail("--grads: a parameter copy's buffer", rc);
+	}
+	return 0;
+}
+
+/* The copies back in sm->outs (for --verify).  0, or 1 after a message. */
+static int step_outs_back(const struct step_opts *o, const struct step_setup *su,
+			  struct step_model *sm)
+{
+	size_t os = dtype_size(o->copy_out);
+	int rc;
+
+	for (int i = 0; sm->gpu_alloc && os && i < STEP_NPARAMS; i++)
+		if ((rc = tier_gpu_copy(sm->outs[i], sm->obufs[i], su->sizes[i] * os)))
+			return step_fail("--verify: the parameter copies from the device", rc);
 	return 0;
 }
 
@@ -201,7 +252,7 @@ static int step_open(const struct step_opts *o, const struct tier_manifest *m,
 		grad_fill_exact(sm->grad, su->max_size);
 	else
 		adam_fill(sm->grad, su->max_size, TIER_FP32, FILL_GRAD, 12);
-	if (step_add_params(o, su, sm) || step_pieces(su, sm))
+	if (step_add_params(o, su, sm) || step_pieces(su, sm) || step_buffers(o, su, sm))
 		return 1;
 	if (!o->verify) {
 		free(sm->init);
@@ -235,8 +286,13 @@ static void step_model_free(struct step_model *sm)
 		tier_optim_destroy(sm->opt);
 	if (sm->s)
 		tier_store_close(sm->s);
-	for (int i = 0; i < STEP_NPARAMS; i++)
+	for (int i = 0; i < STEP_NPARAMS; i++) {
 		free(sm->outs[i]);
+		if (sm->gpu_alloc)
+			tier_gpu_free(sm->gpu_kind, sm->obufs[i]);
+	}
+	if (sm->gpu_alloc)
+		tier_gpu_free(sm->gpu_kind, sm->gbuf);
 	free(sm->init);
 	free(sm->grad);
 }
@@ -260,7 +316,7 @@ static void nvme_counters(struct tier_store *s, uint64_t *rd, uint64_t *wr)
 static int step_one(const struct step_opts *o, struct step_model *sm, uint64_t k,
 		    struct step_record *rec)
 {
-	struct tier_tensor g = { .ptr = sm->grad, .dtype = TIER_FP32, .mem = TIER_MEM_HOST, .numel = 0 };
+	struct tier_tensor g = { .ptr = sm->gbuf, .dtype = TIER_FP32, .mem = sm->mem, .numel = 0 };
 	bool copy_out = dtype_size(o->copy_out) > 0;
 	uint64_t t0 = now_ns();
 	char what[160];
@@ -273,9 +329,9 @@ static int step_one(const struct step_opts *o, struct step_model *sm, uint64_t k
 	}
 	for (int i = STEP_NPARAMS - 1; i >= 0; i--) {
 		struct tier_tensor out = {
-			.ptr = sm->outs[i],
+			.ptr = sm->obufs[i],
 			.dtype = o->copy_out < 0 ? TIER_BF16 : (enum tier_dtype)o->copy_out,
-			.mem = TIER_MEM_HOST,
+			.mem = sm->mem,
 			.numel = tier_optim_param_numel(sm->opt, (uint32_t)i),
 		};
 
@@ -673,6 +729,8 @@ int step_run(const struct step_opts *o, const struct tier_manifest *m, struct st
 		goto out;
 	if (o->verify) {
 		progress_note(pg, "verifying against tier_adam_step in memory...");
+		if (step_outs_back(o, su, &sm))
+			goto out;
 		rc = step_verify(o, su, &sm, pool, rec);
 		if (rc == 1 || (rc && !w->active))
 			goto out;
