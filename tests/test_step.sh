@@ -165,6 +165,59 @@ for f in fails:
     print("FAIL:", f)
 sys.exit(1 if fails else 0)
 PY
+# The HBM-resident regime (an HBM tier, no NVMe): the bound is the link's
+# bytes at its rate (emulated: --hbm-bandwidth) or the update; the state
+# streams between DRAM and a smaller HBM tier, the gradients in and the
+# copies out cross the link too with --grads host; bit for bit.
+cat >"$T/hbm.yaml" <<YAML
+gpu:
+  device: none
+dram:
+  capacity: 256MiB
+YAML
+for g in host device; do
+	if ! "$TB" step --manifest "$T/hbm.yaml" --params 4000001 --steps 3 --offload-fraction 0 \
+		--hbm-capacity 16MiB --hbm-bandwidth 5e9 --shard-size 2MiB --grads $g \
+		--update-runs 1 --verify --json --no-progress >"$T/hbm-$g.json" 2>"$T/err"; then
+		echo "FAIL: tier-bench step in the HBM-resident regime (--grads $g) exited $?"
+		sed 's/^/  /' "$T/err"
+		exit 1
+	fi
+done
+python3 - "$T/hbm-host.json" "$T/hbm-device.json" "$T/gauto.json" <<'PY' || exit 1
+import json, sys
+h, d, n = (json.load(open(f)) for f in sys.argv[1:4])
+fails = []
+for r, g in ((h, "host"), (d, "device")):
+    l = r.get("link")
+    if r.get("verified") is not True:
+        fails.append("%s: not verified bit for bit" % g)
+    if r["regime"] != "hbm" or not l:
+        fails.append("%s: regime %r, link %r" % (g, r["regime"], l))
+        continue
+    if not (l["h2d_GBps"] == 5.0 and l["d2h_GBps"] == 5.0 and l["gpu_share"] == 1.0):
+        fails.append("%s: link %r" % (g, l))
+    # the state streams both ways: at least the state less the HBM tier
+    if not l["d2h_bytes_per_step"] >= r["state_bytes"] - r["hbm_capacity"] or \
+            not l["h2d_bytes_per_step"] >= r["state_bytes"] - r["hbm_capacity"]:
+        fails.append("%s: link bytes %r for state %d" % (g, l, r["state_bytes"]))
+    want = max(l["h2d_bytes_per_step"], l["d2h_bytes_per_step"]) / 5e9
+    if abs(l["link_s"] - want) > 1e-6 or r["bound_s"] < l["link_s"] - 1e-9:
+        fails.append("%s: link_s %r (want %r), bound %r" % (g, l["link_s"], want, r["bound_s"]))
+    if r["bound_by"] not in ("pcie", "update"):
+        fails.append("%s: bound_by %r" % (g, r["bound_by"]))
+# host gradients (fp32) in and bf16 copies out cross the link: 4 and 2 bytes
+# an element more than with them in device memory
+dh = h["link"]["h2d_bytes_per_step"] - d["link"]["h2d_bytes_per_step"]
+dd = h["link"]["d2h_bytes_per_step"] - d["link"]["d2h_bytes_per_step"]
+if abs(dh - 4 * h["numel"]) > 1 or abs(dd - 2 * h["numel"]) > 1:
+    fails.append("host buffers over the link: %r and %r bytes more" % (dh, dd))
+if n["regime"] != "nvme" or n["link"] is not None:
+    fails.append("with NVMe: regime %r, link %r" % (n["regime"], n["link"]))
+for f in fails:
+    print("FAIL: HBM-resident regime:", f)
+sys.exit(1 if fails else 0)
+PY
 # ...and what it refuses: a bad value, pinned without a GPU, device with
 # no HBM tier at all.
 for args in "--grads gpu|bad --grads 'gpu'" "--grads pinned|--grads pinned needs a GPU" \

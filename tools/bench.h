@@ -122,6 +122,10 @@ int bench_options(const struct bench_cmd *cmd, int argc, char **argv,
 int adam_arrays(struct tier_adam_tensors *t, size_t n, enum tier_dtype moments,
 		enum tier_dtype grads, int copy_out);
 void adam_arrays_free(struct tier_adam_tensors *t);
+/* Device copies of @h's arrays on GPU @dev (tier_gpu_alloc, tier_gpu_copy)
+ * into @d; 0, or 1 after a message (nothing left allocated). */
+int adam_gpu_arrays(int dev, const struct tier_adam_tensors *h, struct tier_adam_tensors *d);
+void adam_gpu_free(struct tier_adam_tensors *d);
 
 /* Random data for the Adam runs. */
 enum adam_fill { FILL_PARAM, FILL_GRAD, FILL_EXP_AVG, FILL_EXP_AVG_SQ };

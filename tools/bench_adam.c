@@ -140,52 +140,6 @@ static int adam_time(const struct adam_opts *o, struct tier_pool *pool,
 	return 0;
 }
 
-/* The device copy of @h's arrays (tier_gpu_alloc), or a message and 1. */
-static int adam_gpu_arrays(int dev, const struct tier_adam_tensors *h, struct tier_adam_tensors *d)
-{
-	size_t n = h->n, ms = dtype_size(h->moment_dtype), gs = dtype_size(h->grad_dtype);
-	size_t os = h->param_out ? dtype_size(h->out_dtype) : 0;
-	size_t nb = (n + TIER_Q8_BLOCK - 1) / TIER_Q8_BLOCK;
-	const void *src[7] = { h->param, h->exp_avg, h->exp_avg_sq, h->grad, h->param_out,
-			       h->exp_avg_scale, h->exp_avg_sq_scale };
-	size_t len[7] = { n * 4, n * ms, n * ms, n * gs, n * os, nb * 4, nb * 4 };
-	void *dst[7] = { 0 };
-
-	*d = *h;
-	for (int k = 0; k < 7; k++) {
-		int rc;
-
-		if (!src[k])
-			continue;
-		if ((rc = tier_gpu_alloc(dev, TIER_GPU_DEVICE, len[k], &dst[k])) ||
-		    (rc = tier_gpu_copy(dst[k], src[k], len[k]))) {
-			fprintf(stderr, "tier-bench adam: --gpu: device %d: %s\n", dev, tier_last_error());
-			for (int j = 0; j <= k; j++)
-				tier_gpu_free(TIER_GPU_DEVICE, dst[j]);
-			return 1;
-		}
-	}
-	d->param = dst[0];
-	d->exp_avg = dst[1];
-	d->exp_avg_sq = dst[2];
-	d->grad = dst[3];
-	d->param_out = dst[4];
-	d->exp_avg_scale = dst[5];
-	d->exp_avg_sq_scale = dst[6];
-	return 0;
-}
-
-static void adam_gpu_free(struct tier_adam_tensors *d)
-{
-	tier_gpu_free(TIER_GPU_DEVICE, d->param);
-	tier_gpu_free(TIER_GPU_DEVICE, d->exp_avg);
-	tier_gpu_free(TIER_GPU_DEVICE, d->exp_avg_sq);
-	tier_gpu_free(TIER_GPU_DEVICE, (void *)d->grad);
-	tier_gpu_free(TIER_GPU_DEVICE, d->param_out);
-	tier_gpu_free(TIER_GPU_DEVICE, d->exp_avg_scale);
-	tier_gpu_free(TIER_GPU_DEVICE, d->exp_avg_sq_scale);
-}
-
 /* One launch of the step (@roof false) or the roofline, waited for. */
 static int adam_gpu_one(int dev, const struct tier_adam_params *hp, const struct tier_adam_tensors *d,
 			bool roof, double *secs)

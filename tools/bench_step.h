@@ -203,6 +203,20 @@ struct step_bound {
 	double nvme_s, bound_s;
 	double mixed_Bps;             /* 0: no mixed measurement */
 	double mixed_read_share, mixed_nvme_s, mixed_bound_s;
+	/* The HBM-resident regime (an HBM tier and no NVMe: the state lives
+	 * in DRAM and HBM, as ZeRO-Offload's): the link's bound instead */
+	bool hbm_regime;
+	struct step_link {
+		double h2d_Bps, d2h_Bps;  /* pinned copies measured (CUDA), or the
+					   * emulated link's --hbm-bandwidth */
+		double h2d_b, d2h_b;      /* a step's bytes each way: the state,
+					   * and host gradients in, host copies out */
+		double link_s;            /* the slower direction's time */
+		double gpu_share;         /* the GPU lane's share of the elements */
+		double gpu_update_s;      /* the GPU lane's update of all the
+					   * elements (CUDA kernel; emulated: the
+					   * CPU kernel on one thread) */
+	} link;
 };
 
 int step_nvme_before(const struct step_opts *o, const struct tier_manifest *m,
@@ -214,7 +228,12 @@ void step_nvme_after(const struct step_opts *o, const struct tier_manifest *m,
 int step_update_time(const struct step_opts *o, const struct step_setup *su,
 		     struct tier_pool *pool, uint64_t numel, double *out);
 void step_bounds(const struct step_setup *su, const struct step_nvme *nv, double update_s,
-		 double rd_b, double wr_b, struct step_bound *b);
+		 double rd_b, double wr_b, const struct step_link *link, struct step_bound *b);
+/* The HBM-resident regime's link: the rates, a step's bytes (medians of
+ * @rec) and the GPU lane's update time, into @lk.  0, or 1 after a
+ * message. */
+int step_link_measure(const struct step_opts *o, const struct step_setup *su,
+		      const struct step_record *rec, struct step_link *lk);
 
 /* ------------------------------------ bench_step_report.c: the output */
 

@@ -133,16 +133,166 @@ void step_nvme_after(const struct step_opts *o, const struct tier_manifest *m,
  * than one after the other, this is the tighter floor (then efficiency > 1).
  */
 void step_bounds(const struct step_setup *su, const struct step_nvme *nv, double update_s,
-		 double rd_b, double wr_b, struct step_bound *b)
+		 double rd_b, double wr_b, const struct step_link *link, struct step_bound *b)
 {
 	const struct bench_io_result *r2 = &nv->io2;
 
 	b->update_s = update_s;
 	b->nvme_s = (nv->read_Bps > 0 ? rd_b / nv->read_Bps : 0) +
 		    (nv->write_Bps > 0 ? wr_b / nv->write_Bps : 0);
+	b->hbm_regime = link != NULL;
+	if (link) {
+		/* the lanes run at once: each its share of the update */
+		double cpu_s = (1 - link->gpu_share) * update_s;
+		double gpu_s = link->gpu_share * link->gpu_update_s;
+
+		b->link = *link;
+		b->update_s = update_s = cpu_s > gpu_s ? cpu_s : gpu_s;
+	}
 	b->bound_s = b->nvme_s > update_s ? b->nvme_s : update_s;
+	if (link && link->link_s > b->bound_s)
+		b->bound_s = link->link_s;
 	b->mixed_Bps = r2->mixed_s > 0 ? (double)su->io_size / r2->mixed_s : 0;
 	b->mixed_read_share = (double)r2->mixed_read_bytes / (double)su->io_size;
 	b->mixed_nvme_s = b->mixed_Bps > 0 ? (rd_b + wr_b) / b->mixed_Bps : 0;
 	b->mixed_bound_s = b->mixed_nvme_s > update_s ? b->mixed_nvme_s : update_s;
+}
+
+/* ------------------------------------------------ the HBM-resident regime */
+
+#define LINK_BYTES (256ull << 20)
+#define LINK_PASSES 5
+
+/* The pinned copy rates of the manifest's GPU, each way: the best of
+ * LINK_PASSES copies of LINK_BYTES.  0, or 1 after a message. */
+static int link_rates(const struct step_setup *su, double *h2d, double *d2h)
+{
+	void *host = NULL, *dev = NULL;
+	int rc, ret = 1;
+
+	*h2d = *d2h = 0;
+	if ((rc = tier_gpu_alloc(su->gpu_index, TIER_GPU_PINNED, LINK_BYTES, &host)) ||
+	    (rc = tier_gpu_alloc(su->gpu_index, TIER_GPU_DEVICE, LINK_BYTES, &dev))) {
+		ret = step_fail("the link measurement's buffers", rc);
+		goto out;
+	}
+	memset(host, 0x5a, LINK_BYTES);
+	for (int k = 0; k < 2 * LINK_PASSES; k++) {
+		bool up = k % 2 == 0;
+		uint64_t t0 = now_ns();
+		double r;
+
+		rc = up ? tier_gpu_copy(dev, host, LINK_BYTES) : tier_gpu_copy(host, dev, LINK_BYTES);
+		if (rc) {
+			ret = step_fail("the link measurement's copies", rc);
+			goto out;
+		}
+		r = (double)LINK_BYTES / ((double)(now_ns() - t0) * 1e-9);
+		if (up && r > *h2d)
+			*h2d = r;
+		if (!up && r > *d2h)
+			*d2h = r;
+	}
+	ret = 0;
+out:
+	tier_gpu_free(TIER_GPU_PINNED, host);
+	tier_gpu_free(TIER_GPU_DEVICE, dev);
+	return ret;
+}
+
+/* The CUDA update's time over @numel elements: o->update_runs timed
+ * launches over one shard's elements in device memory (the median),
+ * scaled.  0, or 1 after a message. */
+static int gpu_update_time(const struct step_opts *o, const struct step_setup *su, uint64_t numel,
+			   double *out)
+{
+	size_t n = su->shard_elems < numel ? (size_t)su->shard_elems : (size_t)numel;
+	struct tier_adam_tensors h = { 0 }, d;
+	struct tier_adam_params hp;
+	double *times = calloc(o->update_runs, sizeof(double));
+	int rc, ret = 1;
+
+	tier_adam_params_init(&hp);
+	if (!times || adam_arrays(&h, n, su->moments, TIER_FP32, o->copy_out)) {
+		fprintf(stderr, STEP_WHO ": out of memory for the GPU update of %zu elements\n", n);
+		free(times);
+		return 1;
+	}
+	if (adam_gpu_arrays(su->gpu_index, &h, &d))
+		goto out_h;
+	for (uint64_t r = 0; r <= o->update_runs; r++) {
+		uint64_t t0 = now_ns();
+
+		hp.step++;
+		if ((rc = tier_adam_step_gpu(su->gpu_index, &hp, &d)) || (rc = tier_gpu_sync(su->gpu_index))) {
+			ret = step_fail("the GPU update", rc);
+			goto out_d;
+		}
+		if (r) /* the first launch warms up */
+			times[r - 1] = (double)(now_ns() - t0) * 1e-9;
+	}
+	*out = median(times, o->update_runs) * (double)numel / (double)n;
+	ret = 0;
+out_d:
+	adam_gpu_free(&d);
+out_h:
+	adam_arrays_free(&h);
+	free(times);
+	return ret;
+}
+
+static double rec_h2d(const struct step_record *r) { return (double)r->res.h2d_bytes; }
+static double rec_d2h(const struct step_record *r) { return (double)r->res.d2h_bytes; }
+static double rec_cpu(const struct step_record *r) { return r->res.cpu_fraction; }
+
+static double rec_median(const struct step_opts *o, const struct step_record *rec,
+			 double (*get)(const struct step_record *))
+{
+	uint64_t first = step_first_counted(o), n = o->steps - first;
+	double v[256];
+
+	if (n > 256)
+		first = o->steps - (n = 256);
+	for (uint64_t i = 0; i < n; i++)
+		v[i] = get(&rec[first + i]);
+	return median(v, (size_t)n);
+}
+
+int step_link_measure(const struct step_opts *o, const struct step_setup *su,
+		      const struct step_record *rec, struct step_link *lk)
+{
+	double gelems;
+	size_t os = dtype_size(o->copy_out);
+
+	memset(lk, 0, sizeof(*lk));
+	lk->gpu_share = 1 - rec_median(o, rec, rec_cpu);
+	gelems = lk->gpu_share * (double)su->numel;
+	lk->h2d_b = rec_median(o, rec, rec_h2d);
+	lk->d2h_b = rec_median(o, rec, rec_d2h);
+	/* host buffers cross the link too: the gradient in, the copy out */
+	if (su->grads != STEP_GRADS_DEVICE) {
+		lk->h2d_b += gelems * 4;
+		lk->d2h_b += gelems * (double)os;
+	}
+	if (su->gpu) {
+		if (link_rates(su, &lk->h2d_Bps, &lk->d2h_Bps) ||
+		    gpu_update_time(o, su, su->numel, &lk->gpu_update_s))
+			return 1;
+	} else {
+		struct tier_pool *one = NULL;
+		int rc;
+
+		lk->h2d_Bps = lk->d2h_Bps = o->hbm_bandwidth;
+		/* the emulated lane runs the CPU kernel on its one thread */
+		if ((rc = tier_pool_create(1, &one)))
+			return step_fail("a one-thread pool", rc);
+		rc = step_update_time(o, su, one, su->numel, &lk->gpu_update_s);
+		tier_pool_destroy(one);
+		if (rc)
+			return 1;
+	}
+	lk->link_s = lk->h2d_b / lk->h2d_Bps;
+	if (lk->d2h_b / lk->d2h_Bps > lk->link_s)
+		lk->link_s = lk->d2h_b / lk->d2h_Bps;
+	return 0;
 }

@@ -211,6 +211,31 @@ static void print_pass_rates(const char *key, const double *pass_s, unsigned n, 
 }
 
 /* The measurements and the bounds. */
+/* What sets the bound: "nvme", "pcie" (the HBM-resident regime's link)
+ * or "update". */
+static const char *bound_by(const struct step_bound *b)
+{
+	if (b->hbm_regime && b->link.link_s >= b->update_s && b->link.link_s >= b->nvme_s)
+		return "pcie";
+	return b->nvme_s >= b->update_s ? "nvme" : "update";
+}
+
+/* The HBM-resident regime's part of the JSON (null without it). */
+static void print_json_link(const struct step_bound *b)
+{
+	const struct step_link *l = &b->link;
+
+	if (!b->hbm_regime) {
+		printf(", \"regime\": \"nvme\", \"link\": null");
+		return;
+	}
+	printf(", \"regime\": \"hbm\", \"link\": {\"h2d_GBps\": %.4f, \"d2h_GBps\": %.4f"
+	       ", \"h2d_bytes_per_step\": %.0f, \"d2h_bytes_per_step\": %.0f, \"link_s\": %.6f"
+	       ", \"gpu_share\": %.4f, \"gpu_update_s\": %.6f}",
+	       l->h2d_Bps * 1e-9, l->d2h_Bps * 1e-9, l->h2d_b, l->d2h_b, l->link_s, l->gpu_share,
+	       l->gpu_update_s);
+}
+
 static void print_json_bound(const struct step_setup *su, const struct step_nvme *nv,
 			     const struct step_bound *b, const struct step_figs *f)
 {
@@ -224,7 +249,7 @@ static void print_json_bound(const struct step_setup *su, const struct step_nvme
 	       ", \"write_GBps\": %.4f, \"io_bs\": %" PRIu64 ", \"io_qd\": %" PRIu64
 	       ", \"io_size\": %" PRIu64 ", \"io_passes\": %u",
 	       f->step_s, b->bound_s, b->bound_s / f->step_s, f->stall, f->cstall, f->gstall,
-	       f->rd_b, f->wr_b, b->nvme_s >= b->update_s ? "nvme" : "update", b->nvme_s,
+	       f->rd_b, f->wr_b, bound_by(b), b->nvme_s,
 	       b->update_s, nv->read_Bps * 1e-9, nv->write_Bps * 1e-9, su->io_bs, su->io_qd,
 	       su->io_size, io->passes);
 	printf(", ");
@@ -304,6 +329,7 @@ static void print_json(const struct step_opts *o, const struct step_setup *su,
 	bool emulated = st->has_hbm && su->hbm_backend;
 
 	print_json_bound(su, nv, b, f);
+	print_json_link(b);
 	printf(", \"params\": %d, \"numel\": %" PRIu64 ", \"state_bytes\": %" PRIu64
 	       ", \"moments\": \"%s\", \"copy_out\": \"%s\", \"grads\": \"%s\", \"dram_bytes\": %" PRIu64
 	       ", \"dram_capped\": %s, \"manifest_dram_bytes\": %" PRIu64
@@ -468,6 +494,19 @@ static void print_summary(const struct step_bound *b, const struct step_figs *f)
 {
 	bool nvme = b->nvme_s >= b->update_s;
 
+	if (b->hbm_regime) {
+		bool link = strcmp(bound_by(b), "pcie") == 0;
+
+		printf("In short: a step took %.3f s, and %s takes %.3f s, so the steps ran at %.0f%%"
+		       " of what %s allows: the run was %s-bound (%s takes %.3f s).\n",
+		       f->step_s, link ? "moving its bytes over the host-device link at the rates"
+					 " measured" : "the optimizer update alone",
+		       b->bound_s, 100 * b->bound_s / f->step_s, link ? "the link" : "the update",
+		       link ? "link" : "update", link ? "the update alone" : "the link",
+		       link ? b->update_s : b->link.link_s);
+		return;
+	}
+
 	printf("In short: a step took %.3f s, and %s takes %.3f s, so the steps ran at %.0f%%"
 	       " of what %s allows: the run was %s-bound (%s takes %.3f s).\n",
 	       f->step_s, nvme ? "moving its bytes over NVMe at the rates measured in this run"
@@ -495,8 +534,17 @@ static void print_text(const struct step_opts *o, const struct step_setup *su,
 	else
 		snprintf(c1, sizeof(c1), "all %" PRIu64 " steps", o->steps);
 	printf("  %-20s %10.4f s   median of %s\n", "step time", f->step_s, c1);
-	printf("  %-20s %10.4f s   %s bound; NVMe %.4f s, update %.4f s\n", "bound",
-	       b->bound_s, b->nvme_s >= b->update_s ? "NVMe" : "update", b->nvme_s, b->update_s);
+	if (b->hbm_regime)
+		printf("  %-20s %10.4f s   %s bound (HBM-resident: no NVMe); link %.4f s (h2d %.0f B"
+		       " at %.2f GB/s, d2h %.0f B at %.2f GB/s, at once), update %.4f s (GPU lane"
+		       " %.0f%% of the elements)\n", "bound", b->bound_s,
+		       strcmp(bound_by(b), "pcie") == 0 ? "link" : "update", b->link.link_s,
+		       b->link.h2d_b, b->link.h2d_Bps * 1e-9, b->link.d2h_b, b->link.d2h_Bps * 1e-9,
+		       b->update_s, 100 * b->link.gpu_share);
+	else
+		printf("  %-20s %10.4f s   %s bound; NVMe %.4f s, update %.4f s\n", "bound",
+		       b->bound_s, b->nvme_s >= b->update_s ? "NVMe" : "update", b->nvme_s,
+		       b->update_s);
 	printf("  %-20s %10.4f\n", "efficiency", b->bound_s / f->step_s);
 	if (b->mixed_Bps > 0)
 		printf("  %-20s %10.4f s   efficiency %.4f; NVMe %.4f s at %.3f GB/s,"

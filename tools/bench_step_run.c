@@ -689,6 +689,7 @@ int step_run(const struct step_opts *o, const struct tier_manifest *m, struct st
 	struct step_bound b;
 	struct tier_pool *pool = NULL;
 	double update_s = 0, rd_b, wr_b;
+	struct step_link link;
 	int rc, ret = 1, verified = o->verify ? 1 : -1;
 
 	if (!rec) {
@@ -753,7 +754,15 @@ int step_run(const struct step_opts *o, const struct tier_manifest *m, struct st
 	if (su->have_nvme)
 		step_nvme_after(o, m, su, pg, rd_b, wr_b, &nv);
 	step_world_barrier(w);
-	step_bounds(su, &nv, update_s, rd_b, wr_b, &b);
+	/* The HBM-resident regime: an HBM tier and no NVMe */
+	if (sm.st.has_hbm && !su->have_nvme && !w->active) {
+		progress_note(pg, "measuring the link and the GPU lane's update...");
+		if (step_link_measure(o, su, rec, &link))
+			goto out;
+		step_bounds(su, &nv, update_s, rd_b, wr_b, &link, &b);
+	} else {
+		step_bounds(su, &nv, update_s, rd_b, wr_b, NULL, &b);
+	}
 	if (!w->active) {
 		step_report(o, su, rec, &nv, &b, &sm.st);
 		ret = 0;
