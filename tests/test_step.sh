@@ -380,3 +380,46 @@ for f in fails:
 print("%d shards, %d steps: %s" % (shards, steps, "ok" if not fails else "%d failures" % len(fails)))
 sys.exit(1 if fails else 0)
 PY
+
+# scripts/trace-overlap.py: the fractions of each step with the copies and
+# the GPU lane's update busy, exact on a made-up timeline (a 100 us step:
+# h2d over 0-60, d2h over 40-100, update_gpu over 20-50 and 45-70), and
+# consistent on the run's.
+OVERLAP="$(dirname "$CHECK")/../scripts/trace-overlap.py"
+cat >"$T/made.json" <<'JSON'
+{"traceEvents": [
+ {"name": "step", "ph": "X", "ts": 0, "dur": 100, "pid": 1, "tid": 0, "args": {"step": 1}},
+ {"name": "h2d", "ph": "X", "ts": 0, "dur": 30, "pid": 1, "tid": 1, "args": {}},
+ {"name": "h2d", "ph": "X", "ts": 25, "dur": 35, "pid": 1, "tid": 2, "args": {}},
+ {"name": "d2h", "ph": "X", "ts": 40, "dur": 60, "pid": 1, "tid": 1, "args": {}},
+ {"name": "update_gpu", "ph": "X", "ts": 20, "dur": 30, "pid": 1, "tid": 3, "args": {}},
+ {"name": "update_gpu", "ph": "X", "ts": 45, "dur": 25, "pid": 1, "tid": 4, "args": {}},
+ {"name": "h2d", "ph": "X", "ts": 150, "dur": 10, "pid": 1, "tid": 1, "args": {}}]}
+JSON
+python3 "$OVERLAP" "$T/made.json" --json >"$T/made.out" 2>"$T/err" &&
+	python3 "$OVERLAP" "$T/trace.json" --json >"$T/run.out" 2>>"$T/err" || {
+	echo "FAIL: trace-overlap.py exited $?"; sed 's/^/  /' "$T/err"; exit 1; }
+python3 - "$T/made.out" "$T/run.out" "$STEPS" <<'PY' || exit 1
+import json, sys
+m, r, steps = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), int(sys.argv[3])
+fails = []
+want = {"h2d": 0.6, "d2h": 0.6, "update": 0.5, "h2d+d2h": 0.2, "all3": 0.2}
+got = m["steps"][0]
+for k, v in want.items():
+    if abs(got[k] - v) > 1e-9:
+        fails.append("made-up timeline: %s %r, want %r" % (k, got[k], v))
+if len(r["steps"]) != steps:
+    fails.append("the run's timeline: %d steps, want %d" % (len(r["steps"]), steps))
+for s in r["steps"]:
+    if not all(0 <= s[k] <= 1 for k in want) or \
+            s["all3"] > min(s["h2d+d2h"], s["update"]) + 1e-12 or s["update"] <= 0:
+        fails.append("the run's step %r: %r" % (s["step"], s))
+for f in fails:
+    print("FAIL: trace-overlap.py:", f)
+sys.exit(1 if fails else 0)
+PY
+python3 "$OVERLAP" "$T/nothing.json" >/dev/null 2>"$T/err"
+rc=$?
+if [ "$rc" -ne 1 ] || ! grep -q "nothing.json" "$T/err"; then
+	echo "FAIL: trace-overlap.py on a missing file: exit $rc"; sed 's/^/  /' "$T/err"; exit 1
+fi

@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""trace-overlap.py - how much of each optimizer step had the GPU lane's
+stages busy at once, from a TIER_TRACE timeline (docs/trace.md).
+
+    trace-overlap.py TRACE.json [--json]
+
+For every "step" span, the union of each stage's spans inside it (a stage
+is busy while at least one of its spans is open) and the fractions of the
+step's time when:
+
+  h2d        the host-to-device fills were busy
+  d2h        the device-to-host write-backs were busy
+  update     the GPU lane had a shard's update in flight (update_gpu)
+  all3       all three at once: both copy directions and the update
+  h2d+d2h    both copy directions at once
+
+What the spans measure: a fill or write-back from its queueing to its
+completion callback; an update_gpu span from the moment the GPU lane
+queued the shard's work (gradient in, kernel, copy out) to the moment its
+slot ended (its event waited for), so "update" is when the lane had work
+on the device, an upper bound of the kernel's own busy time.
+
+Prints a line per step and the median over the steps after the first
+(the warm-up), or with --json one object.  Exits 1 with a message when the
+file has no step span.  Python 3 standard library only.
+"""
+import argparse
+import json
+import sys
+
+STAGES = ("h2d", "d2h", "update_gpu")
+
+
+def union(spans):
+    """Disjoint intervals covering @spans (list of (begin, end))."""
+    out = []
+    for b, e in sorted(spans):
+        if out and b <= out[-1][1]:
+            if e > out[-1][1]:
+                out[-1][1] = e
+        else:
+            out.append([b, e])
+    return out
+
+
+def intersect(a, b):
+    """The intersection of two sorted disjoint interval lists."""
+    out, i, j = [], 0, 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if lo < hi:
+            out.append([lo, hi])
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def length(iv):
+    return sum(e - b for b, e in iv)
+
+
+def clip(iv, b, e):
+    return [[max(x, b), min(y, e)] for x, y in iv if y > b and x < e]
+
+
+def step_overlaps(events):
+    """[(step, duration_us, {name: fraction})] for each step span."""
+    steps = sorted((ev["args"].get("step", k), ev["ts"], ev["ts"] + ev["dur"])
+                   for k, ev in enumerate(events)
+                   if ev.get("ph") == "X" and ev.get("name") == "step")
+    busy = {s: union([(ev["ts"], ev["ts"] + ev["dur"]) for ev in events
+                      if ev.get("ph") == "X" and ev.get("name") == s])
+            for s in STAGES}
+    out = []
+    for step, b, e in steps:
+        d = e - b
+        if d <= 0:
+            continue
+        h, w, u = (clip(busy[s], b, e) for s in STAGES)
+        both = intersect(h, w)
+        fr = {"h2d": length(h) / d, "d2h": length(w) / d, "update": length(u) / d,
+              "h2d+d2h": length(both) / d, "all3": length(intersect(both, u)) / d}
+        out.append((step, d, fr))
+    return out
+
+
+def median(v):
+    v = sorted(v)
+    n = len(v)
+    return 0.0 if not n else v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("trace")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    try:
+        with open(a.trace, encoding="utf-8") as f:
+            doc = json.load(f)
+        events = doc["traceEvents"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        print("trace-overlap.py: %s: not a TIER_TRACE timeline: %s" % (a.trace, e),
+              file=sys.stderr)
+        return 1
+    rows = step_overlaps(events)
+    if not rows:
+        print("trace-overlap.py: %s: no step span" % a.trace, file=sys.stderr)
+        return 1
+    counted = rows[1:] if len(rows) > 1 else rows
+    keys = ("h2d", "d2h", "update", "h2d+d2h", "all3")
+    med = {k: median([r[2][k] for r in counted]) for k in keys}
+    if a.json:
+        print(json.dumps({"steps": [dict(step=s, dur_us=d, **fr) for s, d, fr in rows],
+                          "median": med, "counted_from": counted[0][0]}))
+        return 0
+    print("%6s %12s %7s %7s %7s %8s %7s" % ("step", "dur_us", "h2d", "d2h", "update",
+                                            "h2d+d2h", "all3"))
+    for s, d, fr in rows:
+        print("%6s %12.1f %7.3f %7.3f %7.3f %8.3f %7.3f" %
+              (s, d, fr["h2d"], fr["d2h"], fr["update"], fr["h2d+d2h"], fr["all3"]))
+    print("median over steps from %s: both copy directions and the GPU lane's update busy"
+          " %.3f of the step (h2d %.3f, d2h %.3f, update %.3f, both copies %.3f)" %
+          (counted[0][0], med["all3"], med["h2d"], med["d2h"], med["update"], med["h2d+d2h"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
