@@ -61,9 +61,10 @@ void tier_gpu_free(enum tier_gpu_mem kind, void *ptr)
 int tier_gpu_copy(void *dst, const void *src, size_t len)
 {
 	ts_err_clear();
-	if (len && (!dst || !src))
-		return ts_err(-EINVAL, "tier_gpu_copy: a NULL %s of %zu bytes",
-				!dst ? "destination" : "source", len);
+	if (len) {
+		TS_NONNULL(dst);
+		TS_NONNULL(src);
+	}
 	return ts_cuda_copy(dst, src, len, NULL);
 }
 

@@ -139,6 +139,13 @@ static void io_cb(void *arg, int result, const char *detail)
 	X(INT, EINV, tier_adam_step, p, tier_adam_step(f->pool, NULL, &f->at))           \
 	X(INT, EINV, tier_adam_step, t, tier_adam_step(f->pool, &f->ap, NULL))           \
 	X(INT, EINV, tier_adam_roofline, t, tier_adam_roofline(f->pool, NULL))           \
+	X(INT, EINV, tier_gpu_alloc, ptr, tier_gpu_alloc(0, TIER_GPU_DEVICE, 64, NULL))  \
+	X(NOOP, 0, tier_gpu_free, ptr, (tier_gpu_free(TIER_GPU_DEVICE, NULL), 0))        \
+	X(INT, EINV, tier_gpu_copy, dst, tier_gpu_copy(NULL, f->p, 64))                  \
+	X(INT, EINV, tier_gpu_copy, src, tier_gpu_copy(f->p, NULL, 64))                  \
+	X(INT, EINV, tier_adam_step_gpu, p, tier_adam_step_gpu(0, NULL, &f->at))         \
+	X(INT, EINV, tier_adam_step_gpu, t, tier_adam_step_gpu(0, &f->ap, NULL))         \
+	X(INT, EINV, tier_adam_roofline_gpu, t, tier_adam_roofline_gpu(0, NULL))         \
 	X(INT, EINV, tier_q8_decode, codes, tier_q8_decode(NULL, f->m2, 64, TIER_Q8_EXP_AVG, f->m1)) \
 	X(INT, EINV, tier_q8_decode, scales, tier_q8_decode(f->p, NULL, 64, TIER_Q8_EXP_AVG, f->m1)) \
 	X(INT, EINV, tier_q8_decode, out, tier_q8_decode(f->p, f->m2, 64, TIER_Q8_EXP_AVG, NULL)) \
@@ -388,6 +395,7 @@ static const char *const exempt[][2] = {
 	{ "tier_adam_isa", "no pointer argument" },
 	{ "tier_clip_coef", "no pointer argument" },
 	{ "tier_gpu_selftest", "no pointer argument" },
+	{ "tier_gpu_sync", "no pointer argument" },
 	{ "tier_level_name", "no pointer argument" },
 	{ "tier_live_dir", "no pointer argument" },
 };

@@ -22,8 +22,9 @@
  * Covers:
  *  - gpu_optim_steps: offload_fraction 0 (every shard on the GPU lane),
  *    0.5 and TIER_OFFLOAD_AUTO; fp32 and bf16 moments; fp32 and bf16
- *    gradients in host memory, in device memory (cudaMalloc'd, filled by
- *    cudaMemcpy from the reference's host copy) and mixed per parameter;
+ *    gradients in host memory (pageable, or pinned: cudaHostAlloc), in
+ *    device memory (cudaMalloc'd, filled by cudaMemcpy from the
+ *    reference's host copy) and mixed per parameter;
  *    bf16 outputs in host memory, device memory and mixed; clipping that
  *    clips; a static loss scale of 1024; tier_optim_step and the streaming
  *    form (pushes in reverse order); 5 steps of random gradients with a
@@ -95,8 +96,9 @@ static const size_t k_sizes[NP] = { 1, 4099, 70000, 300000 };
 static const double k_lrs[] = { 1e-3, 2e-3, TIER_LR_KEEP, 5e-4, 1.5e-3 };
 
 /* Where a case's buffers live; MIX: parameter i's gradient on the device
- * when i is odd, its output when i is even. */
-enum where { HOST, DEV, MIX };
+ * when i is odd, its output when i is even; PIN: host memory, page-locked
+ * (cudaHostAlloc: the GPU lane moves it by DMA, with no staging). */
+enum where { HOST, DEV, MIX, PIN };
 
 struct gcase {
 	const char *name;
@@ -120,6 +122,10 @@ static const struct gcase k_cases[] = {
 	  TIER_BF16, MIX, MIX, 2.0, 1.0, false },
 	{ "auto, bf16 moments, device grads, mixed outs", TIER_OFFLOAD_AUTO, TIER_BF16, TIER_FP32,
 	  DEV, MIX, 0.0, 1.0, true },
+	{ "all GPU, fp32 moments, pinned grads and outs", 0.0, TIER_FP32, TIER_FP32, PIN, PIN,
+	  0.0, 1.0, true },
+	{ "half, bf16 moments, pinned bf16 grads, host outs, clipped", 0.5, TIER_BF16, TIER_BF16,
+	  PIN, HOST, 1.0, 1.0, false },
 };
 
 /* Overflow cases: the case run, the bad value put in parameter 2's
@@ -172,6 +178,14 @@ static void *xmalloc(size_t bytes)
 	void *p = malloc(bytes ? bytes : 1);
 
 	ck_assert_ptr_nonnull(p);
+	return p;
+}
+
+static void *pmalloc(size_t bytes)
+{
+	void *p = NULL;
+
+	CU(cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocPortable));
 	return p;
 }
 
@@ -297,8 +311,9 @@ static void world_open(struct gworld *w, const struct gcase *c, uint64_t seed)
 		q->p = xmalloc(q->n * 4);
 		q->m = calloc(q->n, w->ms);
 		q->v = calloc(q->n, w->ms);
-		q->g = xmalloc(q->n * tier_dtype_size((enum tier_dtype)c->gdt));
-		q->out = xmalloc(q->n * 2);
+		q->g = c->gmem == PIN ? pmalloc(q->n * tier_dtype_size((enum tier_dtype)c->gdt))
+				      : xmalloc(q->n * tier_dtype_size((enum tier_dtype)c->gdt));
+		q->out = c->omem == PIN ? pmalloc(q->n * 2) : xmalloc(q->n * 2);
 		q->rout = xmalloc(q->n * 2);
 		q->rp = xmalloc(q->n * 4);
 		q->rm = xmalloc(q->n * w->ms);
@@ -359,8 +374,14 @@ static void world_close(struct gworld *w)
 		free(q->p);
 		free(q->m);
 		free(q->v);
-		free(q->g);
-		free(q->out);
+		if (w->c->gmem == PIN)
+			CU(cudaFreeHost(q->g));
+		else
+			free(q->g);
+		if (w->c->omem == PIN)
+			CU(cudaFreeHost(q->out));
+		else
+			free(q->out);
 		free(q->rout);
 		free(q->rp);
 		free(q->rm);
