@@ -197,6 +197,19 @@ __device__ __forceinline__ unsigned find_piece(const unsigned *end, unsigned n, 
 	return lo;
 }
 
+/* This block's tile of @b: its piece *pc and elements [*begin, *end) of it. */
+__device__ __forceinline__ void tile_of(const struct step_batch &b, unsigned *pc, size_t *begin,
+					size_t *end)
+{
+	const unsigned tile = blockIdx.x;
+	const unsigned p = find_piece(b.tile_end, b.n, tile);
+	const size_t n = b.k[p].n;
+
+	*pc = p;
+	*begin = (size_t)(tile - (p ? b.tile_end[p - 1] : 0u)) * STEP_TILE;
+	*end = n - *begin < STEP_TILE ? n : *begin + STEP_TILE;
+}
+
 /* ----------------------------------------------------------------- update */
 
 /* The random bits of element @i of @k (adam_math.h, sr_hash32). */
@@ -271,12 +284,12 @@ __device__ __forceinline__ void step4(const struct adam_consts &c, const struct 
 template <int MT, int GT, int OT>
 __global__ void __launch_bounds__(STEP_THREADS) step_kernel(const __grid_constant__ struct step_batch b)
 {
-	const unsigned tile = blockIdx.x;
-	const unsigned p = find_piece(b.tile_end, b.n, tile);
+	unsigned p;
+	size_t begin, end;
+
+	tile_of(b, &p, &begin, &end);
 	const struct adamw_chunk k = b.k[p];
 	const struct adam_consts c = b.c;
-	const size_t begin = (size_t)(tile - (p ? b.tile_end[p - 1] : 0u)) * STEP_TILE;
-	const size_t end = k.n - begin < STEP_TILE ? k.n : begin + STEP_TILE;
 	size_t i = begin;
 
 	if ((b.vec >> p) & 1u) {
@@ -334,12 +347,12 @@ template <int GT, int OT>
 __global__ void __launch_bounds__(STEP_THREADS) q8_kernel(const __grid_constant__ struct step_batch b)
 {
 	__shared__ uint32_t shm[2][STEP_THREADS / 32], shv[2][STEP_THREADS / 32];
-	const unsigned tile = blockIdx.x;
-	const unsigned pc = find_piece(b.tile_end, b.n, tile);
+	unsigned pc;
+	size_t begin, end;
+
+	tile_of(b, &pc, &begin, &end);
 	const struct adamw_chunk k = b.k[pc];
 	const struct adam_consts c = b.c;
-	const size_t begin = (size_t)(tile - (pc ? b.tile_end[pc - 1] : 0u)) * STEP_TILE;
-	const size_t end = k.n - begin < STEP_TILE ? k.n : begin + STEP_TILE;
 	const bool srm = c.sr_moments != 0, sro = OT == TIER_BF16 && c.sr_out && k.param_out;
 	int par = 0;
 
@@ -591,12 +604,12 @@ __device__ __forceinline__ void roof_scales(const struct adamw_chunk &k, size_t 
 template <int MS, int GS, int OS>
 __global__ void __launch_bounds__(STEP_THREADS) roof_kernel(const __grid_constant__ struct step_batch b)
 {
-	const unsigned tile = blockIdx.x;
-	const unsigned pc = find_piece(b.tile_end, b.n, tile);
+	unsigned pc;
+	size_t begin, end;
+
+	tile_of(b, &pc, &begin, &end);
 	const struct adamw_chunk k = b.k[pc];
 	const uint32_t mask = b.roof_mask;
-	const size_t begin = (size_t)(tile - (pc ? b.tile_end[pc - 1] : 0u)) * STEP_TILE;
-	const size_t end = k.n - begin < STEP_TILE ? k.n : begin + STEP_TILE;
 	size_t i = begin;
 
 	if ((b.vec >> pc) & 1u) {

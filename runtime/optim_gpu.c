@@ -218,29 +218,20 @@ void optim_gpu_lane(struct tier_optim *o)
 	for (;;) {
 		struct la_item *it;
 		struct gpu_slot *sl;
-		uint64_t stall = 0, now;
+		uint64_t now;
 
 		/* the next item not up yet: end what is in flight first */
 		while (o->slot_count && !la_ready(&o->la, 1))
 			if ((rc = slot_end(o)))
 				goto drain;
-		rc = la_take(&o->la, 1, &it, &stall);
+		rc = optim_take(o, 1, &it, &now);
+		if (rc < 0)
+			break;
 		if (rc == 1) {
 			rc = 0;
 			break;
 		}
-		if (rc) {
-			/* its state did not come up: nothing of it changed */
-			ln->stall_ns += stall;
-			optim_lane_fail(o, 1, rc, false, NULL);
-			la_done(&o->la, it, false);
-			la_abort(&o->la);
-			break;
-		}
-		now = ts_now_ns();
-		if ((rc = optim_item_taken(o, 1, it, stall, now)) < 0)
-			break;
-		if (rc) {
+		if (rc == 2) {
 			rc = 0;
 			continue;
 		}

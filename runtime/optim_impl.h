@@ -302,12 +302,11 @@ void optim_item_args(struct tier_optim *o, const struct la_item *it, struct tier
  * "'@obj': update: " when @obj is not NULL); @fatal: a shard may be half
  * updated. */
 void optim_lane_fail(struct tier_optim *o, unsigned lane, int rc, bool fatal, const char *obj);
-/* After la_take gave @it (waiting @stall ns, now @now): the stall is
- * counted; 0 when it is to be updated, 1 when its parameter has no
- * gradient this step (given back), or the error of giving it back (the
- * lane failed, the window aborted). */
-int optim_item_taken(struct tier_optim *o, unsigned lane, struct la_item *it, uint64_t stall,
-		     uint64_t now);
+/* The next item of @lane (la_take) in *it, taken at *now: 0 to update
+ * it; 2 when its parameter has no gradient this step (given back); 1
+ * when the lane has no item left; or an error (recorded in the lane, the
+ * window aborted, the item given back). */
+int optim_take(struct tier_optim *o, unsigned lane, struct la_item **it, uint64_t *now);
 /* After @it's update on @lane, from @u0 to @u1: its span, its marks, its
  * release (dirty) and write-back.  0, or the release's error (the lane
  * failed, the window aborted). */

@@ -123,8 +123,11 @@ void optim_lane_fail(struct tier_optim *o, unsigned lane, int rc, bool fatal, co
 	ln->fatal = fatal;
 }
 
-int optim_item_taken(struct tier_optim *o, unsigned lane, struct la_item *it, uint64_t stall,
-		     uint64_t now)
+/* After la_take gave @it (waiting @stall ns, now @now): the stall is
+ * counted; 0 when it is to be updated, 1 when its parameter has no
+ * gradient this step (given back), or the error of giving it back. */
+static int item_taken(struct tier_optim *o, unsigned lane, struct la_item *it, uint64_t stall,
+		      uint64_t now)
 {
 	struct shard *sh = it->user;
 	int rc;
@@ -144,6 +147,26 @@ int optim_item_taken(struct tier_optim *o, unsigned lane, struct la_item *it, ui
 		return rc;
 	}
 	return 1;
+}
+
+int optim_take(struct tier_optim *o, unsigned lane, struct la_item **it, uint64_t *now)
+{
+	uint64_t stall = 0;
+	int rc = la_take(&o->la, lane, it, &stall);
+
+	if (rc == 1)
+		return 1;
+	if (rc) {
+		/* its state did not come up: nothing of it changed */
+		o->lane[lane].stall_ns += stall;
+		optim_lane_fail(o, lane, rc, false, NULL);
+		la_done(&o->la, *it, false);
+		la_abort(&o->la);
+		return rc;
+	}
+	*now = ts_now_ns();
+	rc = item_taken(o, lane, *it, stall, *now);
+	return rc == 1 ? 2 : rc;
 }
 
 int optim_item_updated(struct tier_optim *o, unsigned lane, struct la_item *it, uint64_t u0,
@@ -180,23 +203,12 @@ static void run_cpu_lane(struct tier_optim *o)
 
 	for (;;) {
 		struct la_item *it;
-		uint64_t stall = 0, u0, u1;
-		int rc = la_take(&o->la, 0, &it, &stall);
+		uint64_t u0, u1;
+		int rc = optim_take(o, 0, &it, &u0);
 
-		if (rc == 1)
+		if (rc == 1 || rc < 0)
 			break;
-		if (rc) {
-			/* its state did not come up: nothing of it changed */
-			ln->stall_ns += stall;
-			optim_lane_fail(o, 0, rc, false, NULL);
-			la_done(&o->la, it, false);
-			la_abort(&o->la);
-			break;
-		}
-		u0 = ts_now_ns();
-		if ((rc = optim_item_taken(o, 0, it, stall, u0)) < 0)
-			break;
-		if (rc)
+		if (rc == 2)
 			continue;
 		rc = update_item(o, it);
 		u1 = ts_now_ns();
