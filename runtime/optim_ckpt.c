@@ -630,10 +630,10 @@ int tier_optim_resume(struct tier_store *s, const struct tier_optim_params *rt,
 		o->scaler.hysteresis_tracker = d.scaler.hysteresis_tracker;
 	}
 	if (!rt || rt->offload_fraction == TIER_OFFLOAD_MANIFEST) {
-		if (d.auto_split && o->auto_split) {
-			o->cpu_fraction = d.cpu_fraction;
-			o->auto_left = d.auto_left;
-		}
+		if (d.auto_split && o->auto_split && !d.auto_left)
+			o->cpu_fraction = d.cpu_fraction; /* the split auto chose */
+		/* mid-choice: the candidates' times are not recorded, so the
+		 * choice starts over (create set 0.5 and AUTO_STEPS) */
 	}
 	tier_store_committed(s, &ci);
 	o->ckpt_gen = ci.generation;

@@ -20,7 +20,10 @@
 #include "tierstore.h"
 
 #define SHARD_ALIGN 64 /* elements */
-#define AUTO_STEPS 3   /* steps that measure the lanes' rates under "auto" */
+/* "auto" (optim_step.c, auto_adjust): its steps, one at 0.5 that measures
+ * the lanes' rates, then its AUTO_TRIES candidates, each timed */
+#define AUTO_TRIES 3
+#define AUTO_STEPS (1 + AUTO_TRIES)
 
 struct shard {
 	struct tier_optim *o;
@@ -127,6 +130,8 @@ struct tier_optim {
 	double cpu_fraction;
 	bool auto_split;
 	unsigned auto_left;
+	double auto_f[AUTO_TRIES], auto_t[AUTO_TRIES]; /* "auto": the CPU shares
+				  * tried, and each one's step (its lanes' time) */
 	struct tier_pool *pool;
 	struct tier_loss_scaler scaler;
 	uint64_t applied;        /* steps applied: the bias-correction count */

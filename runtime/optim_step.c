@@ -576,21 +576,54 @@ void optim_fill_result(struct tier_optim *o, struct tier_step_result *res, bool 
 	optim_feed_update(o, res);
 }
 
-/* Under "auto": the split that makes both lanes end together. */
+/*
+ * Under "auto", after each of its first AUTO_STEPS complete steps.  The
+ * first runs at 0.5 and measures each lane's rate over its own work (state
+ * bytes over its time less its stalls, so a lane the feed starved is not
+ * taken for a slow one); its candidates are the share that makes both
+ * lanes end together at those rates, all on the CPU and all on the GPU;
+ * the next AUTO_TRIES steps run one each, timed from the start of the
+ * lanes to the end of the later one, and the fastest is kept.  So the
+ * choice is never slower than the better of the two extremes as measured,
+ * whatever the lanes share (the cores of an emulated GPU, the memory bus,
+ * the feed).
+ */
 static void auto_adjust(struct tier_optim *o)
 {
 	const struct lane *c = &o->lane[0], *g = &o->lane[1];
-	double rc, rg, f;
+	unsigned k, best = 0;
 
-	if (!o->auto_left || !c->bytes || !g->bytes || !c->busy_ns || !g->busy_ns)
+	if (!o->auto_left)
 		return;
-	rc = (double)c->bytes / (double)c->busy_ns;
-	rg = (double)g->bytes / (double)g->busy_ns;
-	f = rc / (rc + rg);
-	o->cpu_fraction = f;
-	if (--o->auto_left == 0)
-		TIER_INFO(TIER_SS_OPTIM, "optimizer: auto split picked a CPU share of %.3f (CPU lane %.2f GB/s, GPU lane %.2f GB/s of state)",
-			  f, rc, rg);
+	k = AUTO_STEPS - o->auto_left;
+	if (k == 0) {
+		double rc, rg;
+
+		if (!c->bytes || !g->bytes || c->busy_ns <= c->stall_ns || g->busy_ns <= g->stall_ns)
+			return; /* a lane without work: measure again */
+		rc = (double)c->bytes / (double)(c->busy_ns - c->stall_ns);
+		rg = (double)g->bytes / (double)(g->busy_ns - g->stall_ns);
+		o->auto_f[0] = rc / (rc + rg);
+		o->auto_f[1] = 1.0;
+		o->auto_f[2] = 0.0;
+		TIER_INFO(TIER_SS_OPTIM, "optimizer: auto split: CPU lane %.2f GB/s, GPU lane %.2f GB/s of state (stalls left out); trying CPU shares %.3f, 1 and 0",
+			  rc, rg, o->auto_f[0]);
+		o->cpu_fraction = o->auto_f[0];
+		o->auto_left--;
+		return;
+	}
+	o->auto_t[k - 1] = (double)(c->busy_ns > g->busy_ns ? c->busy_ns : g->busy_ns) * 1e-9;
+	o->auto_left--;
+	if (k < AUTO_TRIES) {
+		o->cpu_fraction = o->auto_f[k];
+		return;
+	}
+	for (unsigned i = 1; i < AUTO_TRIES; i++)
+		if (o->auto_t[i] < o->auto_t[best])
+			best = i;
+	o->cpu_fraction = o->auto_f[best];
+	TIER_INFO(TIER_SS_OPTIM, "optimizer: auto split picked a CPU share of %.3f (steps of %.4f s at %.3f, %.4f s at 1, %.4f s at 0)",
+		  o->cpu_fraction, o->auto_t[0], o->auto_f[0], o->auto_t[1], o->auto_t[2]);
 }
 
 /*

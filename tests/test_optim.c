@@ -1158,6 +1158,31 @@ START_TEST(optim_matrix)
 			ck_assert_msg(r.cpu_shards > 0 && r.gpu_shards > 0,
 				      "step %d: offload 0.5: cpu_shards %u, gpu_shards %u", k,
 				      r.cpu_shards, r.gpu_shards);
+		if (c->offload == TIER_OFFLOAD_AUTO && c->hbm) {
+			/* auto: 0.5 (measures the lanes), then its candidates one
+			 * step each (the rates' share, all on the CPU, all on the
+			 * GPU), then the fastest of them for good */
+			static double tried;
+
+			if (k == 0)
+				ck_assert_msg(r.cpu_fraction == 0.5, "auto: step 1 at %g", r.cpu_fraction);
+			if (k == 1)
+				tried = r.cpu_fraction;
+			if (k == 2)
+				ck_assert_msg(r.cpu_fraction == 1.0 && r.gpu_shards == 0,
+					      "auto: step 3 at %g (%u GPU shards)", r.cpu_fraction,
+					      r.gpu_shards);
+			if (k == 3)
+				ck_assert_msg(r.cpu_fraction == 0.0 && r.cpu_shards == 0,
+					      "auto: step 4 at %g (%u CPU shards)", r.cpu_fraction,
+					      r.cpu_shards);
+			if (k >= 4)
+				ck_assert_msg(r.cpu_fraction == tier_optim_cpu_fraction(w.o) &&
+						      (r.cpu_fraction == tried || r.cpu_fraction == 1.0 ||
+						       r.cpu_fraction == 0.0),
+					      "auto: step %d at %g, after trying %g, 1 and 0", k + 1,
+					      r.cpu_fraction, tried);
+		}
 		VALID(w.s);
 		/* the state is read back after the first and the last step (an
 		 * error in any step stays in it), the outputs after every step */
