@@ -311,6 +311,34 @@ ADAMW_INLINE void simd_q8_block(const struct adam_consts *c, const struct tier_a
 	}
 }
 
+/* q8 blocks prefetched ahead of the update (simd_q8_range) */
+#define Q8_PREFETCH_BLOCKS 2
+
+/* Prefetches the lines of elements [b, e) of every array the update
+ * reads or writes: the parameters, the gradient, both codes, the copy. */
+ADAMW_INLINE void simd_q8_prefetch(const struct tier_adam_tensors *a, size_t b, size_t e, int gd,
+				   int od)
+{
+	const char *p = (const char *)a->param + 4 * b, *g = (const char *)a->grad + b * (gd == TIER_FP32 ? 4u : 2u);
+	const char *m = (const char *)a->exp_avg + b, *v = (const char *)a->exp_avg_sq + b;
+	size_t n = e - b, gb = n * (gd == TIER_FP32 ? 4u : 2u);
+
+	for (size_t o = 0; o < 4 * n; o += 64)
+		__builtin_prefetch(p + o, 1, 3);
+	for (size_t o = 0; o < gb; o += 64)
+		__builtin_prefetch(g + o, 0, 3);
+	for (size_t o = 0; o < n; o += 64) {
+		__builtin_prefetch(m + o, 1, 3);
+		__builtin_prefetch(v + o, 1, 3);
+	}
+	if (a->param_out) {
+		const char *q = (const char *)a->param_out + b * (od == TIER_FP32 ? 4u : 2u);
+
+		for (size_t o = 0; o < n * (od == TIER_FP32 ? 4u : 2u); o += 64)
+			__builtin_prefetch(q + o, 1, 3);
+	}
+}
+
 /* The blocks of [begin, end) (begin a multiple of TIER_Q8_BLOCK, end too or n). */
 ADAMW_INLINE void simd_q8_range(const struct adam_consts *c, const struct tier_adam_tensors *a,
 				size_t begin, size_t end, int gd, int od)
@@ -322,6 +350,10 @@ ADAMW_INLINE void simd_q8_range(const struct adam_consts *c, const struct tier_a
 	 * branch on them inside */
 	for (size_t b = begin; b < end; b += TIER_Q8_BLOCK) {
 		size_t e = end - b < TIER_Q8_BLOCK ? end : b + TIER_Q8_BLOCK;
+		size_t pb = b + Q8_PREFETCH_BLOCKS * TIER_Q8_BLOCK;
+
+		if (pb < end)
+			simd_q8_prefetch(a, pb, end - pb < TIER_Q8_BLOCK ? end : pb + TIER_Q8_BLOCK, gd, od);
 
 #if ADAMW_SPECIALIZE
 #define Q8_BLOCK_SR(L2, BC2)                                                          \
