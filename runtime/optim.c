@@ -245,8 +245,11 @@ static int open_gpu_lane(struct tier_optim *o)
 	if (!o->dev_host) {
 		if ((rc = ts_cuda_stream_open(o->gpu, &o->stream)))
 			return rc;
-		if (!(o->host_grad = ts_malloc(bytes)) || !(o->host_out = ts_malloc(bytes)))
-			return ts_err(-ENOMEM, "optimizer: out of memory for staging buffers");
+		/* the CPU lane's staging of device buffers: pinned, so its
+		 * copies are DMA at the link's rate */
+		if ((rc = ts_cuda_host_alloc(bytes, &o->host_grad)) ||
+		    (rc = ts_cuda_host_alloc(bytes, &o->host_out)))
+			return rc;
 	}
 	if ((rc = gpu_lane_open(o, bytes)))
 		return rc;
@@ -294,8 +297,8 @@ static void optim_free(struct tier_optim *o)
 	ts_cuda_free(o->xdev);
 	gpu_lane_close(o);
 	ts_cuda_stream_close(o->stream);
-	free(o->host_grad);
-	free(o->host_out);
+	ts_cuda_host_free(o->host_grad);
+	ts_cuda_host_free(o->host_out);
 	pthread_mutex_destroy(&o->lock);
 	pthread_cond_destroy(&o->cond);
 	o->magic = TS_MAGIC_DEAD;

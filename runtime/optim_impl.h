@@ -168,7 +168,7 @@ struct tier_optim {
 	void *stream;            /* CUDA: the gradient check's and the exchanges' stream */
 	struct gpu_slot slot[GPU_SLOTS]; /* the lane's shards in flight: */
 	unsigned slot_head, slot_count;  /* the oldest, and how many */
-	void *host_grad, *host_out; /* staging for device buffers on the CPU lane */
+	void *host_grad, *host_out; /* CUDA: pinned staging for device buffers on the CPU lane */
 	pthread_t thread;
 	bool thread_started, quit;
 	pthread_mutex_t lock;
