@@ -14,6 +14,7 @@ step() {
 	[ "$rc" -eq 0 ] || fail=1
 }
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+root=$(cd "$(dirname "$0")/../.." && pwd)
 export TIER_TEST_TMPDIR="${TMPDIR:-/tmp}/tierstore-gpu-tests"
 mkdir -p "$TIER_TEST_TMPDIR"
 step "$build/tools/tier-stat" --version
@@ -26,10 +27,31 @@ step "$build/tests/gpu/test_gpu_zero"
 TIER_TRAINER_HBM=cuda step "$build/tests/test_trainer"
 TIER_DATA="$TIER_TEST_TMPDIR/data" step "$build/tools/tier-stat" --check
 step "$build/tests/test_manifest"
+# The pipelined lane end to end, bit for bit (--verify), with the buffers in
+# each place, in the HBM-resident regime (no NVMe: the bound is the link)
+# and through NVMe; the adam kernel against its same-traffic kernel; the
+# overlap of the copies and the update in the timeline.  Figures printed.
+cat >"$TIER_TEST_TMPDIR/hbm.yaml" <<YAML
+gpu:
+  device: 0
+  capacity: 256MiB
+dram:
+  capacity: 2GiB
+YAML
+for g in device pinned host; do
+	TIER_TRACE="$TIER_TEST_TMPDIR/trace-$g.json" step "$build/tools/tier-bench" step \
+		--manifest "$TIER_TEST_TMPDIR/hbm.yaml" --params 134217728 --steps 4 \
+		--offload-fraction 0 --grads $g --verify --no-progress
+	step "$root/scripts/trace-overlap.py" "$TIER_TEST_TMPDIR/trace-$g.json"
+done
+TIER_DATA="$TIER_TEST_TMPDIR/data" step "$build/tools/tier-bench" step --params 67108864 \
+	--dram 256MiB --steps 4 --offload-fraction auto --verify --no-progress
+for m in fp32 bf16 q8; do
+	step "$build/tools/tier-bench" adam --gpu --moments $m --runs 7
+done
 # TierAdamW with CUDA tensors.  It exits 77 when this machine's python has
 # no torch with CUDA: reported, not counted as a failure (the library's own
 # GPU checks above are).
-root=$(cd "$(dirname "$0")/../.." && pwd)
 py=/usr/bin/python3
 command -v "$py" >/dev/null || py=python3
 echo "== TierAdamW on CUDA ($py)"
