@@ -60,6 +60,17 @@ struct adamw_chunk {
 	float *exp_avg_scale, *exp_avg_sq_scale;
 };
 
+/* The arrays of @t as one chunk. */
+static inline struct adamw_chunk adamw_chunk_of(const struct tier_adam_tensors *t)
+{
+	struct adamw_chunk c = {
+		t->param, t->exp_avg, t->exp_avg_sq, t->grad, t->param_out, t->n, t->index0,
+		t->exp_avg_scale, t->exp_avg_sq_scale,
+	};
+
+	return c;
+}
+
 /*
  * One Adam/AdamW step (@p, tier_adam_params semantics) over @nchunks
  * chunks, in place: moments in @moment_dtype (TIER_FP32, TIER_BF16 or

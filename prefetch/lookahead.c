@@ -126,6 +126,15 @@ int la_start(struct lookahead *la, struct tier_store *s, struct la_item *items, 
 	return 0;
 }
 
+/* @lane's next item, its cursor moved onto it, or NULL when the lane has
+ * none left.  Called with the lock held. */
+static struct la_item *next_of(struct lookahead *la, unsigned lane)
+{
+	while (la->cursor[lane] < la->n && la->items[la->cursor[lane]].lane != lane)
+		la->cursor[lane]++;
+	return la->cursor[lane] < la->n ? &la->items[la->cursor[lane]] : NULL;
+}
+
 int la_take(struct lookahead *la, unsigned lane, struct la_item **out, uint64_t *stall_ns)
 {
 	struct la_item *it = NULL;
@@ -134,9 +143,7 @@ int la_take(struct lookahead *la, unsigned lane, struct la_item **out, uint64_t 
 
 	*out = NULL;
 	pthread_mutex_lock(&la->lock);
-	while (la->cursor[lane] < la->n && la->items[la->cursor[lane]].lane != lane)
-		la->cursor[lane]++;
-	if (la->cursor[lane] == la->n) {
+	if (!next_of(la, lane)) {
 		pthread_mutex_unlock(&la->lock);
 		return 1;
 	}
@@ -181,14 +188,10 @@ bool la_ready(struct lookahead *la, unsigned lane)
 	bool ready;
 
 	pthread_mutex_lock(&la->lock);
-	while (la->cursor[lane] < la->n && la->items[la->cursor[lane]].lane != lane)
-		la->cursor[lane]++;
-	if (la->cursor[lane] == la->n || la->aborted) {
-		pthread_mutex_unlock(&la->lock);
-		return true;
-	}
-	it = &la->items[la->cursor[lane]];
-	if (it->state == LA_QUEUED)
+	it = next_of(la, lane);
+	if (!it || la->aborted)
+		ready = true;
+	else if (it->state == LA_QUEUED)
 		ready = la->issue_rc != 0;
 	else
 		ready = !it->tk || ticket_done(it->tk);

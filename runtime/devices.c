@@ -78,16 +78,6 @@ int tier_gpu_sync(int gpu)
 	return ts_cuda_stream_sync(NULL);
 }
 
-/* @t as the one chunk of a CUDA launch. */
-static struct adamw_chunk chunk_of(const struct tier_adam_tensors *t)
-{
-	return (struct adamw_chunk){
-		.param = t->param, .exp_avg = t->exp_avg, .exp_avg_sq = t->exp_avg_sq,
-		.grad = t->grad, .param_out = t->param_out, .n = t->n, .index0 = t->index0,
-		.exp_avg_scale = t->exp_avg_scale, .exp_avg_sq_scale = t->exp_avg_sq_scale,
-	};
-}
-
 int tier_adam_step_gpu(int gpu, const struct tier_adam_params *p, const struct tier_adam_tensors *t)
 {
 	struct adamw_chunk c;
@@ -98,7 +88,7 @@ int tier_adam_step_gpu(int gpu, const struct tier_adam_params *p, const struct t
 	ts_err_clear();
 	if ((rc = use_gpu(gpu)))
 		return rc;
-	c = chunk_of(t);
+	c = adamw_chunk_of(t);
 	return adamw_cuda_step(p, t->moment_dtype, t->grad_dtype, t->out_dtype, &c, 1, NULL);
 }
 
@@ -111,7 +101,7 @@ int tier_adam_roofline_gpu(int gpu, const struct tier_adam_tensors *t)
 	ts_err_clear();
 	if ((rc = use_gpu(gpu)))
 		return rc;
-	c = chunk_of(t);
+	c = adamw_chunk_of(t);
 	return adamw_cuda_roofline(t->moment_dtype, t->grad_dtype,
 				   t->param_out ? t->out_dtype : TIER_FP32, &c, 1, NULL);
 }

@@ -139,11 +139,7 @@ static int slot_queue(struct tier_optim *o, struct gpu_slot *sl)
 		return rc;
 	}
 
-	struct adamw_chunk c = {
-		.param = t.param, .exp_avg = t.exp_avg, .exp_avg_sq = t.exp_avg_sq,
-		.grad = t.grad, .param_out = t.param_out, .n = sh->n, .index0 = t.index0,
-		.exp_avg_scale = t.exp_avg_scale, .exp_avg_sq_scale = t.exp_avg_sq_scale,
-	};
+	struct adamw_chunk c = adamw_chunk_of(&t);
 
 	if (host_grad) {
 		const void *src = t.grad;
@@ -213,29 +209,23 @@ void optim_gpu_lane(struct tier_optim *o)
 {
 	struct lane *ln = &o->lane[1];
 	uint64_t t0 = ts_now_ns();
-	int rc = 0;
 
 	for (;;) {
 		struct la_item *it;
 		struct gpu_slot *sl;
 		uint64_t now;
+		int rc;
 
 		/* the next item not up yet: end what is in flight first */
 		while (o->slot_count && !la_ready(&o->la, 1))
-			if ((rc = slot_end(o)))
+			if (slot_end(o))
 				goto drain;
 		rc = optim_take(o, 1, &it, &now);
-		if (rc < 0)
-			break;
-		if (rc == 1) {
-			rc = 0;
-			break;
-		}
-		if (rc == 2) {
-			rc = 0;
-			continue;
-		}
-		if (o->slot_count == GPU_SLOTS && (rc = slot_end(o))) {
+		if (rc == 2)
+			continue; /* no gradient: given back */
+		if (rc)
+			break;    /* none left, or the take failed */
+		if (o->slot_count == GPU_SLOTS && slot_end(o)) {
 			la_done(&o->la, it, false);
 			break;
 		}

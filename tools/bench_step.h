@@ -243,6 +243,9 @@ uint64_t step_first_counted(const struct step_opts *o);
 /* Median NVMe bytes a step read and wrote (tier_step_result's). */
 void step_bytes(const struct step_opts *o, const struct step_record *rec, double *rd_b,
 		double *wr_b);
+/* Median HBM bytes a step moved each way, and its CPU share. */
+void step_hbm_medians(const struct step_opts *o, const struct step_record *rec, double *h2d_b,
+		      double *d2h_b, double *cpu_fraction);
 
 /* The store's side of the report. */
 struct step_store_summary {

@@ -241,34 +241,18 @@ out_h:
 	return ret;
 }
 
-static double rec_h2d(const struct step_record *r) { return (double)r->res.h2d_bytes; }
-static double rec_d2h(const struct step_record *r) { return (double)r->res.d2h_bytes; }
-static double rec_cpu(const struct step_record *r) { return r->res.cpu_fraction; }
-
-static double rec_median(const struct step_opts *o, const struct step_record *rec,
-			 double (*get)(const struct step_record *))
-{
-	uint64_t first = step_first_counted(o), n = o->steps - first;
-	double v[256];
-
-	if (n > 256)
-		first = o->steps - (n = 256);
-	for (uint64_t i = 0; i < n; i++)
-		v[i] = get(&rec[first + i]);
-	return median(v, (size_t)n);
-}
-
 int step_link_measure(const struct step_opts *o, const struct step_setup *su,
 		      const struct step_record *rec, struct step_link *lk)
 {
 	double gelems;
 	size_t os = dtype_size(o->copy_out);
 
+	double cpu;
+
 	memset(lk, 0, sizeof(*lk));
-	lk->gpu_share = 1 - rec_median(o, rec, rec_cpu);
+	step_hbm_medians(o, rec, &lk->h2d_b, &lk->d2h_b, &cpu);
+	lk->gpu_share = 1 - cpu;
 	gelems = lk->gpu_share * (double)su->numel;
-	lk->h2d_b = rec_median(o, rec, rec_h2d);
-	lk->d2h_b = rec_median(o, rec, rec_d2h);
 	/* host buffers cross the link too: the gradient in, the copy out */
 	if (su->grads != STEP_GRADS_DEVICE) {
 		lk->h2d_b += gelems * 4;

@@ -88,6 +88,14 @@ void step_bytes(const struct step_opts *o, const struct step_record *rec, double
 	*wr_b = med_of(rec, step_first_counted(o), o->steps, get_wr);
 }
 
+void step_hbm_medians(const struct step_opts *o, const struct step_record *rec, double *h2d_b,
+		      double *d2h_b, double *cpu_fraction)
+{
+	*h2d_b = med_of(rec, step_first_counted(o), o->steps, get_h2d);
+	*d2h_b = med_of(rec, step_first_counted(o), o->steps, get_d2h);
+	*cpu_fraction = med_of(rec, step_first_counted(o), o->steps, get_cpu);
+}
+
 /* The figures of the steps counted. */
 struct step_figs {
 	uint64_t first;
