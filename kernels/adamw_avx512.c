@@ -207,22 +207,33 @@ ADAMW_INLINE uint32_t v_hmax(vi a)
 	return (uint32_t)_mm512_reduce_max_epi32(a);
 }
 
+/*
+ * q8_dec_mag() on 16 lanes.  A normal code's value is the float with bits
+ * (mag + bias_off) << 20; a subnormal one's (mag < 8) is mag * sub_step,
+ * computed as the normal value of mag + 8, 2^(1-B) * (1 + mag/8), less
+ * 2^(1-B) = 8 * sub_step: exact (Sterbenz: the two are within a factor of
+ * 2), +0 for mag 0, and no integer-to-float conversion.
+ */
 ADAMW_INLINE vf v_q8_dec_mag(vi mag, uint32_t bias_off, float sub_step)
 {
 	vi nb = _mm512_slli_epi32(_mm512_add_epi32(mag, _mm512_set1_epi32((int)bias_off)), 20);
-	vf sub = _mm512_mul_ps(_mm512_cvtepi32_ps(mag), _mm512_set1_ps(sub_step));
-	__mmask16 normal = _mm512_cmpgt_epi32_mask(mag, _mm512_set1_epi32(7));
+	__mmask16 sub = _mm512_cmplt_epi32_mask(mag, _mm512_set1_epi32(8));
+	vi nb8 = _mm512_add_epi32(nb, _mm512_set1_epi32(8 << 20));
 
-	return _mm512_mask_blend_ps(normal, sub, _mm512_castsi512_ps(nb));
+	return _mm512_mask_sub_ps(_mm512_castsi512_ps(nb), sub, _mm512_castsi512_ps(nb8),
+				  _mm512_set1_ps(8.0f * sub_step));
 }
 
+/* The sign: bit 7 of the code to bit 31, merged by one ternary logic
+ * operation (0xf8: a | (b & c)). */
 ADAMW_INLINE vf v_q8_dec_m(vi code, vf scale)
 {
 	vf y = _mm512_mul_ps(v_q8_dec_mag(_mm512_and_si512(code, _mm512_set1_epi32(0x7f)),
 					  Q8_M_BIAS_OFF, Q8_M_SUB_STEP), scale);
-	vi sign = _mm512_slli_epi32(_mm512_and_si512(code, _mm512_set1_epi32(0x80)), 24);
 
-	return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(y), sign));
+	return _mm512_castsi512_ps(_mm512_ternarylogic_epi32(
+		_mm512_castps_si512(y), _mm512_slli_epi32(code, 24),
+		_mm512_set1_epi32((int)0x80000000u), 0xf8));
 }
 
 ADAMW_INLINE vf v_q8_dec_v(vi code, vf scale)
@@ -233,8 +244,12 @@ ADAMW_INLINE vf v_q8_dec_v(vi code, vf scale)
 ADAMW_INLINE vi v_q8_enc_mag(vf x, vi rnd, uint32_t min_normal, uint32_t bias_off, float sub_mul)
 {
 	vi u = _mm512_castps_si512(x);
-	vi nrm = _mm512_sub_epi32(_mm512_srli_epi32(_mm512_add_epi32(u, rnd), 20),
-				  _mm512_set1_epi32((int)bias_off));
+	/* ((u + rnd) >> 20) - bias_off, the rebias before the shift (exact:
+	 * a normal x's bits are above bias_off << 20), where it folds into a
+	 * constant rnd */
+	vi nrm = _mm512_srli_epi32(
+		_mm512_add_epi32(u, _mm512_sub_epi32(rnd, _mm512_set1_epi32((int)(bias_off << 20)))),
+		20);
 	vi y = _mm512_cvttps_epi32(_mm512_mul_ps(x, _mm512_set1_ps(sub_mul)));
 	vi sub = _mm512_srli_epi32(_mm512_add_epi32(y, rnd), 20);
 	__mmask16 is_sub = _mm512_cmplt_epi32_mask(u, _mm512_set1_epi32((int)min_normal));
@@ -249,20 +264,22 @@ ADAMW_INLINE vi v_q8_enc_m(vf m, vf inv, vi rnd)
 	vf x = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff))), inv);
 
 	x = _mm512_min_ps(x, _mm512_set1_ps(1.0f));
-	return _mm512_or_si512(v_q8_enc_mag(x, rnd, Q8_M_MIN_NORMAL, Q8_M_BIAS_OFF, Q8_M_SUB_MUL),
-			       _mm512_slli_epi32(_mm512_srli_epi32(u, 31), 7));
+	/* the sign, bit 31 of m, to bit 7 of the code: a | (b & c) */
+	return _mm512_ternarylogic_epi32(v_q8_enc_mag(x, rnd, Q8_M_MIN_NORMAL, Q8_M_BIAS_OFF,
+						      Q8_M_SUB_MUL),
+					 _mm512_srli_epi32(u, 24), _mm512_set1_epi32(0x80), 0xf8);
 }
 
 ADAMW_INLINE vi v_q8_enc_v(vf v, vf inv, vi rnd)
 {
 	vf x = _mm512_mul_ps(_mm512_castsi512_ps(v_absbits(v)), inv);
+	vi c;
 
 	x = _mm512_min_ps(x, _mm512_set1_ps(1.0f));
 	/* a positive value is at least code 1 (q8_enc_v) */
-	return _mm512_max_epi32(v_q8_enc_mag(x, rnd, Q8_V_MIN_NORMAL, Q8_V_BIAS_OFF, Q8_V_SUB_MUL),
-				_mm512_maskz_mov_epi32(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(),
-									  _CMP_GT_OQ),
-						       _mm512_set1_epi32(1)));
+	c = v_q8_enc_mag(x, rnd, Q8_V_MIN_NORMAL, Q8_V_BIAS_OFF, Q8_V_SUB_MUL);
+	return _mm512_mask_max_epi32(c, _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GT_OQ), c,
+				     _mm512_set1_epi32(1));
 }
 
 #define ADAMW_SIMD_KERNEL adamw_avx512_kernel

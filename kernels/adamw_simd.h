@@ -222,13 +222,53 @@ ADAMW_INLINE void simd_roof_range(const struct tier_adam_tensors *a, size_t begi
 /* ------------------------------------------------------- q8 moments */
 
 /*
+ * Pass 2 of a q8 block (simd_q8_block): the codes of the vectors of
+ * [begin, end) from the buffers.  @masked: a scale of the block has no
+ * inverse (q8_scale: NaN, inf or below 2^-126), so that moment's codes are
+ * 0, by the masks @keepm and @keepv; else (the usual case) no mask is
+ * applied at all.
+ */
+ADAMW_INLINE size_t simd_q8_encode(const struct tier_adam_tensors *a, size_t begin, size_t end,
+				   const float *mb, const float *vb, const uint32_t *rb, float invm,
+				   float invv, bool srm, bool masked)
+{
+	void *const exp_avg = a->exp_avg, *const exp_avg_sq = a->exp_avg_sq;
+	const vf vinvm = v_set1(invm), vinvv = v_set1(invv);
+	const vi nearest = v_iset1((int)Q8_RND_NEAREST);
+	const vi keepm = v_iset1(invm != 0.0f ? -1 : 0), keepv = v_iset1(invv != 0.0f ? -1 : 0);
+	size_t i;
+
+	for (i = begin; end - i >= ADAMW_W; i += ADAMW_W) {
+		vf m = v_ld(TIER_FP32, mb, i - begin), v = v_ld(TIER_FP32, vb, i - begin);
+		vi rm = nearest, rv = nearest, cm, cv;
+
+		if (srm) {
+			vi r = v_ld_i32(rb, i - begin);
+
+			rm = v_shl4(v_lo16(r));
+			rv = v_shl4(v_hi16(r));
+		}
+		cm = v_q8_enc_m(m, vinvm, rm);
+		cv = v_q8_enc_v(v, vinvv, rv);
+		if (masked) {
+			cm = v_iand(cm, keepm);
+			cv = v_iand(cv, keepv);
+		}
+		v_st_u8(exp_avg, i, cm);
+		v_st_u8(exp_avg_sq, i, cv);
+	}
+	return i;
+}
+
+/*
  * One q8 block, elements [begin, end) (adamw_q8_block_scalar() of
  * adamw_impl.h is the definition): pass 1 in vectors (the ragged tail of a
  * partial last block by the scalar element), the updated moments into
  * buffers, the largest magnitudes as integers on the bits (order-free);
  * then the scales, and pass 2 encodes the buffers in vectors.  The random
  * bits of an element are hashed once, in pass 1, and kept for pass 2; a
- * block whose scale has no inverse (q8_scale) gets codes 0 by a mask.
+ * block whose scale has no inverse (q8_scale) gets codes 0 by a mask, in
+ * a loop of its own (simd_q8_encode).
  */
 ADAMW_INLINE void simd_q8_block(const struct adam_consts *c, const struct tier_adam_tensors *a,
 				size_t begin, size_t end, int gd, int od, bool l2, bool unit_bc2,
@@ -285,29 +325,14 @@ ADAMW_INLINE void simd_q8_block(const struct adam_consts *c, const struct tier_a
 		hv = uv > hv ? uv : hv;
 	}
 	adamw_q8_scales(a, blk, hm, hv, &invm, &invv);
-	{
-		const vf vinvm = v_set1(invm), vinvv = v_set1(invv);
-		const vi nearest = v_iset1((int)Q8_RND_NEAREST);
-		const vi keepm = v_iset1(invm != 0.0f ? -1 : 0), keepv = v_iset1(invv != 0.0f ? -1 : 0);
+	if (invm != 0.0f && invv != 0.0f)
+		i = simd_q8_encode(a, begin, end, mb, vb, rb, invm, invv, srm, false);
+	else
+		i = simd_q8_encode(a, begin, end, mb, vb, rb, invm, invv, srm, true);
+	for (; i < end; i++) {
+		uint32_t r = srm ? sr_hash32(key ^ (lo + (uint32_t)(i - begin))) : 0;
 
-		for (i = begin; end - i >= ADAMW_W; i += ADAMW_W) {
-			vf m = v_ld(TIER_FP32, mb, i - begin), v = v_ld(TIER_FP32, vb, i - begin);
-			vi rm = nearest, rv = nearest;
-
-			if (srm) {
-				vi r = v_ld_i32(rb, i - begin);
-
-				rm = v_shl4(v_lo16(r));
-				rv = v_shl4(v_hi16(r));
-			}
-			v_st_u8(exp_avg, i, v_iand(v_q8_enc_m(m, vinvm, rm), keepm));
-			v_st_u8(exp_avg_sq, i, v_iand(v_q8_enc_v(v, vinvv, rv), keepv));
-		}
-		for (; i < end; i++) {
-			uint32_t r = srm ? sr_hash32(key ^ (lo + (uint32_t)(i - begin))) : 0;
-
-			adamw_q8_store(a, i, mb[i - begin], vb[i - begin], invm, invv, srm, r);
-		}
+		adamw_q8_store(a, i, mb[i - begin], vb[i - begin], invm, invv, srm, r);
 	}
 }
 
