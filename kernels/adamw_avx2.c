@@ -247,8 +247,12 @@ ADAMW_INLINE vf v_q8_dec_v(vi code, vf scale)
 ADAMW_INLINE vi v_q8_enc_mag(vf x, vi rnd, uint32_t min_normal, uint32_t bias_off, float sub_mul)
 {
 	vi u = _mm256_castps_si256(x);
-	vi nrm = _mm256_sub_epi32(_mm256_srli_epi32(_mm256_add_epi32(u, rnd), 20),
-				  _mm256_set1_epi32((int)bias_off));
+	/* ((u + rnd) >> 20) - bias_off, the rebias before the shift (exact:
+	 * a normal x's bits are above bias_off << 20), where it folds into a
+	 * constant rnd */
+	vi nrm = _mm256_srli_epi32(
+		_mm256_add_epi32(u, _mm256_sub_epi32(rnd, _mm256_set1_epi32((int)(bias_off << 20)))),
+		20);
 	vi y = _mm256_cvttps_epi32(_mm256_mul_ps(x, _mm256_set1_ps(sub_mul)));
 	vi sub = _mm256_srli_epi32(_mm256_add_epi32(y, rnd), 20);
 	vi is_sub = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)min_normal), u); /* u < 2^31 */
