@@ -222,6 +222,39 @@ ADAMW_INLINE void simd_roof_range(const struct tier_adam_tensors *a, size_t begi
 /* ------------------------------------------------------- q8 moments */
 
 /*
+ * Software prefetch, Q8_PREFETCH_BLOCKS q8 blocks ahead of the update: the
+ * codes of a block at its start (simd_q8_range), the parameters, gradient
+ * and copy one vector at a time inside pass 1, so that the requests are
+ * spread over the block's arithmetic rather than issued in a burst.  The
+ * addresses are formed as integers: past the end of an array a prefetch
+ * is harmless, a pointer would not be.
+ */
+#define Q8_PREFETCH_BLOCKS 2
+
+ADAMW_INLINE void q8_prefetch_at(const void *base, size_t byte)
+{
+	__builtin_prefetch((const void *)((uintptr_t)base + byte), 1, 3);
+}
+
+/* The lines of element @i of the parameters, the gradient and the copy. */
+ADAMW_INLINE void q8_prefetch_elems(const struct tier_adam_tensors *a, size_t i, int gd, int od)
+{
+	q8_prefetch_at(a->param, 4 * i);
+	q8_prefetch_at(a->grad, i * (gd == TIER_FP32 ? 4u : 2u));
+	if (od != ADAMW_OUT_NONE)
+		q8_prefetch_at(a->param_out, i * (od == TIER_FP32 ? 4u : 2u));
+}
+
+/* The lines of both codes of elements [b, b + TIER_Q8_BLOCK). */
+ADAMW_INLINE void q8_prefetch_codes(const struct tier_adam_tensors *a, size_t b)
+{
+	for (size_t o = 0; o < TIER_Q8_BLOCK; o += 64) {
+		q8_prefetch_at(a->exp_avg, b + o);
+		q8_prefetch_at(a->exp_avg_sq, b + o);
+	}
+}
+
+/*
  * Pass 2 of a q8 block (simd_q8_block): the codes of the vectors of
  * [begin, end) from the buffers.  @masked: a scale of the block has no
  * inverse (q8_scale: NaN, inf or below 2^-126), so that moment's codes are
@@ -290,11 +323,14 @@ ADAMW_INLINE void simd_q8_block(const struct adam_consts *c, const struct tier_a
 	size_t i = begin;
 
 	for (; end - i >= ADAMW_W; i += ADAMW_W) {
-		vf g = v_ld(gd, grad, i);
-		vf p = v_ld(TIER_FP32, param, i);
-		vf m = v_q8_dec_m(v_ld_u8(exp_avg, i), vsm);
-		vf v = v_q8_dec_v(v_ld_u8(exp_avg_sq, i), vsv);
+		vf g, p, m, v;
 		vi r;
+
+		q8_prefetch_elems(a, i + Q8_PREFETCH_BLOCKS * TIER_Q8_BLOCK, gd, od);
+		g = v_ld(gd, grad, i);
+		p = v_ld(TIER_FP32, param, i);
+		m = v_q8_dec_m(v_ld_u8(exp_avg, i), vsm);
+		v = v_q8_dec_v(v_ld_u8(exp_avg_sq, i), vsv);
 
 		simd_adam(&k, g, &p, &m, &v, l2, unit_bc2);
 
@@ -336,34 +372,6 @@ ADAMW_INLINE void simd_q8_block(const struct adam_consts *c, const struct tier_a
 	}
 }
 
-/* q8 blocks prefetched ahead of the update (simd_q8_range) */
-#define Q8_PREFETCH_BLOCKS 2
-
-/* Prefetches the lines of elements [b, e) of every array the update
- * reads or writes: the parameters, the gradient, both codes, the copy. */
-ADAMW_INLINE void simd_q8_prefetch(const struct tier_adam_tensors *a, size_t b, size_t e, int gd,
-				   int od)
-{
-	const char *p = (const char *)a->param + 4 * b, *g = (const char *)a->grad + b * (gd == TIER_FP32 ? 4u : 2u);
-	const char *m = (const char *)a->exp_avg + b, *v = (const char *)a->exp_avg_sq + b;
-	size_t n = e - b, gb = n * (gd == TIER_FP32 ? 4u : 2u);
-
-	for (size_t o = 0; o < 4 * n; o += 64)
-		__builtin_prefetch(p + o, 1, 3);
-	for (size_t o = 0; o < gb; o += 64)
-		__builtin_prefetch(g + o, 0, 3);
-	for (size_t o = 0; o < n; o += 64) {
-		__builtin_prefetch(m + o, 1, 3);
-		__builtin_prefetch(v + o, 1, 3);
-	}
-	if (a->param_out) {
-		const char *q = (const char *)a->param_out + b * (od == TIER_FP32 ? 4u : 2u);
-
-		for (size_t o = 0; o < n * (od == TIER_FP32 ? 4u : 2u); o += 64)
-			__builtin_prefetch(q + o, 1, 3);
-	}
-}
-
 /* The blocks of [begin, end) (begin a multiple of TIER_Q8_BLOCK, end too or n). */
 ADAMW_INLINE void simd_q8_range(const struct adam_consts *c, const struct tier_adam_tensors *a,
 				size_t begin, size_t end, int gd, int od)
@@ -378,7 +386,7 @@ ADAMW_INLINE void simd_q8_range(const struct adam_consts *c, const struct tier_a
 		size_t pb = b + Q8_PREFETCH_BLOCKS * TIER_Q8_BLOCK;
 
 		if (pb < end)
-			simd_q8_prefetch(a, pb, end - pb < TIER_Q8_BLOCK ? end : pb + TIER_Q8_BLOCK, gd, od);
+			q8_prefetch_codes(a, pb);
 
 #if ADAMW_SPECIALIZE
 #define Q8_BLOCK_SR(L2, BC2)                                                          \
