@@ -236,13 +236,16 @@ ADAMW_INLINE void q8_prefetch_at(const void *base, size_t byte)
 	__builtin_prefetch((const void *)((uintptr_t)base + byte), 1, 3);
 }
 
-/* The lines of element @i of the parameters, the gradient and the copy. */
-ADAMW_INLINE void q8_prefetch_elems(const struct tier_adam_tensors *a, size_t i, int gd, int od)
+/* The lines of element @i of the parameters, the gradient and the copy
+ * (the caller's locals: a load through *a each time could not be hoisted
+ * past the stores). */
+ADAMW_INLINE void q8_prefetch_elems(const void *param, const void *grad, const void *param_out,
+				    size_t i, int gd, int od)
 {
-	q8_prefetch_at(a->param, 4 * i);
-	q8_prefetch_at(a->grad, i * (gd == TIER_FP32 ? 4u : 2u));
+	q8_prefetch_at(param, 4 * i);
+	q8_prefetch_at(grad, i * (gd == TIER_FP32 ? 4u : 2u));
 	if (od != ADAMW_OUT_NONE)
-		q8_prefetch_at(a->param_out, i * (od == TIER_FP32 ? 4u : 2u));
+		q8_prefetch_at(param_out, i * (od == TIER_FP32 ? 4u : 2u));
 }
 
 /* The lines of both codes of elements [b, b + TIER_Q8_BLOCK). */
@@ -326,7 +329,8 @@ ADAMW_INLINE void simd_q8_block(const struct adam_consts *c, const struct tier_a
 		vf g, p, m, v;
 		vi r;
 
-		q8_prefetch_elems(a, i + Q8_PREFETCH_BLOCKS * TIER_Q8_BLOCK, gd, od);
+		q8_prefetch_elems(param, grad, param_out, i + Q8_PREFETCH_BLOCKS * TIER_Q8_BLOCK, gd,
+				  od);
 		g = v_ld(gd, grad, i);
 		p = v_ld(TIER_FP32, param, i);
 		m = v_q8_dec_m(v_ld_u8(exp_avg, i), vsm);
