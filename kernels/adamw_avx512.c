@@ -192,6 +192,21 @@ ADAMW_INLINE void v_st_u8(void *base, size_t i, vi c)
 	_mm_storeu_si128((__m128i *)(void *)((char *)base + i), _mm512_cvtepi32_epi8(c));
 }
 
+/*
+ * The lanes of a, b, c, d (each <= 255) as 64 bytes at @i, in that order:
+ * the saturating packs are exact, and leave each 128-bit lane's four
+ * elements of a, b, c and d side by side as dwords, which one dword
+ * permutation puts in order (3 shuffles where 4 vpmovdb take 8).
+ */
+ADAMW_INLINE void v_st_u8x4(void *base, size_t i, vi a, vi b, vi c, vi d)
+{
+	__m512i ab = _mm512_packus_epi32(a, b), cd = _mm512_packus_epi32(c, d);
+	__m512i x = _mm512_packus_epi16(ab, cd);
+	const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+
+	_mm512_storeu_si512((void *)((char *)base + i), _mm512_permutexvar_epi32(order, x));
+}
+
 ADAMW_INLINE vi v_absbits(vf x)
 {
 	return _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(0x7fffffff));

@@ -32,6 +32,9 @@
  *   v_ld_u8(base, i)            ADAMW_W bytes at @i, zero-extended into
  *                               the 32-bit lanes of a vi
  *   v_st_u8(base, i, c)         the lanes of c (each <= 255) as bytes
+ *   v_st_u8x4(base, i, a, b, c, d)
+ *                               v_st_u8 of a, b, c and d at i, i + ADAMW_W,
+ *                               i + 2 ADAMW_W, i + 3 ADAMW_W
  *   v_q8_dec_m(c, scale), v_q8_dec_v(c, scale)
  *                               q8_dec_m(), q8_dec_v() of each lane
  *   v_q8_enc_m(x, inv, rnd), v_q8_enc_v(x, inv, rnd)
@@ -257,6 +260,28 @@ ADAMW_INLINE void q8_prefetch_codes(const struct tier_adam_tensors *a, size_t b)
 	}
 }
 
+/* The codes of the vector at offset @o of the buffers, in *cm and *cv. */
+ADAMW_INLINE void simd_q8_codes(const float *mb, const float *vb, const uint32_t *rb, size_t o,
+				vf vinvm, vf vinvv, vi keepm, vi keepv, bool srm, bool masked,
+				vi *cm, vi *cv)
+{
+	vf m = v_ld(TIER_FP32, mb, o), v = v_ld(TIER_FP32, vb, o);
+	vi rm = v_iset1((int)Q8_RND_NEAREST), rv = rm;
+
+	if (srm) {
+		vi r = v_ld_i32(rb, o);
+
+		rm = v_shl4(v_lo16(r));
+		rv = v_shl4(v_hi16(r));
+	}
+	*cm = v_q8_enc_m(m, vinvm, rm);
+	*cv = v_q8_enc_v(v, vinvv, rv);
+	if (masked) {
+		*cm = v_iand(*cm, keepm);
+		*cv = v_iand(*cv, keepv);
+	}
+}
+
 /*
  * Pass 2 of a q8 block (simd_q8_block): the codes of the vectors of
  * [begin, end) from the buffers.  @masked: a scale of the block has no
@@ -270,26 +295,24 @@ ADAMW_INLINE size_t simd_q8_encode(const struct tier_adam_tensors *a, size_t beg
 {
 	void *const exp_avg = a->exp_avg, *const exp_avg_sq = a->exp_avg_sq;
 	const vf vinvm = v_set1(invm), vinvv = v_set1(invv);
-	const vi nearest = v_iset1((int)Q8_RND_NEAREST);
 	const vi keepm = v_iset1(invm != 0.0f ? -1 : 0), keepv = v_iset1(invv != 0.0f ? -1 : 0);
 	size_t i;
 
-	for (i = begin; end - i >= ADAMW_W; i += ADAMW_W) {
-		vf m = v_ld(TIER_FP32, mb, i - begin), v = v_ld(TIER_FP32, vb, i - begin);
-		vi rm = nearest, rv = nearest, cm, cv;
+	/* four vectors at a time, their codes stored by one v_st_u8x4 each */
+	for (i = begin; end - i >= 4 * ADAMW_W; i += 4 * ADAMW_W) {
+		vi cm[4], cv[4];
 
-		if (srm) {
-			vi r = v_ld_i32(rb, i - begin);
+		for (int k = 0; k < 4; k++)
+			simd_q8_codes(mb, vb, rb, i - begin + (size_t)k * ADAMW_W, vinvm, vinvv,
+				      keepm, keepv, srm, masked, &cm[k], &cv[k]);
+		v_st_u8x4(exp_avg, i, cm[0], cm[1], cm[2], cm[3]);
+		v_st_u8x4(exp_avg_sq, i, cv[0], cv[1], cv[2], cv[3]);
+	}
+	for (; end - i >= ADAMW_W; i += ADAMW_W) {
+		vi cm, cv;
 
-			rm = v_shl4(v_lo16(r));
-			rv = v_shl4(v_hi16(r));
-		}
-		cm = v_q8_enc_m(m, vinvm, rm);
-		cv = v_q8_enc_v(v, vinvv, rv);
-		if (masked) {
-			cm = v_iand(cm, keepm);
-			cv = v_iand(cv, keepv);
-		}
+		simd_q8_codes(mb, vb, rb, i - begin, vinvm, vinvv, keepm, keepv, srm, masked, &cm,
+			      &cv);
 		v_st_u8(exp_avg, i, cm);
 		v_st_u8(exp_avg_sq, i, cv);
 	}
