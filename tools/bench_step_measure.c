@@ -244,10 +244,8 @@ out_h:
 int step_link_measure(const struct step_opts *o, const struct step_setup *su,
 		      const struct step_record *rec, struct step_link *lk)
 {
-	double gelems;
+	double gelems, cpu;
 	size_t os = dtype_size(o->copy_out);
-
-	double cpu;
 
 	memset(lk, 0, sizeof(*lk));
 	step_hbm_medians(o, rec, &lk->h2d_b, &lk->d2h_b, &cpu);
