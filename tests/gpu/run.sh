@@ -2,13 +2,17 @@
 # Runs the GPU checks on a machine with a CUDA device, from a build made
 # elsewhere (or here):  tests/gpu/run.sh BUILD_DIR
 # Prints what each step found; exits non-zero if any step fails or if no
-# GPU is visible (on a GPU machine a SKIP is a failure).
+# GPU is visible (on a GPU machine a SKIP is a failure).  A step that runs
+# past $TIER_GPU_STEP_TIMEOUT seconds (default 300) is killed and fails
+# (exit 124): a hang is a failure too, and the steps after it still run.
+# $PYTHON (default /usr/bin/python3, else python3) runs the TierAdamW check.
 set -u
 build=${1:-build}
 fail=0
+limit=${TIER_GPU_STEP_TIMEOUT:-300}
 step() {
 	echo "== $*"
-	"$@"
+	timeout -k 10 "$limit" "$@"
 	rc=$?
 	echo "== exit $rc"
 	[ "$rc" -eq 0 ] || fail=1
@@ -40,7 +44,7 @@ dram:
 YAML
 for g in device pinned host; do
 	TIER_TRACE="$TIER_TEST_TMPDIR/trace-$g.json" step "$build/tools/tier-bench" step \
-		--manifest "$TIER_TEST_TMPDIR/hbm.yaml" --params 134217728 --steps 4 \
+		--manifest "$TIER_TEST_TMPDIR/hbm.yaml" --dram 2GiB --params 134217728 --steps 4 \
 		--offload-fraction 0 --grads $g --verify --no-progress
 	step "$root/scripts/trace-overlap.py" "$TIER_TEST_TMPDIR/trace-$g.json"
 done
@@ -52,11 +56,11 @@ done
 # TierAdamW with CUDA tensors.  It exits 77 when this machine's python has
 # no torch with CUDA: reported, not counted as a failure (the library's own
 # GPU checks above are).
-py=/usr/bin/python3
+py=${PYTHON:-/usr/bin/python3}
 command -v "$py" >/dev/null || py=python3
 echo "== TierAdamW on CUDA ($py)"
 TIERSTORE_LIBRARY="$build/libtierstore.so" PYTHONPATH="$root/python" \
-	"$py" "$root/tests/gpu/test_python_gpu.py"
+	timeout -k 10 "$limit" "$py" "$root/tests/gpu/test_python_gpu.py"
 rc=$?
 echo "== exit $rc"
 [ "$rc" -eq 0 ] || [ "$rc" -eq 77 ] || fail=1
