@@ -9,14 +9,15 @@
  *   gradient in   a device gradient is read where it is; a host one is
  *                 copied into the slot's device buffer, by DMA straight
  *                 from it when it is pinned, else through the slot's
- *                 pinned staging (a CPU copy, then the DMA);
+ *                 pinned staging (a CPU copy on the optimizer's threads,
+ *                 then the DMA);
  *   update        the CUDA kernel over the shard's state, which the
  *                 window brought up to HBM (the store's own copy stream);
  *   copy out      a device output is written where it is; a host one is
  *                 copied back from the slot's device buffer, by DMA
  *                 straight into it when it is pinned, else into the
- *                 pinned staging and from there by the CPU when the slot
- *                 ends.
+ *                 pinned staging and from there by the optimizer's
+ *                 threads when the slot ends.
  *
  * Nothing waits on the way in: the lane takes the next item while the
  * slots run, so one shard's gradient comes in while another's update runs
@@ -45,6 +46,7 @@
 
 #include "common/clock.h"
 #include "common/cuda.h"
+#include "common/pool.h"
 #include "common/error.h"
 #include "common/fault.h"
 #include "kernels/adamw_cuda.h"
@@ -96,6 +98,41 @@ void gpu_lane_close(struct tier_optim *o)
 	}
 }
 
+/*
+ * The staging copies of pageable gradients and outputs, on the optimizer's
+ * threads: one thread copies about 5-10 GB/s from pageable memory, below
+ * the link, so a lane that copied on its own thread alone was bound by
+ * its memcpy (performance.md, "The pipelined lane").  Pieces of
+ * STAGE_PIECE bytes; a copy of one piece or less stays on this thread.
+ * The pool runs one job at a time: in a split, this waits for the CPU
+ * lane's current shard, as that lane's next shard waits for this.
+ */
+#define STAGE_PIECE (256u << 10)
+
+struct stage_copy {
+	char *dst;
+	const char *src;
+	size_t len;
+};
+
+static void stage_piece(void *arg, size_t i, unsigned worker)
+{
+	const struct stage_copy *c = arg;
+	size_t off = i * STAGE_PIECE, n = c->len - off < STAGE_PIECE ? c->len - off : STAGE_PIECE;
+
+	(void)worker;
+	memcpy(c->dst + off, c->src + off, n);
+}
+
+static void stage(struct tier_optim *o, void *dst, const void *src, size_t len)
+{
+	struct stage_copy c = { dst, src, len };
+
+	if (len <= STAGE_PIECE || !o->pool || tier_pool_size(o->pool) < 2 ||
+	    ts_pool_for(o->pool, (len + STAGE_PIECE - 1) / STAGE_PIECE, stage_piece, &c))
+		memcpy(dst, src, len);
+}
+
 /* Whether host buffer @p may go over the link by DMA as it is. */
 static int host_pinned(const void *p, bool *pinned)
 {
@@ -126,7 +163,7 @@ static int slot_queue(struct tier_optim *o, struct gpu_slot *sl)
 	if (o->dev_host) {
 		/* the emulated link: the same copies, by the CPU */
 		if (host_grad) {
-			memcpy(sl->dgrad, t.grad, glen);
+			stage(o, sl->dgrad, t.grad, glen);
 			t.grad = sl->dgrad;
 		}
 		if (host_out) {
@@ -147,7 +184,7 @@ static int slot_queue(struct tier_optim *o, struct gpu_slot *sl)
 		if ((rc = host_pinned(t.grad, &pinned)))
 			return rc;
 		if (!pinned) {
-			memcpy(sl->pgrad, t.grad, glen); /* the slot's last DMA from it has ended */
+			stage(o, sl->pgrad, t.grad, glen); /* the slot's last DMA from it has ended */
 			src = sl->pgrad;
 		}
 		if ((rc = ts_cuda_copy_async(sl->dgrad, src, glen, sl->stream)))
@@ -188,7 +225,7 @@ static int slot_end(struct tier_optim *o)
 	else if (!o->dev_host)
 		rc = ts_cuda_event_sync(sl->ev);
 	if (!rc && sl->out_dst)
-		memcpy(sl->out_dst, o->dev_host ? sl->dout : sl->pout, sl->out_len);
+		stage(o, sl->out_dst, o->dev_host ? sl->dout : sl->pout, sl->out_len);
 	t1 = o->dev_host ? sl->t1 : ts_now_ns();
 	sl->it = NULL;
 	sl->out_dst = NULL;
