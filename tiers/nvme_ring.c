@@ -77,6 +77,12 @@ static void prep(struct nvme_path *p, struct subio *s)
 	}
 	if (p->fixed_files)
 		sqe->flags |= IOSQE_FIXED_FILE;
+	/* Buffered I/O (direct: false) is a copy through the page cache that
+	 * the kernel would run inline, in io_uring_enter, when the pages are
+	 * there: one submitting thread copying every stripe unit of the path
+	 * in turn.  Its async workers run them side by side. */
+	if (!p->direct)
+		sqe->flags |= IOSQE_ASYNC;
 	io_uring_sqe_set_data(sqe, s);
 #if TIER_STATS_BUILD
 	s->t_sub = ts_now_ns();
