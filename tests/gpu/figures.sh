@@ -3,12 +3,17 @@
 # tests/gpu/run.sh has checked the bits:   tests/gpu/figures.sh BUILD_DIR [ROUNDS]
 #  1. the HBM-resident regime (state in DRAM + HBM, no NVMe: the bound is
 #     PCIe at the pinned rate measured in the run, or the update), the GPU
-#     lane alone, gradients and copies in device, pinned and pageable memory;
+#     lane alone, gradients and copies in device, pinned and pageable memory:
+#     3 GiB of fp32 state over a 1 GiB HBM tier (16 shards) and a 4 GiB DRAM
+#     home (run.sh's check runs 1.5 GiB over 256 MiB, four shards);
 #  2. the RAM-backed NVMe stand-in (examples/bench-step-ram.yaml: four tmpfs
 #     paths), all-CPU, all-GPU and auto, 4 GiB of fp32 state over 1 GiB DRAM.
 # Every run is `tier-bench step --json`; the JSON lines go to
-# $FIGURES_OUT (default $TMPDIR/tierstore-figures.jsonl) and a table with
-# the ratios the acceptance asks for is printed last (scripts/step-figures.py).
+# $FIGURES_OUT (default $TMPDIR/tierstore-figures.jsonl), the first round's
+# HBM-resident run with device gradients leaves its TIER_TRACE in
+# $FIGURES_OUT.trace.json (its overlap printed by scripts/trace-overlap.py),
+# and a table with the ratios the acceptance asks for is printed last
+# (scripts/step-figures.py).
 set -u
 build=${1:?usage: figures.sh BUILD_DIR [ROUNDS]}
 rounds=${2:-3}
@@ -22,9 +27,9 @@ mkdir -p "$tmp"
 cat >"$tmp/hbm.yaml" <<YAML
 gpu:
   device: 0
-  capacity: 256MiB
+  capacity: 1GiB
 dram:
-  capacity: 2GiB
+  capacity: 4GiB
 YAML
 run() {
 	echo "== tier-bench step $*" >&2
@@ -34,7 +39,13 @@ run() {
 r=1
 while [ "$r" -le "$rounds" ]; do
 	for g in device pinned host; do
-		run --manifest "$tmp/hbm.yaml" --dram 2GiB --params 134217728 --steps 8 \
+		if [ "$r$g" = 1device ]; then
+			TIER_TRACE=$out.trace.json run --manifest "$tmp/hbm.yaml" --dram 4GiB \
+				--params 268435456 --steps 8 --offload-fraction 0 --grads "$g"
+			python3 "$root/scripts/trace-overlap.py" "$out.trace.json" | tail -1
+			continue
+		fi
+		run --manifest "$tmp/hbm.yaml" --dram 4GiB --params 268435456 --steps 8 \
 			--offload-fraction 0 --grads "$g"
 	done
 	for f in 1 0 auto; do
