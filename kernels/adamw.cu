@@ -34,13 +34,12 @@
  * default NaN, so NaN results differ in their bits: finite data, and infs,
  * are bit for bit.)
  *
- * q8 moments (adam_math.h, "q8 moments").  The same tiles; a tile's
- * TIER_Q8_BLOCK-element blocks one after the other, one element per thread
- * (STEP_THREADS == TIER_Q8_BLOCK): decode, adam_elem(), the parameter and
- * its copy stored; the block's largest magnitudes (integer maxima of the
- * bits, sign cleared: exact in any order, a NaN wins) by warp shuffles and
- * shared memory; every thread computes the scales (q8_scale), thread 0
- * stores them, each thread its codes.  The same functions as the CPU
+ * q8 moments (adam_math.h, "q8 moments").  The same tiles; a warp per
+ * TIER_Q8_BLOCK-element block of the tile, TIER_Q8_BLOCK / 32 elements per
+ * lane: decode, adam_elem(), the parameter and its copy stored; the
+ * block's largest magnitudes (integer maxima of the bits, sign cleared:
+ * exact in any order, a NaN wins) by warp shuffles; every lane computes
+ * the scales (q8_scale), lane 0 stores them, each lane its codes.  The same functions as the CPU
  * kernels, so the same bytes.  A piece starts at a tile boundary, a
  * multiple of TIER_Q8_BLOCK, so its blocks are its chunk's.
  *
@@ -60,6 +59,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -74,11 +74,11 @@
 #define STEP_TILE 4096                /* elements per block of the update */
 #define GC_THREADS 256
 #define GC_TILES_PER_BLOCK (GC_THREADS / GRADCHECK_LANES)
+#define GC_BATCH 16                   /* loads in flight per lane of the check */
 /* Tiles per launch, far below the grid limit (2^31 - 1 blocks). */
 #define MAX_LAUNCH_TILES (1u << 30)
 
 static_assert(STEP_TILE % (STEP_THREADS * 4) == 0, "a tile is whole vector rounds");
-static_assert(STEP_THREADS == TIER_Q8_BLOCK, "q8: a thread per element of a block");
 static_assert(STEP_TILE % TIER_Q8_BLOCK == 0, "q8: a tile is whole blocks");
 static_assert(GRADCHECK_LANES == 16, "gc_tiles() joins 16 lanes");
 static_assert(GC_THREADS % GRADCHECK_LANES == 0, "whole half-warps per tile");
@@ -321,32 +321,35 @@ static const step_launch_fn step_table[2][3][3] = { STEP_GRADS(TIER_FP32), STEP_
 
 /* ------------------------------------------------------------- q8 update */
 
-/* The largest of the threads' @x (< 2^31 each) in the block, to every thread;
- * @sh: STEP_THREADS / 32 words of shared memory, free on entry. */
-__device__ __forceinline__ uint32_t block_max(uint32_t x, uint32_t *sh)
-{
-	const unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+/* Elements of a q8 block per lane: a warp updates a whole block. */
+#define Q8_PER_LANE (TIER_Q8_BLOCK / 32)
+static_assert(TIER_Q8_BLOCK % 32 == 0, "q8: a block is whole warps' worth");
 
+/* The largest of the warp's @x, to every lane. */
+__device__ __forceinline__ uint32_t warp_max(uint32_t x)
+{
 #pragma unroll
 	for (int o = 16; o > 0; o /= 2) {
 		uint32_t y = __shfl_xor_sync(0xffffffffu, x, o);
 
 		x = y > x ? y : x;
 	}
-	if (lane == 0)
-		sh[warp] = x;
-	__syncthreads();
-	x = sh[0];
-#pragma unroll
-	for (int w = 1; w < STEP_THREADS / 32; w++)
-		x = sh[w] > x ? sh[w] : x;
 	return x;
 }
 
+/*
+ * A warp per TIER_Q8_BLOCK-element block, the tile's blocks dealt out to
+ * the warps: lane l holds elements l, l + 32, ... of the block (each load
+ * and store of the warp is contiguous), Q8_PER_LANE of them, all loaded
+ * before the first is used; the block's largest magnitudes by shuffles
+ * alone, so no barrier.  The first version (a thread per element of a
+ * block, the blocks one after another, two barriers per block) ran at 0.57
+ * of the same-traffic kernel on an H100.
+ */
 template <int GT, int OT>
 __global__ void __launch_bounds__(STEP_THREADS) q8_kernel(const __grid_constant__ struct step_batch b)
 {
-	__shared__ uint32_t shm[2][STEP_THREADS / 32], shv[2][STEP_THREADS / 32];
+	const unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 	unsigned pc;
 	size_t begin, end;
 
@@ -354,45 +357,70 @@ __global__ void __launch_bounds__(STEP_THREADS) q8_kernel(const __grid_constant_
 	const struct adamw_chunk k = b.k[pc];
 	const struct adam_consts c = b.c;
 	const bool srm = c.sr_moments != 0, sro = OT == TIER_BF16 && c.sr_out && k.param_out;
-	int par = 0;
+	const unsigned char *cm = (const unsigned char *)k.exp_avg, *cv = (const unsigned char *)k.exp_avg_sq;
 
-	for (size_t q = begin; q < end; q += TIER_Q8_BLOCK, par ^= 1) {
-		const size_t i = q + threadIdx.x, blk = q / TIER_Q8_BLOCK;
-		const bool in = i < end;
+	for (size_t q = begin + (size_t)warp * TIER_Q8_BLOCK; q < end;
+	     q += (size_t)(STEP_THREADS / 32) * TIER_Q8_BLOCK) {
+		const size_t blk = q / TIER_Q8_BLOCK;
 		const float sm = k.exp_avg_scale[blk], sv = k.exp_avg_sq_scale[blk];
-		float m = 0.0f, v = 0.0f, invm, invv, scm, scv;
-		uint32_t r = 0, hm, hv;
+		float g[Q8_PER_LANE], p[Q8_PER_LANE], m[Q8_PER_LANE], v[Q8_PER_LANE];
+		unsigned char bm[Q8_PER_LANE], bv[Q8_PER_LANE];
+		uint32_t r[Q8_PER_LANE], hm = 0, hv = 0;
+		float invm, invv, scm, scv;
 
-		if (in) {
-			float g = io<GT>::ld(k.grad, i), p = k.param[i];
+#pragma unroll
+		for (int e = 0; e < Q8_PER_LANE; e++) {
+			const size_t i = q + (size_t)e * 32 + lane;
 
-			m = q8_dec_m(((const unsigned char *)k.exp_avg)[i], sm);
-			v = q8_dec_v(((const unsigned char *)k.exp_avg_sq)[i], sv);
-			adam_elem(&c, g, &p, &m, &v);
-			k.param[i] = p;
-			if (srm || sro)
-				r = sr_bits(c, k, i);
-			if (sro)
-				((uint16_t *)k.param_out)[i] = f32_to_bf16_sr(p, sr_out_bits(r));
-			else if (k.param_out)
-				io<OT>::st(k.param_out, i, p);
+			if (i < end) {
+				g[e] = io<GT>::ld(k.grad, i);
+				p[e] = k.param[i];
+				bm[e] = cm[i];
+				bv[e] = cv[i];
+			}
 		}
-		/* out of range threads add 0; alternate shared buffers, so one
-		 * barrier per block suffices */
-		hm = block_max(f32_bits(m) & 0x7fffffffu, shm[par]);
-		hv = block_max(f32_bits(v) & 0x7fffffffu, shv[par]);
+#pragma unroll
+		for (int e = 0; e < Q8_PER_LANE; e++) {
+			const size_t i = q + (size_t)e * 32 + lane;
+
+			m[e] = v[e] = 0.0f; /* out of range lanes add 0 to the maxima */
+			r[e] = 0;
+			if (i >= end)
+				continue;
+			m[e] = q8_dec_m(bm[e], sm);
+			v[e] = q8_dec_v(bv[e], sv);
+			adam_elem(&c, g[e], &p[e], &m[e], &v[e]);
+			k.param[i] = p[e];
+			if (srm || sro)
+				r[e] = sr_bits(c, k, i);
+			if (sro)
+				((uint16_t *)k.param_out)[i] = f32_to_bf16_sr(p[e], sr_out_bits(r[e]));
+			else if (k.param_out)
+				io<OT>::st(k.param_out, i, p[e]);
+			hm = max(hm, f32_bits(m[e]) & 0x7fffffffu);
+			hv = max(hv, f32_bits(v[e]) & 0x7fffffffu);
+		}
+		hm = warp_max(hm);
+		hv = warp_max(hv);
 		scm = q8_scale(hm, &invm);
 		scv = q8_scale(hv, &invv);
-		if (threadIdx.x == 0) {
+		if (lane == 0) {
 			k.exp_avg_scale[blk] = scm;
 			k.exp_avg_sq_scale[blk] = scv;
 		}
-		if (in) {
-			uint32_t rm = srm ? (r & 0xffffu) << 4 : Q8_RND_NEAREST;
-			uint32_t rv = srm ? (r >> 16) << 4 : Q8_RND_NEAREST;
+#pragma unroll
+		for (int e = 0; e < Q8_PER_LANE; e++) {
+			const size_t i = q + (size_t)e * 32 + lane;
 
-			((unsigned char *)k.exp_avg)[i] = (unsigned char)(invm != 0.0f ? q8_enc_m(m, invm, rm) : 0u);
-			((unsigned char *)k.exp_avg_sq)[i] = (unsigned char)(invv != 0.0f ? q8_enc_v(v, invv, rv) : 0u);
+			if (i < end) {
+				uint32_t rm = srm ? (r[e] & 0xffffu) << 4 : Q8_RND_NEAREST;
+				uint32_t rv = srm ? (r[e] >> 16) << 4 : Q8_RND_NEAREST;
+
+				((unsigned char *)k.exp_avg)[i] =
+					(unsigned char)(invm != 0.0f ? q8_enc_m(m[e], invm, rm) : 0u);
+				((unsigned char *)k.exp_avg_sq)[i] =
+					(unsigned char)(invv != 0.0f ? q8_enc_v(v[e], invv, rv) : 0u);
+			}
 		}
 	}
 }
@@ -738,8 +766,23 @@ gc_tiles(const __grid_constant__ struct gc_batch b, double *tile_sums, unsigned 
 		const size_t end = len - begin < GRADCHECK_TILE ? len : begin + GRADCHECK_TILE;
 		const void *g = b.grad[p];
 
-#pragma unroll 8
-		for (size_t j = begin + lane; j < end; j += GRADCHECK_LANES)
+		/* The adds are one chain in a fixed order; the loads are not:
+		 * GC_BATCH of them issued before their adds hide the memory's
+		 * latency (the loop unrolled 8 by the compiler left a lane
+		 * waiting on about 128 round trips per tile). */
+		size_t j = begin + lane;
+
+		for (; j + (GC_BATCH - 1) * GRADCHECK_LANES < end; j += GC_BATCH * GRADCHECK_LANES) {
+			float x[GC_BATCH];
+
+#pragma unroll
+			for (int u = 0; u < GC_BATCH; u++)
+				x[u] = io<GT>::ld(g, j + (size_t)u * GRADCHECK_LANES);
+#pragma unroll
+			for (int u = 0; u < GC_BATCH; u++)
+				s += (double)x[u] * (double)x[u];
+		}
+		for (; j < end; j += GRADCHECK_LANES)
 			s += gc_sq<GT>(g, j);
 	}
 	lanes[threadIdx.x] = s;
@@ -768,8 +811,19 @@ gc_final(const double *tile_sums, const unsigned long long *chunk_start, unsigne
 		const unsigned long long e = c + 1 < nchunks ? chunk_start[c + 1] : ntiles;
 		double t = 0.0;
 
-#pragma unroll 8
-		for (unsigned long long i = chunk_start[c]; i < e; i++)
+		unsigned long long i = chunk_start[c];
+
+		for (; i + GC_BATCH <= e; i += GC_BATCH) { /* as gc_tiles: loads first */
+			double x[GC_BATCH];
+
+#pragma unroll
+			for (int u = 0; u < GC_BATCH; u++)
+				x[u] = tile_sums[i + u];
+#pragma unroll
+			for (int u = 0; u < GC_BATCH; u++)
+				t += x[u];
+		}
+		for (; i < e; i++)
 			t += tile_sums[i];
 		csum[c] = t;
 	}
@@ -803,12 +857,64 @@ static int cuda_fail(cudaError_t e, const char *call)
 			__LINE__);
 }
 
+/*
+ * The check's scratch comes from a memory pool of our own per device, which
+ * keeps up to GC_POOL_KEEP bytes it was given back.  The device's default
+ * pool gives everything back to the driver at each synchronization (its
+ * release threshold is 0), so every check, which ends in one, mapped and
+ * unmapped its scratch anew.  Created on first use and kept for the
+ * process's life (a pool per device, a few MiB).  NULL where the device has
+ * no stream-ordered allocator: then cudaMalloc.
+ */
+#define GC_POOL_KEEP (64ull << 20)
+#define GC_POOL_DEVICES 64
+
+static pthread_mutex_t gc_pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static cudaMemPool_t gc_pools[GC_POOL_DEVICES];
+static bool gc_pool_tried[GC_POOL_DEVICES];
+
+static cudaMemPool_t gc_pool(void)
+{
+	cudaMemPool_t pool = NULL;
+	int dev;
+
+	if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= GC_POOL_DEVICES) {
+		(void)cudaGetLastError();
+		return NULL;
+	}
+	pthread_mutex_lock(&gc_pool_lock);
+	if (!gc_pool_tried[dev]) {
+		cudaMemPoolProps props;
+		unsigned long long keep = GC_POOL_KEEP; /* cuuint64_t */
+
+		gc_pool_tried[dev] = true;
+		memset(&props, 0, sizeof(props));
+		props.allocType = cudaMemAllocationTypePinned;
+		props.location.type = cudaMemLocationTypeDevice;
+		props.location.id = dev;
+		if (cudaMemPoolCreate(&gc_pools[dev], &props) == cudaSuccess) {
+			if (cudaMemPoolSetAttribute(gc_pools[dev], cudaMemPoolAttrReleaseThreshold,
+						    &keep) != cudaSuccess) {
+				(void)cudaMemPoolDestroy(gc_pools[dev]);
+				gc_pools[dev] = NULL;
+			}
+		} else {
+			gc_pools[dev] = NULL;
+		}
+		(void)cudaGetLastError();
+	}
+	pool = gc_pools[dev];
+	pthread_mutex_unlock(&gc_pool_lock);
+	return pool;
+}
+
 extern "C" int adamw_cuda_grad_check(const struct adamw_chunk *chunks, size_t nchunks,
 				     enum tier_dtype dtype, void *stream, double *sumsq, int *nonfinite)
 {
 	cudaStream_t st = (cudaStream_t)stream;
 	unsigned long long ntiles = 0, nchunk_used = 0;
 	gc_launch_fn launch;
+	cudaMemPool_t pool;
 	struct gc_batch b;
 	size_t gsz, bytes;
 	char *scratch = NULL;
@@ -843,7 +949,8 @@ extern "C" int adamw_cuda_grad_check(const struct adamw_chunk *chunks, size_t nc
 	/* Scratch: tile sums, chunk sums, chunk starts, the result. */
 	bytes = (size_t)(ntiles + 2 * nchunk_used + 1) * 8;
 
-	e = cudaMallocAsync((void **)&scratch, bytes, st);
+	pool = gc_pool();
+	e = pool ? cudaMallocFromPoolAsync((void **)&scratch, bytes, pool, st) : cudaErrorNotSupported;
 	if (e == cudaErrorNotSupported) {
 		(void)cudaGetLastError();
 		async_alloc = false;
@@ -855,7 +962,7 @@ extern "C" int adamw_cuda_grad_check(const struct adamw_chunk *chunks, size_t nc
 		}
 	} else if (e != cudaSuccess) {
 		scratch = NULL;
-		rc = cuda_fail(e, "cudaMallocAsync");
+		rc = cuda_fail(e, "cudaMallocFromPoolAsync");
 		goto out;
 	}
 	tile_sums = (double *)scratch;

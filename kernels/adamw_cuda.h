@@ -107,8 +107,9 @@ int adamw_cuda_roofline(enum tier_dtype moment_dtype, enum tier_dtype grad_dtype
  * an inf or a nan (then *sumsq is +inf or nan), else 0.  Synchronous: it
  * queues its kernels on @stream (after the work already there), waits for
  * @stream (cudaStreamSynchronize) and returns the results in host memory.
- * It allocates a small scratch buffer, stream-ordered (cudaMallocAsync)
- * where the device supports that.  *sumsq equals, bit for bit, what
+ * It allocates a small scratch buffer, stream-ordered from a memory pool
+ * of its own that keeps freed memory (cudaMallocFromPoolAsync), where the
+ * device supports that, else with cudaMalloc.  *sumsq equals, bit for bit, what
  * tier_grad_check() adds to a zeroed tier_grad_stats called on the chunks
  * in order.
  */
