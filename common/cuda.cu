@@ -8,6 +8,13 @@
 #include "common/cuda.h"
 #include "common/cuda_check.h"
 
+/* A stream argument as CUDA's stream (TS_CUDA_STREAM_THREAD: the
+ * thread's own default stream). */
+static cudaStream_t stream_of(void *stream)
+{
+	return stream == TS_CUDA_STREAM_THREAD ? cudaStreamPerThread : (cudaStream_t)stream;
+}
+
 extern "C" int ts_cuda_use_device(int gpu)
 {
 	int rc = 0;
@@ -69,9 +76,9 @@ extern "C" int ts_cuda_copy(void *dst, const void *src, size_t len, void *stream
 
 	if (!len)
 		return 0;
-	TIER_CUDA_CHECK_GOTO(cudaMemcpyAsync(dst, src, len, cudaMemcpyDefault, (cudaStream_t)stream),
+	TIER_CUDA_CHECK_GOTO(cudaMemcpyAsync(dst, src, len, cudaMemcpyDefault, stream_of(stream)),
 			     rc, out);
-	TIER_CUDA_CHECK_GOTO(cudaStreamSynchronize((cudaStream_t)stream), rc, out);
+	TIER_CUDA_CHECK_GOTO(cudaStreamSynchronize(stream_of(stream)), rc, out);
 out:
 	return rc;
 }

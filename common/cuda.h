@@ -46,6 +46,13 @@ int ts_cuda_alloc(size_t len, void **ptr);
 void ts_cuda_free(void *ptr);
 
 /*
+ * The calling thread's own default stream (cudaStreamPerThread), as a
+ * stream argument: it follows the work on the device's default stream (NULL)
+ * as NULL does, but two threads' work on it runs at once.
+ */
+#define TS_CUDA_STREAM_THREAD ((void *)2)
+
+/*
  * Copies @len bytes from @src to @dst, each host or device memory (h2d,
  * d2h, d2d or h2h: cudaMemcpyDefault), on @stream, and waits for @stream.
  * 0 bytes: 0 without calling CUDA.

@@ -67,7 +67,10 @@ TIER_API int tier_gpu_selftest(int index);
  * tier_gpu_free: frees what tier_gpu_alloc gave, with the same @kind
  * (NULL: nothing; errors are ignored).
  * tier_gpu_copy: copies @len bytes between host, pinned and device memory
- * in any direction, and waits for the copy.
+ * in any direction, and waits for the copy.  It runs on the calling
+ * thread's default stream (after the work queued on the device's default
+ * stream), so two threads' copies run at once: the link's two directions
+ * together, as a training step uses them.
  * tier_gpu_sync: waits for the work tier_adam_step_gpu and
  * tier_adam_roofline_gpu queued on device @gpu.
  */

@@ -65,7 +65,7 @@ int tier_gpu_copy(void *dst, const void *src, size_t len)
 		TS_NONNULL(dst);
 		TS_NONNULL(src);
 	}
-	return ts_cuda_copy(dst, src, len, NULL);
+	return ts_cuda_copy(dst, src, len, TS_CUDA_STREAM_THREAD);
 }
 
 int tier_gpu_sync(int gpu)

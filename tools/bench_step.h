@@ -209,9 +209,13 @@ struct step_bound {
 	struct step_link {
 		double h2d_Bps, d2h_Bps;  /* pinned copies measured (CUDA), or the
 					   * emulated link's --hbm-bandwidth */
+		double h2d_both_Bps, d2h_both_Bps; /* the same with both directions
+					   * copying at once (emulated: as alone) */
 		double h2d_b, d2h_b;      /* a step's bytes each way: the state,
 					   * and host gradients in, host copies out */
-		double link_s;            /* the slower direction's time */
+		double link_s;            /* both directions' bytes: at once at the
+					   * rates at once, the rest of the longer
+					   * alone (step_link_time) */
 		double gpu_share;         /* the GPU lane's share of the elements */
 		double gpu_update_s;      /* the GPU lane's update of all the
 					   * elements (CUDA kernel; emulated: the
@@ -234,6 +238,10 @@ void step_bounds(const struct step_setup *su, const struct step_nvme *nv, double
  * message. */
 int step_link_measure(const struct step_opts *o, const struct step_setup *su,
 		      const struct step_record *rec, struct step_link *lk);
+/* The link's time for @h2d_b and @d2h_b bytes: both directions at once at
+ * @lk's rates at once until the shorter is done, the rest of the other
+ * alone at its rate alone (0 without the rates). */
+double step_link_time(double h2d_b, double d2h_b, const struct step_link *lk);
 
 /* ------------------------------------ bench_step_report.c: the output */
 

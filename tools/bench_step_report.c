@@ -238,10 +238,11 @@ static void print_json_link(const struct step_bound *b)
 		return;
 	}
 	printf(", \"regime\": \"hbm\", \"link\": {\"h2d_GBps\": %.4f, \"d2h_GBps\": %.4f"
+	       ", \"h2d_both_GBps\": %.4f, \"d2h_both_GBps\": %.4f"
 	       ", \"h2d_bytes_per_step\": %.0f, \"d2h_bytes_per_step\": %.0f, \"link_s\": %.6f"
 	       ", \"gpu_share\": %.4f, \"gpu_update_s\": %.6f}",
-	       l->h2d_Bps * 1e-9, l->d2h_Bps * 1e-9, l->h2d_b, l->d2h_b, l->link_s, l->gpu_share,
-	       l->gpu_update_s);
+	       l->h2d_Bps * 1e-9, l->d2h_Bps * 1e-9, l->h2d_both_Bps * 1e-9, l->d2h_both_Bps * 1e-9,
+	       l->h2d_b, l->d2h_b, l->link_s, l->gpu_share, l->gpu_update_s);
 }
 
 static void print_json_bound(const struct step_setup *su, const struct step_nvme *nv,
@@ -544,10 +545,11 @@ static void print_text(const struct step_opts *o, const struct step_setup *su,
 	printf("  %-20s %10.4f s   median of %s\n", "step time", f->step_s, c1);
 	if (b->hbm_regime)
 		printf("  %-20s %10.4f s   %s bound (HBM-resident: no NVMe); link %.4f s (h2d %.0f B"
-		       " at %.2f GB/s, d2h %.0f B at %.2f GB/s, at once), update %.4f s (GPU lane"
-		       " %.0f%% of the elements)\n", "bound", b->bound_s,
+		       " at %.2f GB/s, d2h %.0f B at %.2f GB/s, both ways at once; alone %.2f and"
+		       " %.2f), update %.4f s (GPU lane %.0f%% of the elements)\n", "bound", b->bound_s,
 		       strcmp(bound_by(b), "pcie") == 0 ? "link" : "update", b->link.link_s,
-		       b->link.h2d_b, b->link.h2d_Bps * 1e-9, b->link.d2h_b, b->link.d2h_Bps * 1e-9,
+		       b->link.h2d_b, b->link.h2d_both_Bps * 1e-9, b->link.d2h_b,
+		       b->link.d2h_both_Bps * 1e-9, b->link.h2d_Bps * 1e-9, b->link.d2h_Bps * 1e-9,
 		       b->update_s, 100 * b->link.gpu_share);
 	else
 		printf("  %-20s %10.4f s   %s bound; NVMe %.4f s, update %.4f s\n", "bound",
