@@ -47,8 +47,9 @@ def main():
     for j in rows:
         t = step_time(j)
         eff = j["bound_s"] / t if t > 0 else 0.0
-        if j.get("regime") == "hbm":
-            rin, rout = j["link"]["h2d_GBps"], j["link"]["d2h_GBps"]
+        if j.get("regime") == "hbm":  # both directions at once where measured
+            l = j["link"]
+            rin, rout = l.get("h2d_both_GBps", l["h2d_GBps"]), l.get("d2h_both_GBps", l["d2h_GBps"])
         else:
             rin, rout = j["read_GBps"], j["write_GBps"]
         print("%-6s %-7s %-5s %8.4f %8.4f  %.3f  %-6s  %7.2f  %8.2f  %8.3f  %s" % (
