@@ -102,23 +102,25 @@ void gpu_lane_close(struct tier_optim *o)
  * The staging copies of pageable gradients and outputs, on the optimizer's
  * threads: one thread copies about 5-10 GB/s from pageable memory, below
  * the link, so a lane that copied on its own thread alone was bound by
- * its memcpy (performance.md, "The pipelined lane").  Pieces of
- * STAGE_PIECE bytes; a copy of one piece or less stays on this thread.
- * The pool runs one job at a time: in a split, this waits for the CPU
- * lane's current shard, as that lane's next shard waits for this.
+ * its memcpy (performance.md, "The GPU lane on the H100").  Four pieces a
+ * thread, each STAGE_MIN to STAGE_MAX bytes (a shard's 22 MB gradient: 256
+ * KiB pieces); a copy of STAGE_MIN or less stays on this thread.  The pool
+ * runs one job at a time: in a split, this waits for the CPU lane's
+ * current shard, as that lane's next shard waits for this.
  */
-#define STAGE_PIECE (256u << 10)
+#define STAGE_MIN (16u << 10)
+#define STAGE_MAX (256u << 10)
 
 struct stage_copy {
 	char *dst;
 	const char *src;
-	size_t len;
+	size_t len, piece;
 };
 
 static void stage_piece(void *arg, size_t i, unsigned worker)
 {
 	const struct stage_copy *c = arg;
-	size_t off = i * STAGE_PIECE, n = c->len - off < STAGE_PIECE ? c->len - off : STAGE_PIECE;
+	size_t off = i * c->piece, n = c->len - off < c->piece ? c->len - off : c->piece;
 
 	(void)worker;
 	memcpy(c->dst + off, c->src + off, n);
@@ -126,10 +128,15 @@ static void stage_piece(void *arg, size_t i, unsigned worker)
 
 static void stage(struct tier_optim *o, void *dst, const void *src, size_t len)
 {
-	struct stage_copy c = { dst, src, len };
+	unsigned nt = o->pool ? tier_pool_size(o->pool) : 1;
+	struct stage_copy c = { dst, src, len, len / (4 * (size_t)nt) };
 
-	if (len <= STAGE_PIECE || !o->pool || tier_pool_size(o->pool) < 2 ||
-	    ts_pool_for(o->pool, (len + STAGE_PIECE - 1) / STAGE_PIECE, stage_piece, &c))
+	if (c.piece < STAGE_MIN)
+		c.piece = STAGE_MIN;
+	if (c.piece > STAGE_MAX)
+		c.piece = STAGE_MAX;
+	if (len <= STAGE_MIN || nt < 2 ||
+	    ts_pool_for(o->pool, (len + c.piece - 1) / c.piece, stage_piece, &c))
 		memcpy(dst, src, len);
 }
 
