@@ -46,9 +46,9 @@
 
 #include "common/clock.h"
 #include "common/cuda.h"
-#include "common/pool.h"
 #include "common/error.h"
 #include "common/fault.h"
+#include "common/pool.h"
 #include "kernels/adamw_cuda.h"
 #include "prefetch/lookahead.h"
 #include "runtime/optim_impl.h"
