@@ -39,8 +39,8 @@
  * lane: decode, adam_elem(), the parameter and its copy stored; the
  * block's largest magnitudes (integer maxima of the bits, sign cleared:
  * exact in any order, a NaN wins) by warp shuffles; every lane computes
- * the scales (q8_scale), lane 0 stores them, each lane its codes.  The same functions as the CPU
- * kernels, so the same bytes.  A piece starts at a tile boundary, a
+ * the scales (q8_scale), lane 0 stores them, each lane its codes.  The
+ * same functions as the CPU kernels, so the same bytes.  A piece starts at a tile boundary, a
  * multiple of TIER_Q8_BLOCK, so its blocks are its chunk's.
  *
  * Gradient check.  It follows the summation order of kernels/gradcheck.h,
