@@ -295,6 +295,10 @@ ADAM_HD uint16_t f32_to_f16(float f)
 #define Q8_RND_NEAREST 0x80000u
 #define Q8_SCALE_NAN 0x7fc00000u          /* the scale of a block with a NaN */
 #define Q8_MIN_SCALE 0x00800000u          /* bits of 2^-126: smaller maxima are 0 */
+/* 2^(bias_off >> 3): a normal code's value is the float with bits
+ * mag << 20 times this (the SIMD kernels' fast path, adamw_simd.h) */
+#define Q8_M_REBIAS 0x1p112f
+#define Q8_V_REBIAS 0x1p96f
 
 /* The magnitude code of x in [0, 1] (bits @u). */
 ADAM_HD uint32_t q8_enc_mag(float x, uint32_t rnd, uint32_t min_normal, uint32_t bias_off,

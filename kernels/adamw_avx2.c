@@ -297,6 +297,73 @@ ADAMW_INLINE vi v_q8_enc_v(vf v, vf inv, vi rnd)
 						 _mm256_set1_epi32(1)));
 }
 
+ADAMW_INLINE vi v_imin(vi a, vi b)
+{
+	return _mm256_min_epi32(a, b); /* lanes < 2^31, as v_imax */
+}
+
+ADAMW_INLINE uint32_t v_hmin(vi a)
+{
+	__m128i x = _mm_min_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+
+	x = _mm_min_epi32(x, _mm_shuffle_epi32(x, 0x4e));
+	x = _mm_min_epi32(x, _mm_shuffle_epi32(x, 0xb1));
+	return (uint32_t)_mm_cvtsi128_si32(x);
+}
+
+/* The fast path of a q8 block, as adamw_avx512.c's (the rebias folded
+ * into @scale2 and @inv2). */
+ADAMW_INLINE vf v_q8_dec_m_nrm(vi code, vf scale2)
+{
+	vf y = _mm256_mul_ps(
+		_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_and_si256(code, _mm256_set1_epi32(0x7f)), 20)),
+		scale2);
+	vi sign = _mm256_slli_epi32(_mm256_and_si256(code, _mm256_set1_epi32(0x80)), 24);
+
+	return _mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(y), sign));
+}
+
+ADAMW_INLINE vf v_q8_dec_v_nrm(vi code, vf scale2)
+{
+	return _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(code, 20)), scale2);
+}
+
+ADAMW_INLINE vi v_q8_enc_m_nrm(vf m, vf inv2, vi rnd)
+{
+	vi u = _mm256_castps_si256(m);
+	vf x = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff))), inv2);
+
+	x = _mm256_min_ps(x, _mm256_set1_ps(1.0f / Q8_M_REBIAS));
+	return _mm256_or_si256(_mm256_srli_epi32(_mm256_add_epi32(_mm256_castps_si256(x), rnd), 20),
+			       _mm256_slli_epi32(_mm256_srli_epi32(u, 31), 7));
+}
+
+ADAMW_INLINE vi v_q8_enc_v_nrm(vf v, vf inv2, vi rnd)
+{
+	vf x = _mm256_mul_ps(_mm256_castsi256_ps(v_absbits(v)), inv2);
+
+	x = _mm256_min_ps(x, _mm256_set1_ps(1.0f / Q8_V_REBIAS));
+	return _mm256_srli_epi32(_mm256_add_epi32(_mm256_castps_si256(x), rnd), 20);
+}
+
+/* Whether every exp_avg code of the block at @cm has a magnitude >= 8 and
+ * every exp_avg_sq code at @cv is >= 8: (c + c) is the magnitude times 2,
+ * and x >= k is max(x, k) == x. */
+ADAMW_INLINE bool v_q8_codes_normal(const void *cm, const void *cv)
+{
+	__m256i lm = _mm256_set1_epi8((char)0xff), lv = lm;
+
+	for (size_t o = 0; o < TIER_Q8_BLOCK; o += 32) {
+		__m256i a = _mm256_loadu_si256((const __m256i *)(const void *)((const char *)cm + o));
+
+		lm = _mm256_min_epu8(lm, _mm256_add_epi8(a, a));
+		lv = _mm256_min_epu8(lv, _mm256_loadu_si256((const __m256i *)(const void *)((const char *)cv + o)));
+	}
+	lm = _mm256_cmpeq_epi8(_mm256_max_epu8(lm, _mm256_set1_epi8(16)), lm);
+	lv = _mm256_cmpeq_epi8(_mm256_max_epu8(lv, _mm256_set1_epi8(8)), lv);
+	return _mm256_movemask_epi8(_mm256_and_si256(lm, lv)) == -1;
+}
+
 #define ADAMW_SIMD_KERNEL adamw_avx2_kernel
 #define ADAMW_SIMD_ROOFLINE adamw_avx2_roofline
 #include "kernels/adamw_simd.h"

@@ -297,6 +297,75 @@ ADAMW_INLINE vi v_q8_enc_v(vf v, vf inv, vi rnd)
 				     _mm512_set1_epi32(1));
 }
 
+ADAMW_INLINE vi v_imin(vi a, vi b)
+{
+	return _mm512_min_epi32(a, b); /* lanes < 2^31, as v_imax */
+}
+
+ADAMW_INLINE uint32_t v_hmin(vi a)
+{
+	return (uint32_t)_mm512_reduce_min_epi32(a);
+}
+
+/*
+ * The fast path of a q8 block (adamw_simd.h, simd_q8_block): the same
+ * values as v_q8_dec_m/v and the same codes as v_q8_enc_m/v, for blocks
+ * whose codes and values are all normal.  A normal code's value is the
+ * float with bits mag << 20 times the rebias (Q8_M_REBIAS), folded into
+ * @scale2 = scale * Q8_M_REBIAS; a normal x's code is (bits of
+ * x * 2^-112 + rnd) >> 20, the rebias folded into @inv2 = inv * 2^-112.
+ */
+ADAMW_INLINE vf v_q8_dec_m_nrm(vi code, vf scale2)
+{
+	vf y = _mm512_mul_ps(
+		_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_and_si512(code, _mm512_set1_epi32(0x7f)), 20)),
+		scale2);
+
+	return _mm512_castsi512_ps(_mm512_ternarylogic_epi32(
+		_mm512_castps_si512(y), _mm512_slli_epi32(code, 24),
+		_mm512_set1_epi32((int)0x80000000u), 0xf8));
+}
+
+ADAMW_INLINE vf v_q8_dec_v_nrm(vi code, vf scale2)
+{
+	return _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(code, 20)), scale2);
+}
+
+ADAMW_INLINE vi v_q8_enc_m_nrm(vf m, vf inv2, vi rnd)
+{
+	vi u = _mm512_castps_si512(m);
+	vf x = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff))), inv2);
+
+	x = _mm512_min_ps(x, _mm512_set1_ps(1.0f / Q8_M_REBIAS));
+	return _mm512_ternarylogic_epi32(_mm512_srli_epi32(_mm512_add_epi32(_mm512_castps_si512(x), rnd), 20),
+					 _mm512_srli_epi32(u, 24), _mm512_set1_epi32(0x80), 0xf8);
+}
+
+ADAMW_INLINE vi v_q8_enc_v_nrm(vf v, vf inv2, vi rnd)
+{
+	vf x = _mm512_mul_ps(_mm512_castsi512_ps(v_absbits(v)), inv2);
+
+	x = _mm512_min_ps(x, _mm512_set1_ps(1.0f / Q8_V_REBIAS));
+	return _mm512_srli_epi32(_mm512_add_epi32(_mm512_castps_si512(x), rnd), 20);
+}
+
+/* Whether every exp_avg code of the TIER_Q8_BLOCK at @cm has a magnitude
+ * >= 8 and every exp_avg_sq code at @cv is >= 8 (all normal): c + c is a
+ * byte's magnitude times 2. */
+ADAMW_INLINE bool v_q8_codes_normal(const void *cm, const void *cv)
+{
+	__m512i lm = _mm512_set1_epi8((char)0xff), lv = lm;
+
+	for (size_t o = 0; o < TIER_Q8_BLOCK; o += 64) {
+		__m512i a = _mm512_loadu_si512((const void *)((const char *)cm + o));
+
+		lm = _mm512_min_epu8(lm, _mm512_add_epi8(a, a));
+		lv = _mm512_min_epu8(lv, _mm512_loadu_si512((const void *)((const char *)cv + o)));
+	}
+	return (_mm512_cmplt_epu8_mask(lm, _mm512_set1_epi8(16)) |
+		_mm512_cmplt_epu8_mask(lv, _mm512_set1_epi8(8))) == 0;
+}
+
 #define ADAMW_SIMD_KERNEL adamw_avx512_kernel
 #define ADAMW_SIMD_ROOFLINE adamw_avx512_roofline
 #include "kernels/adamw_simd.h"

@@ -44,8 +44,17 @@
  *                               the bits of x with the sign cleared; the
  *                               lane by lane maximum of such bits (< 2^31);
  *                               the largest lane
+ *   v_imin(a, b), v_hmin(a)     the same for the minimum
  *   v_iset1(k), v_shl4(r), v_xor1(c), v_iand(a, b)
  *                               k in each lane; r << 4; c ^ 1; a & b
+ *   v_q8_dec_m_nrm(c, scale2), v_q8_dec_v_nrm(c, scale2),
+ *   v_q8_enc_m_nrm(x, inv2, rnd), v_q8_enc_v_nrm(x, inv2, rnd)
+ *                               the same as the four above for normal
+ *                               codes and values, the rebias (Q8_M_REBIAS,
+ *                               Q8_V_REBIAS) folded into the scale or the
+ *                               inverse (simd_q8_block)
+ *   v_q8_codes_normal(cm, cv)   whether the TIER_Q8_BLOCK codes at cm and
+ *                               cv all have a magnitude >= 8
  *   ADAMW_SIMD_KERNEL, ADAMW_SIMD_ROOFLINE
  *                               the names of the two bodies to define
  *
@@ -260,10 +269,17 @@ ADAMW_INLINE void q8_prefetch_codes(const struct tier_adam_tensors *a, size_t b)
 	}
 }
 
+/* How pass 2 of a q8 block encodes (simd_q8_encode). */
+enum q8_enc_mode {
+	Q8_ENC_ANY,    /* v_q8_enc_m/v: any value */
+	Q8_ENC_MASKED, /* the same, then a mask: a scale had no inverse */
+	Q8_ENC_NORMAL, /* v_q8_enc_m/v_nrm: every x normal, the rebias in inv */
+};
+
 /* The codes of the vector at offset @o of the buffers, in *cm and *cv. */
 ADAMW_INLINE void simd_q8_codes(const float *mb, const float *vb, const uint32_t *rb, size_t o,
-				vf vinvm, vf vinvv, vi keepm, vi keepv, bool srm, bool masked,
-				vi *cm, vi *cv)
+				vf vinvm, vf vinvv, vi keepm, vi keepv, bool srm,
+				enum q8_enc_mode mode, vi *cm, vi *cv)
 {
 	vf m = v_ld(TIER_FP32, mb, o), v = v_ld(TIER_FP32, vb, o);
 	vi rm = v_iset1((int)Q8_RND_NEAREST), rv = rm;
@@ -274,9 +290,14 @@ ADAMW_INLINE void simd_q8_codes(const float *mb, const float *vb, const uint32_t
 		rm = v_shl4(v_lo16(r));
 		rv = v_shl4(v_hi16(r));
 	}
+	if (mode == Q8_ENC_NORMAL) {
+		*cm = v_q8_enc_m_nrm(m, vinvm, rm);
+		*cv = v_q8_enc_v_nrm(v, vinvv, rv);
+		return;
+	}
 	*cm = v_q8_enc_m(m, vinvm, rm);
 	*cv = v_q8_enc_v(v, vinvv, rv);
-	if (masked) {
+	if (mode == Q8_ENC_MASKED) {
 		*cm = v_iand(*cm, keepm);
 		*cv = v_iand(*cv, keepv);
 	}
@@ -284,14 +305,14 @@ ADAMW_INLINE void simd_q8_codes(const float *mb, const float *vb, const uint32_t
 
 /*
  * Pass 2 of a q8 block (simd_q8_block): the codes of the vectors of
- * [begin, end) from the buffers.  @masked: a scale of the block has no
- * inverse (q8_scale: NaN, inf or below 2^-126), so that moment's codes are
- * 0, by the masks @keepm and @keepv; else (the usual case) no mask is
- * applied at all.
+ * [begin, end) from the buffers, as @mode says.  Q8_ENC_MASKED: a scale of
+ * the block has no inverse (q8_scale: NaN, inf or below 2^-126), so that
+ * moment's codes are 0, by the masks; Q8_ENC_NORMAL: @invm and @invv
+ * carry the rebias (v_q8_enc_m_nrm).
  */
 ADAMW_INLINE size_t simd_q8_encode(const struct tier_adam_tensors *a, size_t begin, size_t end,
 				   const float *mb, const float *vb, const uint32_t *rb, float invm,
-				   float invv, bool srm, bool masked)
+				   float invv, bool srm, enum q8_enc_mode mode)
 {
 	void *const exp_avg = a->exp_avg, *const exp_avg_sq = a->exp_avg_sq;
 	const vf vinvm = v_set1(invm), vinvv = v_set1(invv);
@@ -304,14 +325,14 @@ ADAMW_INLINE size_t simd_q8_encode(const struct tier_adam_tensors *a, size_t beg
 
 		for (int k = 0; k < 4; k++)
 			simd_q8_codes(mb, vb, rb, i - begin + (size_t)k * ADAMW_W, vinvm, vinvv,
-				      keepm, keepv, srm, masked, &cm[k], &cv[k]);
+				      keepm, keepv, srm, mode, &cm[k], &cv[k]);
 		v_st_u8x4(exp_avg, i, cm[0], cm[1], cm[2], cm[3]);
 		v_st_u8x4(exp_avg_sq, i, cv[0], cv[1], cv[2], cv[3]);
 	}
 	for (; end - i >= ADAMW_W; i += ADAMW_W) {
 		vi cm, cv;
 
-		simd_q8_codes(mb, vb, rb, i - begin, vinvm, vinvv, keepm, keepv, srm, masked, &cm,
+		simd_q8_codes(mb, vb, rb, i - begin, vinvm, vinvv, keepm, keepv, srm, mode, &cm,
 			      &cv);
 		v_st_u8(exp_avg, i, cm);
 		v_st_u8(exp_avg_sq, i, cv);
@@ -323,11 +344,25 @@ ADAMW_INLINE size_t simd_q8_encode(const struct tier_adam_tensors *a, size_t beg
  * One q8 block, elements [begin, end) (adamw_q8_block_scalar() of
  * adamw_impl.h is the definition): pass 1 in vectors (the ragged tail of a
  * partial last block by the scalar element), the updated moments into
- * buffers, the largest magnitudes as integers on the bits (order-free);
- * then the scales, and pass 2 encodes the buffers in vectors.  The random
- * bits of an element are hashed once, in pass 1, and kept for pass 2; a
- * block whose scale has no inverse (q8_scale) gets codes 0 by a mask, in
- * a loop of its own (simd_q8_encode).
+ * buffers, the largest and smallest magnitudes as integers on the bits
+ * (order-free); then the scales, and pass 2 encodes the buffers in
+ * vectors.  The random bits of an element are hashed once, in pass 1, and
+ * kept for pass 2; a block whose scale has no inverse (q8_scale) gets
+ * codes 0 by a mask, in a loop of its own (simd_q8_encode).
+ *
+ * Two fast paths leave out the subnormal codes' arithmetic, with the same
+ * bits:
+ * - decode (@dn): a whole block whose codes are all normal
+ *   (v_q8_codes_normal) and whose scales' magnitudes are below 2^16 and
+ *   2^32, so that scale * Q8_M_REBIAS and scale * Q8_V_REBIAS are exact
+ *   and finite: v_q8_dec_m_nrm, v_q8_dec_v_nrm.  (A subnormal code's
+ *   value would come out right too, as the subnormal float with bits
+ *   mag << 20, but not where the CPU reads subnormal inputs as zero);
+ * - encode: a block whose smallest |m| * invm and |v| * invv are normal
+ *   codes (>= 2^-14 and 2^-30), and so every x of its vectors (rounding
+ *   a product is monotonic), and whose inverses are >= 2^-14 and 2^-30,
+ *   so that inv / Q8_M_REBIAS and inv / Q8_V_REBIAS are exact and normal,
+ *   as every x / rebias is then: v_q8_enc_m_nrm, v_q8_enc_v_nrm.
  */
 ADAMW_INLINE void simd_q8_block(const struct adam_consts *c, const struct tier_adam_tensors *a,
 				size_t begin, size_t end, int gd, int od, bool l2, bool unit_bc2,
@@ -339,25 +374,33 @@ ADAMW_INLINE void simd_q8_block(const struct adam_consts *c, const struct tier_a
 	const void *const grad = a->grad;
 	const size_t blk = begin / TIER_Q8_BLOCK;
 	const float sm = adamw_ld_f32(a->exp_avg_scale, blk), sv = adamw_ld_f32(a->exp_avg_sq_scale, blk);
-	const vf vsm = v_set1(sm), vsv = v_set1(sv);
+	const bool dn = end - begin == TIER_Q8_BLOCK && sm > -0x1p16f && sm < 0x1p16f &&
+			sv > -0x1p32f && sv < 0x1p32f &&
+			v_q8_codes_normal((const char *)exp_avg + begin, (const char *)exp_avg_sq + begin);
+	const vf vsm = v_set1(dn ? sm * Q8_M_REBIAS : sm), vsv = v_set1(dn ? sv * Q8_V_REBIAS : sv);
 	const uint32_t key = srm || sro ? adamw_q8_key(c, a, begin) : 0;
 	const uint32_t lo = (uint32_t)(a->index0 + begin);
 	float mb[TIER_Q8_BLOCK], vb[TIER_Q8_BLOCK], invm, invv;
 	uint32_t rb[TIER_Q8_BLOCK];
-	vi mxm = v_iset1(0), mxv = v_iset1(0);
+	vi mxm = v_iset1(0), mxv = v_iset1(0), mnm = v_iset1(0x7fffffff), mnv = mnm;
 	uint32_t hm, hv;
 	size_t i = begin;
 
 	for (; end - i >= ADAMW_W; i += ADAMW_W) {
 		vf g, p, m, v;
-		vi r;
+		vi r, am, av;
 
 		q8_prefetch_elems(param, grad, param_out, i + Q8_PREFETCH_BLOCKS * TIER_Q8_BLOCK, gd,
 				  od);
 		g = v_ld(gd, grad, i);
 		p = v_ld(TIER_FP32, param, i);
-		m = v_q8_dec_m(v_ld_u8(exp_avg, i), vsm);
-		v = v_q8_dec_v(v_ld_u8(exp_avg_sq, i), vsv);
+		if (dn) {
+			m = v_q8_dec_m_nrm(v_ld_u8(exp_avg, i), vsm);
+			v = v_q8_dec_v_nrm(v_ld_u8(exp_avg_sq, i), vsv);
+		} else {
+			m = v_q8_dec_m(v_ld_u8(exp_avg, i), vsm);
+			v = v_q8_dec_v(v_ld_u8(exp_avg_sq, i), vsv);
+		}
 
 		simd_adam(&k, g, &p, &m, &v, l2, unit_bc2);
 
@@ -372,8 +415,12 @@ ADAMW_INLINE void simd_q8_block(const struct adam_consts *c, const struct tier_a
 			v_st(od, param_out, i, p);
 		v_st(TIER_FP32, mb, i - begin, m);
 		v_st(TIER_FP32, vb, i - begin, v);
-		mxm = v_imax(mxm, v_absbits(m));
-		mxv = v_imax(mxv, v_absbits(v));
+		am = v_absbits(m);
+		av = v_absbits(v);
+		mxm = v_imax(mxm, am);
+		mxv = v_imax(mxv, av);
+		mnm = v_imin(mnm, am);
+		mnv = v_imin(mnv, av);
 	}
 	hm = v_hmax(mxm);
 	hv = v_hmax(mxv);
@@ -388,10 +435,15 @@ ADAMW_INLINE void simd_q8_block(const struct adam_consts *c, const struct tier_a
 		hv = uv > hv ? uv : hv;
 	}
 	adamw_q8_scales(a, blk, hm, hv, &invm, &invv);
-	if (invm != 0.0f && invv != 0.0f)
-		i = simd_q8_encode(a, begin, end, mb, vb, rb, invm, invv, srm, false);
+	if (invm == 0.0f || invv == 0.0f)
+		i = simd_q8_encode(a, begin, end, mb, vb, rb, invm, invv, srm, Q8_ENC_MASKED);
+	else if (invm >= 0x1p-14f && invv >= 0x1p-30f &&
+		 f32_from_bits(v_hmin(mnm)) * invm >= 0x1p-14f &&
+		 f32_from_bits(v_hmin(mnv)) * invv >= 0x1p-30f)
+		i = simd_q8_encode(a, begin, end, mb, vb, rb, invm / Q8_M_REBIAS,
+				   invv / Q8_V_REBIAS, srm, Q8_ENC_NORMAL);
 	else
-		i = simd_q8_encode(a, begin, end, mb, vb, rb, invm, invv, srm, true);
+		i = simd_q8_encode(a, begin, end, mb, vb, rb, invm, invv, srm, Q8_ENC_ANY);
 	for (; i < end; i++) {
 		uint32_t r = srm ? sr_hash32(key ^ (lo + (uint32_t)(i - begin))) : 0;
 

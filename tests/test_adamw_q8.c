@@ -15,6 +15,13 @@
  *    2^32 - 256 (the random stream's key changes inside the array),
  *    misaligned arrays, state with zero, inf and NaN scales; the same
  *    through a thread pool with tiles of 256 elements;
+ *  - the SIMD versions' fast paths for blocks whose codes and values are
+ *    all normal, and each edge of them (a code of magnitude 7 or 8, also
+ *    with subnormal inputs read as zero; the scales at +-2^16 and 2^32;
+ *    the smallest x at 2^-14 and 2^-30, and a subnormal code whose
+ *    truncation and rounding differ; the largest value at 2^14 and 2^30,
+ *    and an odd inverse past them; an exp_avg of 0), on the fast side and
+ *    past it;
  *  - split invariance: one call equals calls on pieces cut at block
  *    boundaries, each with its index0;
  *  - encode/decode: the error of nearest rounding is within half a step of
@@ -41,6 +48,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
 
 #include "common/pool.h"
 #include "kernels/adam_math.h"
@@ -475,6 +486,330 @@ START_TEST(q8_simd_vs_scalar)
 	}
 	if (!ran && _i == 0)
 		printf("note: this CPU runs no SIMD version of the adam kernel; q8_simd_vs_scalar compares nothing\n");
+}
+END_TEST
+
+/*
+ * The SIMD kernels' fast paths (adamw_simd.h, simd_q8_block: a block whose
+ * codes and values are all normal) and each of their edges.  A world of 4
+ * whole blocks and a partial one; every block takes both fast paths (codes
+ * of magnitude >= 96 and >= 200, exp_avg's scale within 2^-20..2^10 and
+ * exp_avg_sq's near its square, a gradient of the sign of exp_avg, 1x to
+ * 2x its value) except block 1, which the case puts on an edge: on the
+ * fast side of it, or just past it.  The encode edges choose the betas
+ * (0 or 1/2) so that block 1's new moments are exact sums of values the
+ * case chose.  Every SIMD version equals the scalar one, bit for bit, both
+ * roundings.
+ */
+enum fast_edge {
+	FE_NONE,          /* block 1 as the others */
+	FE_M_CODE7,       /* decode: one exp_avg code of magnitude 7 (any) */
+	FE_M_CODE8,       /* its smallest magnitude 8 (fast) */
+	FE_V_CODE7,       /* one exp_avg_sq code 7 */
+	FE_V_CODE0,       /* one exp_avg_sq code 0 */
+	FE_M_CODE7_DAZ,   /* FE_M_CODE7 with subnormal inputs read as 0 (x86 DAZ) */
+	FE_V_CODE7_DAZ,
+	FE_SM_2P16,       /* exp_avg's scale 2^16: scale * rebias overflows */
+	FE_SM_BELOW_2P16, /* the float below 2^16 (fast) */
+	FE_SV_2P32,       /* exp_avg_sq's scale 2^32 */
+	FE_SV_BELOW_2P32, /* the float below (fast) */
+	FE_SM_NEG_2P16,   /* -2^16 */
+	FE_SM_NEG_BELOW,  /* the float above -2^16 (fast) */
+	FE_SM_SUBNORMAL,  /* exp_avg's scale 2^-130 (fast: scale * 2^112 is exact) */
+	/* encode, betas 0, 0: exp_avg = g, exp_avg_sq = g * g */
+	FE_X_M_MIN,       /* the smallest x of exp_avg exactly 2^-14 (fast) */
+	FE_X_M_BELOW,     /* one float below 2^-14 */
+	FE_X_M_HALF,      /* a subnormal code's x * 2^37 = 7.5 * 2^20 - 1/2: its
+			   * truncation and its rounding differ by a code */
+	FE_INV_M_MIN,     /* exp_avg's largest value 2^14: inverse 2^-14 (fast) */
+	FE_INV_M_PAST,    /* the float above 2^14 */
+	FE_INV_M_ODD,     /* largest 20000: an odd inverse, whose last bit is lost
+			   * below 2^-126, and an x next to a code boundary that
+			   * the product with that shorter inverse crosses */
+	FE_M_ZERO,        /* an exp_avg of +0 (gradient -0: 0 * exp_avg + -0) */
+	/* encode, betas 1/2, 0: exp_avg = old / 2 + g / 2 (old of g's sign),
+	 * exp_avg_sq = g * g */
+	FE_X_V_MIN,       /* the smallest x of exp_avg_sq exactly 2^-30 (fast) */
+	FE_X_V_BELOW,     /* 2^-30 (1 - 2^-23) */
+	FE_X_V_HALF,      /* a subnormal code's x * 2^53 = k * 2^20 + 2^19 - 1/2 or
+			   * - 1/4 */
+	/* encode, betas 1/2, 0: exp_avg 1024 from -30720 and g = 2^15 */
+	FE_INV_V_MIN,     /* exp_avg_sq's largest value 2^30: inverse 2^-30 (fast) */
+	FE_INV_V_PAST,    /* 2^30 (1 + 2^-22) */
+	FE_INV_V_ODD,     /* largest 1.6e9, an odd inverse, as FE_INV_M_ODD */
+	FE__N,
+};
+
+static const struct {
+	const char *name;
+	double beta1, beta2; /* for the encode edges; else hp_adamw's */
+} fast_edges[FE__N] = {
+	[FE_NONE] = { "all normal", -1, -1 },
+	[FE_M_CODE7] = { "exp_avg code 7", -1, -1 },
+	[FE_M_CODE8] = { "exp_avg code 8", -1, -1 },
+	[FE_V_CODE7] = { "exp_avg_sq code 7", -1, -1 },
+	[FE_V_CODE0] = { "exp_avg_sq code 0", -1, -1 },
+	[FE_M_CODE7_DAZ] = { "exp_avg code 7, DAZ", -1, -1 },
+	[FE_V_CODE7_DAZ] = { "exp_avg_sq code 7, DAZ", -1, -1 },
+	[FE_SM_2P16] = { "exp_avg scale 2^16", -1, -1 },
+	[FE_SM_BELOW_2P16] = { "exp_avg scale below 2^16", -1, -1 },
+	[FE_SV_2P32] = { "exp_avg_sq scale 2^32", -1, -1 },
+	[FE_SV_BELOW_2P32] = { "exp_avg_sq scale below 2^32", -1, -1 },
+	[FE_SM_NEG_2P16] = { "exp_avg scale -2^16", -1, -1 },
+	[FE_SM_NEG_BELOW] = { "exp_avg scale above -2^16", -1, -1 },
+	[FE_SM_SUBNORMAL] = { "exp_avg scale 2^-130", -1, -1 },
+	[FE_X_M_MIN] = { "exp_avg x 2^-14", 0, 0 },
+	[FE_X_M_BELOW] = { "exp_avg x below 2^-14", 0, 0 },
+	[FE_X_M_HALF] = { "exp_avg x (7.5 2^20 - 1/2) 2^-37", 0, 0 },
+	[FE_INV_M_MIN] = { "exp_avg max 2^14", 0, 0 },
+	[FE_INV_M_PAST] = { "exp_avg max past 2^14", 0, 0 },
+	[FE_INV_M_ODD] = { "exp_avg max 20000", 0, 0 },
+	[FE_M_ZERO] = { "exp_avg 0", 0, 0 },
+	[FE_X_V_MIN] = { "exp_avg_sq x 2^-30", 0.5, 0 },
+	[FE_X_V_BELOW] = { "exp_avg_sq x below 2^-30", 0.5, 0 },
+	[FE_X_V_HALF] = { "exp_avg_sq x (k 2^20 + 2^19 - 1/2) 2^-53", 0.5, 0 },
+	[FE_INV_V_MIN] = { "exp_avg_sq max 2^30", 0.5, 0 },
+	[FE_INV_V_PAST] = { "exp_avg_sq max past 2^30", 0.5, 0 },
+	[FE_INV_V_ODD] = { "exp_avg_sq max 1.6e9", 0.5, 0 },
+};
+
+/* fl(a * b) in fp32 (through a volatile: no wider intermediate). */
+static float mul_f(float a, float b)
+{
+	volatile float r = a * b;
+
+	return r;
+}
+
+/*
+ * A float g whose x = fl(g * @inv) (@sq: fl(fl(g * g) * @inv)) is a
+ * normal code's value next to a boundary of rounding to nearest, codes
+ * @c_lo to @c_hi of exponent bias offset @bias_off, and whose product with
+ * the inverse as the fast path would have it, fl(@inv / @rebias) (inexact
+ * when that is below 2^-126), rounds to the other side: a fast path taken
+ * with that inverse would make another code.  Asserts that one is found.
+ */
+static float g_on_boundary(float inv, float rebias, uint32_t bias_off, uint32_t c_lo,
+			   uint32_t c_hi, bool sq)
+{
+	float inv2 = inv / rebias;
+
+	for (uint32_t c = c_lo; c <= c_hi; c++) {
+		for (int d = -2; d <= 1; d++) {
+			float xt = f_of(((c + bias_off) << 20) + 0x80000u + (uint32_t)d);
+			float g = sq ? sqrtf(xt / inv) : xt / inv;
+
+			for (int k = 0; k < 16; k++)
+				g = nextafterf(g, 0.0f);
+			for (int k = 0; k < 32; k++, g = nextafterf(g, INFINITY)) {
+				float y = sq ? mul_f(g, g) : g;
+				float x = mul_f(y, inv), x2 = mul_f(y, inv2);
+
+				if (x < 1.0f &&
+				    ((u_of(x) + 0x80000u) >> 20) - bias_off != (u_of(x2) + 0x80000u) >> 20)
+					return g;
+			}
+		}
+	}
+	ck_abort_msg("no gradient on a code boundary with inverse %a", (double)inv);
+	return 0.0f;
+}
+
+/*
+ * A float g whose x = fl(g * g) * 2^6 (exp_avg_sq's largest value 2^-6)
+ * is (k 2^20 + 2^19 - f) 2^-53, k in 1..7 and f 1/4 or 1/2: then
+ * trunc(x * 2^53) + 2^19 and round(x * 2^53) + 2^19 differ at bit 20.
+ */
+static float g_v_half(void)
+{
+	for (int k = 7; k >= 1; k--) {
+		for (int q = 1; q <= 2; q++) {
+			double x = ((double)k * 0x1p20 + 0x1p19 - 0.25 * q) * 0x1p-53;
+			float g = (float)sqrt(x * 0x1p-6);
+
+			if ((double)(float)x != x)
+				continue;
+			for (int d = 0; d < 8; d++)
+				g = nextafterf(g, 0.0f);
+			for (int d = 0; d < 16; d++, g = nextafterf(g, INFINITY))
+				if ((double)mul_f(g, g) * 0x1p6 == x)
+					return g;
+		}
+	}
+	ck_abort_msg("no gradient whose square is on an exp_avg_sq subnormal code's half");
+	return 0.0f;
+}
+
+/* Block 1 of a world_fast() world for the encode edge @e. */
+static void world_fast_encode(unsigned char *cm, float *sm, float *g, enum fast_edge e,
+			      uint64_t *s)
+{
+	const size_t j = QB + 9; /* the element on the edge */
+
+	for (size_t i = QB; i < 2 * QB; i++) {
+		bool neg = t_rnd_below(s, 2);
+		double u = 1.0 - 0.5 * t_rnd_unit(s); /* (0.5, 1] */
+		int k = e == FE_INV_M_MIN || e == FE_INV_M_PAST || e == FE_INV_M_ODD ? 14 : -3;
+
+		if (e <= FE_M_ZERO) {
+			/* within (1/2, 1] of the largest, 2^-3 or 2^14 */
+			g[i] = (float)((neg ? -1.0 : 1.0) * ldexp(u, k));
+		} else if (e <= FE_X_V_HALF) {
+			/* exp_avg half of the old (scale 1: >= 2^-3) and g / 2 of
+			 * the same sign; exp_avg_sq g^2, the largest 2^-6 */
+			g[i] = (float)((cm[i] & 0x80 ? -1.0 : 1.0) * ldexp(u, -3));
+		} else {
+			/* old exp_avg -30720 s, g = 2^15 s: exp_avg 1024 s, exp_avg_sq 2^30 */
+			cm[i] = (unsigned char)(119u | (neg ? 0u : 0x80u));
+			g[i] = neg ? -0x1p15f : 0x1p15f;
+		}
+	}
+	switch (e) {
+	case FE_X_M_MIN: g[QB] = 0x1p-3f; g[j] = -0x1p-17f; break;
+	case FE_X_M_BELOW: g[QB] = 0x1p-3f; g[j] = -nextafterf(0x1p-17f, 0.0f); break;
+	case FE_X_M_HALF: g[QB] = 0x1p-3f; g[j] = (float)(15728639.0 * 0x1p-41); break;
+	case FE_INV_M_MIN: g[QB] = 0x1p14f; break;
+	case FE_INV_M_PAST: g[QB] = nextafterf(0x1p14f, INFINITY); break;
+	case FE_INV_M_ODD:
+		g[QB] = 20000.0f;
+		ck_assert_uint_eq(u_of(1.0f / 20000.0f) & 1, 1);
+		/* x in [1/4, 1) */
+		g[j] = g_on_boundary(1.0f / 20000.0f, Q8_M_REBIAS, Q8_M_BIAS_OFF, 104, 119, false);
+		break;
+	case FE_M_ZERO: g[j] = -0.0f; break;
+	case FE_X_V_MIN: g[QB] = 0x1p-3f; g[j] = 0x1p-18f; break;
+	/* g^2 rounds to 2^-36 (1 - 2^-23) */
+	case FE_X_V_BELOW: g[QB] = 0x1p-3f; g[j] = nextafterf(0x1p-18f, 0.0f); break;
+	case FE_X_V_HALF: g[QB] = 0x1p-3f; g[j] = g_v_half(); break;
+	case FE_INV_V_MIN: break;
+	/* g^2 rounds to 2^30 (1 + 2^-22); exp_avg 1024 + 2^-9 */
+	case FE_INV_V_PAST: cm[j] = 119; g[j] = -nextafterf(0x1p15f, INFINITY); break;
+	case FE_INV_V_ODD: {
+		float inv = 1.0f / mul_f(40000.0f, 40000.0f);
+
+		ck_assert_uint_eq(u_of(inv) & 1, 1);
+		cm[QB] = 119 | 0x80;
+		g[QB] = 40000.0f; /* exp_avg 4640 */
+		cm[j] = 119 | 0x80;
+		/* x in [1/4, 1/2): g in [20000, 28285), exp_avg in [-5360, -1217] */
+		g[j] = g_on_boundary(inv, Q8_V_REBIAS, Q8_V_BIAS_OFF, 232, 239, true);
+		break;
+	}
+	default: break;
+	}
+	if (e >= FE_X_V_MIN)
+		sm[1] = e >= FE_INV_V_MIN ? 0x1p15f : 1.0f;
+}
+
+static void world_fast(struct world *w, enum fast_edge e, uint64_t seed)
+{
+	unsigned char *cm = w->t.exp_avg, *cv = w->t.exp_avg_sq;
+	float *sm = (float *)w->t.exp_avg_scale, *sv = (float *)w->t.exp_avg_sq_scale;
+	float *g = (float *)(void *)(w->buf[W_GRAD] + w->off[W_GRAD]);
+	uint64_t s = seed;
+
+	ck_assert_int_eq(w->gd, TIER_FP32);
+	for (size_t b = 0; b < nblocks(w->n); b++) {
+		sm[b] = (float)pow(2.0, -20.0 + 30.0 * t_rnd_unit(&s));
+		sv[b] = sm[b] * sm[b] * (float)pow(2.0, -2.0 + 4.0 * t_rnd_unit(&s));
+	}
+	for (size_t i = 0; i < w->n; i++) {
+		unsigned mag = 96 + (unsigned)t_rnd_below(&s, 25), neg = (unsigned)t_rnd_below(&s, 2);
+		/* the code's value; the gradient (hp_adamw's grad_scale 2^-10) of its sign */
+		double m = ldexp(1.0 + (mag & 7) / 8.0, (int)(mag >> 3) - 15) * (double)sm[i / QB];
+
+		cm[i] = (unsigned char)(mag | neg << 7);
+		cv[i] = (unsigned char)(200 + t_rnd_below(&s, 49));
+		g[i] = (float)((neg ? -1.0 : 1.0) * m * (1.0 + t_rnd_unit(&s)) * 1024.0);
+	}
+	switch (e) {
+	case FE_M_CODE7:
+	case FE_M_CODE7_DAZ: cm[QB + 77] = 7 | 0x80; break;
+	case FE_M_CODE8: cm[QB + 77] = 8; break;
+	case FE_V_CODE7:
+	case FE_V_CODE7_DAZ: cv[QB + 200] = 7; break;
+	case FE_V_CODE0: cv[QB + 3] = 0; break;
+	case FE_SM_2P16: sm[1] = 0x1p16f; break;
+	case FE_SM_BELOW_2P16: sm[1] = nextafterf(0x1p16f, 0.0f); break;
+	case FE_SV_2P32: sv[1] = 0x1p32f; break;
+	case FE_SV_BELOW_2P32: sv[1] = nextafterf(0x1p32f, 0.0f); break;
+	case FE_SM_NEG_2P16: sm[1] = -0x1p16f; break;
+	case FE_SM_NEG_BELOW: sm[1] = -nextafterf(0x1p16f, 0.0f); break;
+	case FE_SM_SUBNORMAL: sm[1] = 0x1p-130f; break;
+	default:
+		if (fast_edges[e].beta1 >= 0)
+			world_fast_encode(cm, sm, g, e, &s);
+		break;
+	}
+}
+
+/* Subnormal inputs read as 0 and results flushed (x86's MXCSR DAZ and
+ * FTZ) while @on; returns the state to restore.  Elsewhere nothing. */
+static unsigned daz_set(bool on)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	unsigned old = _mm_getcsr();
+
+	if (on)
+		_mm_setcsr(old | 0x8040u);
+	return old;
+#else
+	(void)on;
+	return 0;
+#endif
+}
+
+static void daz_restore(unsigned old)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	_mm_setcsr(old);
+#else
+	(void)old;
+#endif
+}
+
+/* _i = edge * 2 + sr */
+START_TEST(q8_fast_paths)
+{
+	enum fast_edge e = (enum fast_edge)(_i / 2);
+	bool sr = _i % 2, daz = e == FE_M_CODE7_DAZ || e == FE_V_CODE7_DAZ;
+	struct tier_adam_params hp = hp_adamw;
+	unsigned csr;
+	struct world base, want;
+	bool ran = false;
+
+	if (fast_edges[e].beta1 >= 0) {
+		hp.beta1 = fast_edges[e].beta1;
+		hp.beta2 = fast_edges[e].beta2;
+		hp.grad_scale = 1.0;
+	}
+	world_init(&base, 4 * QB + 100, TIER_FP32, TIER_BF16, false, 0xFA57u + (uint64_t)_i, false);
+	world_fast(&base, e, 0x5EEDu + (uint64_t)e);
+	world_copy(&want, &base);
+	csr = daz_set(daz);
+	run_steps(&want, NULL, ADAMW_SCALAR, &hp, sr, 1);
+	daz_restore(csr);
+	for (size_t v = 0; v < ARRAY_SIZE(simd_isas); v++) {
+		struct world got;
+		char what[160];
+
+		if (!adamw_isa_supported(simd_isas[v]))
+			continue;
+		ran = true;
+		world_copy(&got, &base);
+		csr = daz_set(daz);
+		run_steps(&got, NULL, simd_isas[v], &hp, sr, 1);
+		daz_restore(csr);
+		snprintf(what, sizeof(what), "%s vs scalar, block 1 with %s, %s",
+			 adamw_isa_name(simd_isas[v]), fast_edges[e].name,
+			 sr ? "stochastic" : "nearest");
+		world_expect(&got, &want, what);
+		world_free(&got);
+	}
+	if (!ran && _i == 0)
+		printf("note: this CPU runs no SIMD version of the adam kernel; q8_fast_paths compares nothing\n");
+	world_free(&base);
+	world_free(&want);
 }
 END_TEST
 
@@ -1027,6 +1362,7 @@ static Suite *q8_suite(void)
 	tc = tcase_create("simd");
 	tcase_set_timeout(tc, 600);
 	tcase_add_loop_test(tc, q8_simd_vs_scalar, 0, 3 * 4 * 2 * 2);
+	tcase_add_loop_test(tc, q8_fast_paths, 0, 2 * FE__N);
 	tcase_add_loop_test(tc, q8_pool_tiles, 0, 3 * 4);
 	tcase_add_test(tc, q8_split);
 	tcase_add_loop_test(tc, q8_roofline, 0, 4);
