@@ -116,17 +116,33 @@ ADAMW_INLINE vi v_mullo(vi x, uint32_t k)
 	return _mm256_mullo_epi32(x, _mm256_set1_epi32((int)k));
 }
 
-/* sr_hash32(key ^ (lo + lane)) */
-ADAMW_INLINE vi v_sr_bits(uint32_t key, uint32_t lo)
+/* lo + lane, in each lane */
+ADAMW_INLINE vi v_lane_index(uint32_t lo)
 {
-	vi x = _mm256_add_epi32(_mm256_set1_epi32((int)lo), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+	return _mm256_add_epi32(_mm256_set1_epi32((int)lo), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
 
-	x = _mm256_xor_si256(x, _mm256_set1_epi32((int)key));
+ADAMW_INLINE vi v_iadd_w(vi x)
+{
+	return _mm256_add_epi32(x, _mm256_set1_epi32(8));
+}
+
+/* sr_hash32(key ^ idx) of each lane */
+ADAMW_INLINE vi v_sr_hash(uint32_t key, vi idx)
+{
+	vi x = _mm256_xor_si256(idx, _mm256_set1_epi32((int)key));
+
 	x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
 	x = v_mullo(x, 0x7feb352du);
 	x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 15));
 	x = v_mullo(x, 0x846ca68bu);
 	return _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+}
+
+/* sr_hash32(key ^ (lo + lane)) */
+ADAMW_INLINE vi v_sr_bits(uint32_t key, uint32_t lo)
+{
+	return v_sr_hash(key, v_lane_index(lo));
 }
 
 ADAMW_INLINE vi v_lo16(vi r)
@@ -162,9 +178,16 @@ ADAMW_INLINE vi v_iset1(int k)
 	return _mm256_set1_epi32(k);
 }
 
-ADAMW_INLINE vi v_shl4(vi r)
+/* The rounding bits of q8 codes (adam_math.h, q8_enc_m): (r & 0xffff) << 4
+ * for exp_avg, (r >> 16) << 4 for exp_avg_sq */
+ADAMW_INLINE vi v_q8_rnd_m(vi r)
 {
-	return _mm256_slli_epi32(r, 4);
+	return _mm256_and_si256(_mm256_slli_epi32(r, 4), _mm256_set1_epi32(0xffff0));
+}
+
+ADAMW_INLINE vi v_q8_rnd_v(vi r)
+{
+	return _mm256_and_si256(_mm256_srli_epi32(r, 12), _mm256_set1_epi32(0xffff0));
 }
 
 ADAMW_INLINE vi v_iand(vi a, vi b)
@@ -192,6 +215,16 @@ ADAMW_INLINE vi v_ld_u8(const void *base, size_t i)
 	return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)((const char *)base + i)));
 }
 
+ADAMW_INLINE vi v_ld_s8(const void *base, size_t i)
+{
+	return _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)((const char *)base + i)));
+}
+
+ADAMW_INLINE vi v_bits(vf x)
+{
+	return _mm256_castps_si256(x);
+}
+
 ADAMW_INLINE void v_st_u8(void *base, size_t i, vi c)
 {
 	/* each lane <= 255: both packs are exact */
@@ -212,6 +245,32 @@ ADAMW_INLINE void v_st_u8x4(void *base, size_t i, vi a, vi b, vi c, vi d)
 
 	_mm256_storeu_si256((__m256i *)(void *)((char *)base + i),
 			    _mm256_permutevar8x32_epi32(x, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+}
+
+/* v_st_u8x4 and v_st_u8 of codes with the sign at bit 11, as
+ * adamw_avx512.c's: (w & 0x7f) | (w >> 4 & 0x80) on 16-bit lanes. */
+ADAMW_INLINE __m256i q8_sign_to_7(__m256i w, __m256i w4)
+{
+	return _mm256_or_si256(_mm256_and_si256(w, _mm256_set1_epi16(0x7f)),
+			       _mm256_and_si256(w4, _mm256_set1_epi16(0x80)));
+}
+
+ADAMW_INLINE void v_st_u8x4_sgn(void *base, size_t i, vi a, vi b, vi c, vi d)
+{
+	__m256i ab = _mm256_packus_epi32(a, b), cd = _mm256_packus_epi32(c, d);
+	__m256i x;
+
+	ab = q8_sign_to_7(ab, _mm256_srli_epi16(ab, 4));
+	cd = q8_sign_to_7(cd, _mm256_srli_epi16(cd, 4));
+	x = _mm256_packus_epi16(ab, cd);
+	_mm256_storeu_si256((__m256i *)(void *)((char *)base + i),
+			    _mm256_permutevar8x32_epi32(x, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+}
+
+ADAMW_INLINE void v_st_u8_sgn(void *base, size_t i, vi c)
+{
+	v_st_u8(base, i, _mm256_or_si256(_mm256_and_si256(c, _mm256_set1_epi32(0x7f)),
+					 _mm256_and_si256(_mm256_srli_epi32(c, 4), _mm256_set1_epi32(0x80))));
 }
 
 ADAMW_INLINE vi v_absbits(vf x)
@@ -313,14 +372,12 @@ ADAMW_INLINE uint32_t v_hmin(vi a)
 
 /* The fast path of a q8 block, as adamw_avx512.c's (the rebias folded
  * into @scale2 and @inv2). */
-ADAMW_INLINE vf v_q8_dec_m_nrm(vi code, vf scale2)
+ADAMW_INLINE vf v_q8_dec_m_nrm(vi scode, vf scale2)
 {
-	vf y = _mm256_mul_ps(
-		_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_and_si256(code, _mm256_set1_epi32(0x7f)), 20)),
-		scale2);
-	vi sign = _mm256_slli_epi32(_mm256_and_si256(code, _mm256_set1_epi32(0x80)), 24);
+	/* @scode sign-extended (v_ld_s8), as adamw_avx512.c's */
+	vi b = _mm256_and_si256(_mm256_slli_epi32(scode, 20), _mm256_set1_epi32((int)0x87f00000u));
 
-	return _mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(y), sign));
+	return _mm256_mul_ps(_mm256_castsi256_ps(b), scale2);
 }
 
 ADAMW_INLINE vf v_q8_dec_v_nrm(vi code, vf scale2)
@@ -328,22 +385,15 @@ ADAMW_INLINE vf v_q8_dec_v_nrm(vi code, vf scale2)
 	return _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(code, 20)), scale2);
 }
 
+/* exp_avg's code with its sign at bit 11, as adamw_avx512.c's */
 ADAMW_INLINE vi v_q8_enc_m_nrm(vf m, vf inv2, vi rnd)
 {
-	vi u = _mm256_castps_si256(m);
-	vf x = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff))), inv2);
-
-	x = _mm256_min_ps(x, _mm256_set1_ps(1.0f / Q8_M_REBIAS));
-	return _mm256_or_si256(_mm256_srli_epi32(_mm256_add_epi32(_mm256_castps_si256(x), rnd), 20),
-			       _mm256_slli_epi32(_mm256_srli_epi32(u, 31), 7));
+	return _mm256_srli_epi32(_mm256_add_epi32(_mm256_castps_si256(_mm256_mul_ps(m, inv2)), rnd), 20);
 }
 
 ADAMW_INLINE vi v_q8_enc_v_nrm(vf v, vf inv2, vi rnd)
 {
-	vf x = _mm256_mul_ps(_mm256_castsi256_ps(v_absbits(v)), inv2);
-
-	x = _mm256_min_ps(x, _mm256_set1_ps(1.0f / Q8_V_REBIAS));
-	return _mm256_srli_epi32(_mm256_add_epi32(_mm256_castps_si256(x), rnd), 20);
+	return _mm256_srli_epi32(_mm256_add_epi32(_mm256_castps_si256(_mm256_mul_ps(v, inv2)), rnd), 20);
 }
 
 /* Whether every exp_avg code of the block at @cm has a magnitude >= 8 and

@@ -109,18 +109,58 @@ ADAMW_INLINE vi v_mullo(vi x, uint32_t k)
 	return _mm512_mullo_epi32(x, _mm512_set1_epi32((int)k));
 }
 
-/* sr_hash32(key ^ (lo + lane)) */
-ADAMW_INLINE vi v_sr_bits(uint32_t key, uint32_t lo)
+/*
+ * x >> 16 and x >> 24 in each 32-bit lane, and x << 24 of a lane < 256,
+ * as byte shuffles: they run on port 5, where the shifts of 512-bit
+ * vectors take port 0, with the multiplies, the divider's uops and the
+ * other shifts.
+ */
+ADAMW_INLINE vi v_srl16(vi x)
 {
-	vi x = _mm512_add_epi32(_mm512_set1_epi32((int)lo),
-				_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+	return _mm512_shuffle_epi8(x, _mm512_set4_epi32((int)0x80800f0eu, (int)0x80800b0au,
+							(int)0x80800706u, (int)0x80800302u));
+}
 
-	x = _mm512_xor_si512(x, _mm512_set1_epi32((int)key));
-	x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
+ADAMW_INLINE vi v_srl24(vi x)
+{
+	return _mm512_shuffle_epi8(x, _mm512_set4_epi32((int)0x8080800fu, (int)0x8080800bu,
+							(int)0x80808007u, (int)0x80808003u));
+}
+
+ADAMW_INLINE vi v_shl24_u8(vi x)
+{
+	return _mm512_shuffle_epi8(x, _mm512_set4_epi32((int)0x0c808080u, (int)0x08808080u,
+							(int)0x04808080u, (int)0x00808080u));
+}
+
+/* lo + lane, in each lane */
+ADAMW_INLINE vi v_lane_index(uint32_t lo)
+{
+	return _mm512_add_epi32(_mm512_set1_epi32((int)lo),
+				_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+}
+
+ADAMW_INLINE vi v_iadd_w(vi x)
+{
+	return _mm512_add_epi32(x, _mm512_set1_epi32(16));
+}
+
+/* sr_hash32(key ^ idx) of each lane */
+ADAMW_INLINE vi v_sr_hash(uint32_t key, vi idx)
+{
+	vi x = _mm512_xor_si512(idx, _mm512_set1_epi32((int)key));
+
+	x = _mm512_xor_si512(x, v_srl16(x));
 	x = v_mullo(x, 0x7feb352du);
 	x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 15));
 	x = v_mullo(x, 0x846ca68bu);
-	return _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
+	return _mm512_xor_si512(x, v_srl16(x));
+}
+
+/* sr_hash32(key ^ (lo + lane)) */
+ADAMW_INLINE vi v_sr_bits(uint32_t key, uint32_t lo)
+{
+	return v_sr_hash(key, v_lane_index(lo));
 }
 
 ADAMW_INLINE vi v_lo16(vi r)
@@ -156,9 +196,16 @@ ADAMW_INLINE vi v_iset1(int k)
 	return _mm512_set1_epi32(k);
 }
 
-ADAMW_INLINE vi v_shl4(vi r)
+/* The rounding bits of q8 codes (adam_math.h, q8_enc_m): (r & 0xffff) << 4
+ * for exp_avg, (r >> 16) << 4 for exp_avg_sq */
+ADAMW_INLINE vi v_q8_rnd_m(vi r)
 {
-	return _mm512_slli_epi32(r, 4);
+	return _mm512_and_si512(_mm512_slli_epi32(r, 4), _mm512_set1_epi32(0xffff0));
+}
+
+ADAMW_INLINE vi v_q8_rnd_v(vi r)
+{
+	return _mm512_and_si512(_mm512_srli_epi32(r, 12), _mm512_set1_epi32(0xffff0));
 }
 
 ADAMW_INLINE vi v_iand(vi a, vi b)
@@ -186,6 +233,16 @@ ADAMW_INLINE vi v_ld_u8(const void *base, size_t i)
 	return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)((const char *)base + i)));
 }
 
+ADAMW_INLINE vi v_ld_s8(const void *base, size_t i)
+{
+	return _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)((const char *)base + i)));
+}
+
+ADAMW_INLINE vi v_bits(vf x)
+{
+	return _mm512_castps_si512(x);
+}
+
 ADAMW_INLINE void v_st_u8(void *base, size_t i, vi c)
 {
 	/* vpmovdb keeps the low byte of each lane: exact, each is <= 255 */
@@ -205,6 +262,35 @@ ADAMW_INLINE void v_st_u8x4(void *base, size_t i, vi a, vi b, vi c, vi d)
 	const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
 
 	_mm512_storeu_si512((void *)((char *)base + i), _mm512_permutexvar_epi32(order, x));
+}
+
+/*
+ * v_st_u8x4 and v_st_u8 of codes with the sign at bit 11 (v_q8_enc_m_nrm),
+ * stored with it at bit 7: after the first pack each 16-bit lane is
+ * sign << 11 | code (code < 128), and (w & 0x7f) | (w >> 4 & 0x80) is the
+ * byte, one shift and one ternary logic operation (0xe4: c ? a : b) for
+ * two vectors.
+ */
+ADAMW_INLINE __m512i q8_sign_to_7(__m512i w, __m512i w4)
+{
+	return _mm512_ternarylogic_epi32(w, w4, _mm512_set1_epi16(0x7f), 0xe4);
+}
+
+ADAMW_INLINE void v_st_u8x4_sgn(void *base, size_t i, vi a, vi b, vi c, vi d)
+{
+	__m512i ab = _mm512_packus_epi32(a, b), cd = _mm512_packus_epi32(c, d);
+	__m512i x;
+	const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+
+	ab = q8_sign_to_7(ab, _mm512_srli_epi16(ab, 4));
+	cd = q8_sign_to_7(cd, _mm512_srli_epi16(cd, 4));
+	x = _mm512_packus_epi16(ab, cd);
+	_mm512_storeu_si512((void *)((char *)base + i), _mm512_permutexvar_epi32(order, x));
+}
+
+ADAMW_INLINE void v_st_u8_sgn(void *base, size_t i, vi c)
+{
+	v_st_u8(base, i, _mm512_ternarylogic_epi32(c, _mm512_srli_epi32(c, 4), _mm512_set1_epi32(0x7f), 0xe4));
 }
 
 ADAMW_INLINE vi v_absbits(vf x)
@@ -247,7 +333,7 @@ ADAMW_INLINE vf v_q8_dec_m(vi code, vf scale)
 					  Q8_M_BIAS_OFF, Q8_M_SUB_STEP), scale);
 
 	return _mm512_castsi512_ps(_mm512_ternarylogic_epi32(
-		_mm512_castps_si512(y), _mm512_slli_epi32(code, 24),
+		_mm512_castps_si512(y), v_shl24_u8(code),
 		_mm512_set1_epi32((int)0x80000000u), 0xf8));
 }
 
@@ -282,7 +368,7 @@ ADAMW_INLINE vi v_q8_enc_m(vf m, vf inv, vi rnd)
 	/* the sign, bit 31 of m, to bit 7 of the code: a | (b & c) */
 	return _mm512_ternarylogic_epi32(v_q8_enc_mag(x, rnd, Q8_M_MIN_NORMAL, Q8_M_BIAS_OFF,
 						      Q8_M_SUB_MUL),
-					 _mm512_srli_epi32(u, 24), _mm512_set1_epi32(0x80), 0xf8);
+					 v_srl24(u), _mm512_set1_epi32(0x80), 0xf8);
 }
 
 ADAMW_INLINE vi v_q8_enc_v(vf v, vf inv, vi rnd)
@@ -308,22 +394,20 @@ ADAMW_INLINE uint32_t v_hmin(vi a)
 }
 
 /*
- * The fast path of a q8 block (adamw_simd.h, simd_q8_block): the same
+ * The fast path of a q8 block (adamw_simd.h, simd_q8_update): the same
  * values as v_q8_dec_m/v and the same codes as v_q8_enc_m/v, for blocks
  * whose codes and values are all normal.  A normal code's value is the
  * float with bits mag << 20 times the rebias (Q8_M_REBIAS), folded into
  * @scale2 = scale * Q8_M_REBIAS; a normal x's code is (bits of
  * x * 2^-112 + rnd) >> 20, the rebias folded into @inv2 = inv * 2^-112.
  */
-ADAMW_INLINE vf v_q8_dec_m_nrm(vi code, vf scale2)
+ADAMW_INLINE vf v_q8_dec_m_nrm(vi scode, vf scale2)
 {
-	vf y = _mm512_mul_ps(
-		_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_and_si512(code, _mm512_set1_epi32(0x7f)), 20)),
-		scale2);
+	/* @scode sign-extended (v_ld_s8): << 20 leaves the sign at bit 31,
+	 * copies of it at 27..30 (cleared), the magnitude at 20..26 */
+	vi b = _mm512_and_si512(_mm512_slli_epi32(scode, 20), _mm512_set1_epi32((int)0x87f00000u));
 
-	return _mm512_castsi512_ps(_mm512_ternarylogic_epi32(
-		_mm512_castps_si512(y), _mm512_slli_epi32(code, 24),
-		_mm512_set1_epi32((int)0x80000000u), 0xf8));
+	return _mm512_mul_ps(_mm512_castsi512_ps(b), scale2);
 }
 
 ADAMW_INLINE vf v_q8_dec_v_nrm(vi code, vf scale2)
@@ -331,22 +415,17 @@ ADAMW_INLINE vf v_q8_dec_v_nrm(vi code, vf scale2)
 	return _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(code, 20)), scale2);
 }
 
+/* exp_avg's code with its sign at bit 11, not 7 (v_st_u8x4_sgn moves it):
+ * the sign of m * inv2 stays where it is through the add (|x| / rebias
+ * has bits below 2^27, rnd below 2^20) and the shift. */
 ADAMW_INLINE vi v_q8_enc_m_nrm(vf m, vf inv2, vi rnd)
 {
-	vi u = _mm512_castps_si512(m);
-	vf x = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff))), inv2);
-
-	x = _mm512_min_ps(x, _mm512_set1_ps(1.0f / Q8_M_REBIAS));
-	return _mm512_ternarylogic_epi32(_mm512_srli_epi32(_mm512_add_epi32(_mm512_castps_si512(x), rnd), 20),
-					 _mm512_srli_epi32(u, 24), _mm512_set1_epi32(0x80), 0xf8);
+	return _mm512_srli_epi32(_mm512_add_epi32(_mm512_castps_si512(_mm512_mul_ps(m, inv2)), rnd), 20);
 }
 
 ADAMW_INLINE vi v_q8_enc_v_nrm(vf v, vf inv2, vi rnd)
 {
-	vf x = _mm512_mul_ps(_mm512_castsi512_ps(v_absbits(v)), inv2);
-
-	x = _mm512_min_ps(x, _mm512_set1_ps(1.0f / Q8_V_REBIAS));
-	return _mm512_srli_epi32(_mm512_add_epi32(_mm512_castps_si512(x), rnd), 20);
+	return _mm512_srli_epi32(_mm512_add_epi32(_mm512_castps_si512(_mm512_mul_ps(v, inv2)), rnd), 20);
 }
 
 /* Whether every exp_avg code of the TIER_Q8_BLOCK at @cm has a magnitude

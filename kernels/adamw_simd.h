@@ -20,6 +20,9 @@
  *                               (v_st may rely on that)
  *   vi                          the 32-bit integer vector type
  *   v_sr_bits(key, lo)          sr_hash32(key ^ (lo + lane)) in each lane
+ *   v_lane_index(lo), v_iadd_w(x), v_sr_hash(key, x)
+ *                               lo + lane; x + ADAMW_W; sr_hash32(key ^ x)
+ *                               in each lane
  *   v_lo16(r), v_hi16(r), v_out_bits(r)
  *                               r & 0xffff, r >> 16, sr_out_bits(r)
  *   v_st_bf16_sr(base, i, x, r) f32_to_bf16_sr() of each lane of x with
@@ -29,8 +32,10 @@
  *
  *   v_ld_i32(base, i), v_st_i32(base, i, r)
  *                               ADAMW_W 32-bit lanes at element @i
- *   v_ld_u8(base, i)            ADAMW_W bytes at @i, zero-extended into
- *                               the 32-bit lanes of a vi
+ *   v_ld_u8(base, i), v_ld_s8(base, i)
+ *                               ADAMW_W bytes at @i, zero- or
+ *                               sign-extended into the 32-bit lanes of a vi
+ *   v_bits(x)                   the bits of x
  *   v_st_u8(base, i, c)         the lanes of c (each <= 255) as bytes
  *   v_st_u8x4(base, i, a, b, c, d)
  *                               v_st_u8 of a, b, c and d at i, i + ADAMW_W,
@@ -45,14 +50,20 @@
  *                               lane by lane maximum of such bits (< 2^31);
  *                               the largest lane
  *   v_imin(a, b), v_hmin(a)     the same for the minimum
- *   v_iset1(k), v_shl4(r), v_xor1(c), v_iand(a, b)
- *                               k in each lane; r << 4; c ^ 1; a & b
- *   v_q8_dec_m_nrm(c, scale2), v_q8_dec_v_nrm(c, scale2),
+ *   v_iset1(k), v_xor1(c), v_iand(a, b)
+ *                               k in each lane; c ^ 1; a & b
+ *   v_q8_rnd_m(r), v_q8_rnd_v(r)
+ *                               (r & 0xffff) << 4, (r >> 16) << 4: the
+ *                               rounding bits of the codes
+ *   v_q8_dec_m_nrm(sc, scale2), v_q8_dec_v_nrm(c, scale2),
  *   v_q8_enc_m_nrm(x, inv2, rnd), v_q8_enc_v_nrm(x, inv2, rnd)
  *                               the same as the four above for normal
  *                               codes and values, the rebias (Q8_M_REBIAS,
  *                               Q8_V_REBIAS) folded into the scale or the
- *                               inverse (simd_q8_block)
+ *                               inverse (simd_q8_update)
+ *                               (v_q8_enc_m_nrm's code has its sign at
+ *                               bit 11, stored by v_st_u8x4_sgn and
+ *                               v_st_u8_sgn at bit 7)
  *   v_q8_codes_normal(cm, cv)   whether the TIER_Q8_BLOCK codes at cm and
  *                               cv all have a magnitude >= 8
  *   ADAMW_SIMD_KERNEL, ADAMW_SIMD_ROOFLINE
@@ -287,8 +298,8 @@ ADAMW_INLINE void simd_q8_codes(const float *mb, const float *vb, const uint32_t
 	if (srm) {
 		vi r = v_ld_i32(rb, o);
 
-		rm = v_shl4(v_lo16(r));
-		rv = v_shl4(v_hi16(r));
+		rm = v_q8_rnd_m(r);
+		rv = v_q8_rnd_v(r);
 	}
 	if (mode == Q8_ENC_NORMAL) {
 		*cm = v_q8_enc_m_nrm(m, vinvm, rm);
@@ -304,7 +315,7 @@ ADAMW_INLINE void simd_q8_codes(const float *mb, const float *vb, const uint32_t
 }
 
 /*
- * Pass 2 of a q8 block (simd_q8_block): the codes of the vectors of
+ * Pass 2 of a q8 block (simd_q8_store): the codes of the vectors of
  * [begin, end) from the buffers, as @mode says.  Q8_ENC_MASKED: a scale of
  * the block has no inverse (q8_scale: NaN, inf or below 2^-126), so that
  * moment's codes are 0, by the masks; Q8_ENC_NORMAL: @invm and @invv
@@ -326,7 +337,10 @@ ADAMW_INLINE size_t simd_q8_encode(const struct tier_adam_tensors *a, size_t beg
 		for (int k = 0; k < 4; k++)
 			simd_q8_codes(mb, vb, rb, i - begin + (size_t)k * ADAMW_W, vinvm, vinvv,
 				      keepm, keepv, srm, mode, &cm[k], &cv[k]);
-		v_st_u8x4(exp_avg, i, cm[0], cm[1], cm[2], cm[3]);
+		if (mode == Q8_ENC_NORMAL) /* exp_avg's sign at bit 11 */
+			v_st_u8x4_sgn(exp_avg, i, cm[0], cm[1], cm[2], cm[3]);
+		else
+			v_st_u8x4(exp_avg, i, cm[0], cm[1], cm[2], cm[3]);
 		v_st_u8x4(exp_avg_sq, i, cv[0], cv[1], cv[2], cv[3]);
 	}
 	for (; end - i >= ADAMW_W; i += ADAMW_W) {
@@ -334,56 +348,75 @@ ADAMW_INLINE size_t simd_q8_encode(const struct tier_adam_tensors *a, size_t beg
 
 		simd_q8_codes(mb, vb, rb, i - begin, vinvm, vinvv, keepm, keepv, srm, mode, &cm,
 			      &cv);
-		v_st_u8(exp_avg, i, cm);
+		if (mode == Q8_ENC_NORMAL)
+			v_st_u8_sgn(exp_avg, i, cm);
+		else
+			v_st_u8(exp_avg, i, cm);
 		v_st_u8(exp_avg_sq, i, cv);
 	}
 	return i;
 }
 
+/* A q8 block between its two passes (simd_q8_update, simd_q8_store). */
+struct q8_block {
+	float mb[TIER_Q8_BLOCK], vb[TIER_Q8_BLOCK]; /* the updated moments */
+	uint32_t rb[TIER_Q8_BLOCK];                 /* their random bits */
+	size_t begin, end;
+	uint32_t key, lo;
+	float invm, invv;    /* q8_scale()'s */
+	float encm, encv;    /* the same, or divided by the rebias (Q8_ENC_NORMAL) */
+	enum q8_enc_mode mode;
+};
+
 /*
  * One q8 block, elements [begin, end) (adamw_q8_block_scalar() of
- * adamw_impl.h is the definition): pass 1 in vectors (the ragged tail of a
- * partial last block by the scalar element), the updated moments into
- * buffers, the largest and smallest magnitudes as integers on the bits
- * (order-free); then the scales, and pass 2 encodes the buffers in
- * vectors.  The random bits of an element are hashed once, in pass 1, and
- * kept for pass 2; a block whose scale has no inverse (q8_scale) gets
- * codes 0 by a mask, in a loop of its own (simd_q8_encode).
+ * adamw_impl.h is the definition), in two passes.  simd_q8_update, pass
+ * 1: the update in vectors (the ragged tail of a partial last block by
+ * the scalar element), the new moments into @q's buffers, the largest and
+ * smallest magnitudes as integers on the bits (order-free); then the
+ * scales, stored, and how pass 2 encodes.  simd_q8_store, pass 2: the
+ * codes from the buffers.  The random bits of an element are hashed once,
+ * in pass 1, and kept for pass 2; a block whose scale has no inverse
+ * (q8_scale) gets codes 0 by a mask, in a loop of its own.
  *
  * Two fast paths leave out the subnormal codes' arithmetic, with the same
  * bits:
  * - decode (@dn): a whole block whose codes are all normal
- *   (v_q8_codes_normal) and whose scales' magnitudes are below 2^16 and
- *   2^32, so that scale * Q8_M_REBIAS and scale * Q8_V_REBIAS are exact
- *   and finite: v_q8_dec_m_nrm, v_q8_dec_v_nrm.  (A subnormal code's
- *   value would come out right too, as the subnormal float with bits
- *   mag << 20, but not where the CPU reads subnormal inputs as zero);
- * - encode: a block whose smallest |m| * invm and |v| * invv are normal
+ *   (v_q8_codes_normal), whose exp_avg scale is in (0, 2^16) (the sign
+ *   of a code applies before the multiply) and whose exp_avg_sq scale's
+ *   magnitude is below 2^32, so that scale * Q8_M_REBIAS and scale *
+ *   Q8_V_REBIAS are exact and finite: v_q8_dec_m_nrm, v_q8_dec_v_nrm.  (A
+ *   subnormal code's value would come out right too, as the subnormal
+ *   float with bits mag << 20, but not where the CPU reads subnormal
+ *   inputs as zero);
+ * - encode: a block whose smallest |m| * invm and v * invv are normal
  *   codes (>= 2^-14 and 2^-30), and so every x of its vectors (rounding
- *   a product is monotonic), and whose inverses are >= 2^-14 and 2^-30,
- *   so that inv / Q8_M_REBIAS and inv / Q8_V_REBIAS are exact and normal,
- *   as every x / rebias is then: v_q8_enc_m_nrm, v_q8_enc_v_nrm.
+ *   a product is monotonic), whose exp_avg_sq values all have the sign
+ *   clear, and whose inverses are >= 2^-14 and 2^-30, so that inv /
+ *   Q8_M_REBIAS and inv / Q8_V_REBIAS are exact and normal, as every x /
+ *   rebias is then: v_q8_enc_m_nrm, v_q8_enc_v_nrm.  x <= 1 there, so
+ *   the clamp to 1 is left out (q8_enc_m clamps for a product of inv
+ *   that rounds above 1: 1 + 2^-23 at most, whose code is 1's anyway).
+ *
+ * exp_avg_sq's maximum and minimum are taken on the bits as signed
+ * integers (no sign to clear): when the minimum is negative, some value
+ * has its sign set, and the maximum of the magnitudes is taken again.
  */
-ADAMW_INLINE void simd_q8_block(const struct adam_consts *c, const struct tier_adam_tensors *a,
-				size_t begin, size_t end, int gd, int od, bool l2, bool unit_bc2,
-				bool srm, bool sro)
+/* The vectors of pass 1 of a q8 block (simd_q8_update), from @begin:
+ * returns where they stop; the maxima and minima in *@mx and *@mn. */
+ADAMW_INLINE size_t simd_q8_pass1(const struct adam_consts *c, const struct tier_adam_tensors *a,
+				  size_t begin, size_t end, int gd, int od, bool l2, bool unit_bc2,
+				  bool srm, bool sro, bool dn, vf vsm, vf vsv, uint32_t key,
+				  uint32_t lo, struct q8_block *q, vi mx[2], vi mn[2])
 {
 	const struct simd_consts k = simd_consts_of(c);
 	void *const param = a->param, *const exp_avg = a->exp_avg, *const exp_avg_sq = a->exp_avg_sq;
 	void *const param_out = a->param_out;
 	const void *const grad = a->grad;
-	const size_t blk = begin / TIER_Q8_BLOCK;
-	const float sm = adamw_ld_f32(a->exp_avg_scale, blk), sv = adamw_ld_f32(a->exp_avg_sq_scale, blk);
-	const bool dn = end - begin == TIER_Q8_BLOCK && sm > -0x1p16f && sm < 0x1p16f &&
-			sv > -0x1p32f && sv < 0x1p32f &&
-			v_q8_codes_normal((const char *)exp_avg + begin, (const char *)exp_avg_sq + begin);
-	const vf vsm = v_set1(dn ? sm * Q8_M_REBIAS : sm), vsv = v_set1(dn ? sv * Q8_V_REBIAS : sv);
-	const uint32_t key = srm || sro ? adamw_q8_key(c, a, begin) : 0;
-	const uint32_t lo = (uint32_t)(a->index0 + begin);
-	float mb[TIER_Q8_BLOCK], vb[TIER_Q8_BLOCK], invm, invv;
-	uint32_t rb[TIER_Q8_BLOCK];
+	float *const mb = q->mb, *const vb = q->vb;
+	uint32_t *const rb = q->rb;
+	vi idx = v_lane_index(lo); /* of the vector at i, for the random bits */
 	vi mxm = v_iset1(0), mxv = v_iset1(0), mnm = v_iset1(0x7fffffff), mnv = mnm;
-	uint32_t hm, hv;
 	size_t i = begin;
 
 	for (; end - i >= ADAMW_W; i += ADAMW_W) {
@@ -395,7 +428,7 @@ ADAMW_INLINE void simd_q8_block(const struct adam_consts *c, const struct tier_a
 		g = v_ld(gd, grad, i);
 		p = v_ld(TIER_FP32, param, i);
 		if (dn) {
-			m = v_q8_dec_m_nrm(v_ld_u8(exp_avg, i), vsm);
+			m = v_q8_dec_m_nrm(v_ld_s8(exp_avg, i), vsm);
 			v = v_q8_dec_v_nrm(v_ld_u8(exp_avg_sq, i), vsv);
 		} else {
 			m = v_q8_dec_m(v_ld_u8(exp_avg, i), vsm);
@@ -405,8 +438,10 @@ ADAMW_INLINE void simd_q8_block(const struct adam_consts *c, const struct tier_a
 		simd_adam(&k, g, &p, &m, &v, l2, unit_bc2);
 
 		v_st(TIER_FP32, param, i, p);
-		if (srm || sro)
-			r = v_sr_bits(key, lo + (uint32_t)(i - begin));
+		if (srm || sro) {
+			r = v_sr_hash(key, idx);
+			idx = v_iadd_w(idx);
+		}
 		if (srm)
 			v_st_i32(rb, i - begin, r);
 		if (sro)
@@ -416,14 +451,65 @@ ADAMW_INLINE void simd_q8_block(const struct adam_consts *c, const struct tier_a
 		v_st(TIER_FP32, mb, i - begin, m);
 		v_st(TIER_FP32, vb, i - begin, v);
 		am = v_absbits(m);
-		av = v_absbits(v);
+		av = v_bits(v); /* signed: below 0 where the sign is set */
 		mxm = v_imax(mxm, am);
 		mxv = v_imax(mxv, av);
 		mnm = v_imin(mnm, am);
 		mnv = v_imin(mnv, av);
 	}
+	mx[0] = mxm;
+	mx[1] = mxv;
+	mn[0] = mnm;
+	mn[1] = mnv;
+	return i;
+}
+
+ADAMW_INLINE void simd_q8_update(const struct adam_consts *c, const struct tier_adam_tensors *a,
+				 size_t begin, size_t end, int gd, int od, bool l2, bool unit_bc2,
+				 bool srm, bool sro, struct q8_block *q)
+{
+	const void *const exp_avg = a->exp_avg, *const exp_avg_sq = a->exp_avg_sq;
+	const size_t blk = begin / TIER_Q8_BLOCK;
+	const float sm = adamw_ld_f32(a->exp_avg_scale, blk), sv = adamw_ld_f32(a->exp_avg_sq_scale, blk);
+	const bool dn = end - begin == TIER_Q8_BLOCK && sm > 0.0f && sm < 0x1p16f &&
+			sv > -0x1p32f && sv < 0x1p32f &&
+			v_q8_codes_normal((const char *)exp_avg + begin, (const char *)exp_avg_sq + begin);
+	const vf vsm = v_set1(dn ? sm * Q8_M_REBIAS : sm), vsv = v_set1(dn ? sv * Q8_V_REBIAS : sv);
+	const uint32_t key = srm || sro ? adamw_q8_key(c, a, begin) : 0;
+	const uint32_t lo = (uint32_t)(a->index0 + begin);
+	float *const mb = q->mb, *const vb = q->vb, invm, invv;
+	vi mx[2], mn[2], mxm, mxv, mnm, mnv;
+	uint32_t hm, hv, lv;
+	size_t i;
+
+	/* dn as a constant in each call: a loop each, fewer constants live */
+	if (dn)
+		i = simd_q8_pass1(c, a, begin, end, gd, od, l2, unit_bc2, srm, sro, true, vsm, vsv,
+				  key, lo, q, mx, mn);
+	else
+		i = simd_q8_pass1(c, a, begin, end, gd, od, l2, unit_bc2, srm, sro, false, vsm, vsv,
+				  key, lo, q, mx, mn);
+	mxm = mx[0];
+	mxv = mx[1];
+	mnm = mn[0];
+	mnv = mn[1];
 	hm = v_hmax(mxm);
 	hv = v_hmax(mxv);
+	lv = v_hmin(mnv);
+	if ((int32_t)lv < 0) {
+		/* an exp_avg_sq with its sign set (NaN, -0, or from a negative
+		 * scale): the maximum of the magnitudes, by the element */
+		hv = 0;
+		for (size_t j = begin; j < i; j++) {
+			uint32_t uv = f32_bits(vb[j - begin]) & 0x7fffffffu;
+
+			hv = uv > hv ? uv : hv;
+		}
+	}
+	q->begin = begin;
+	q->end = end;
+	q->key = key;
+	q->lo = lo;
 	for (; i < end; i++) {
 		uint32_t r = sro ? sr_hash32(key ^ (lo + (uint32_t)(i - begin))) : 0;
 		uint32_t um, uv;
@@ -435,63 +521,105 @@ ADAMW_INLINE void simd_q8_block(const struct adam_consts *c, const struct tier_a
 		hv = uv > hv ? uv : hv;
 	}
 	adamw_q8_scales(a, blk, hm, hv, &invm, &invv);
-	if (invm == 0.0f || invv == 0.0f)
-		i = simd_q8_encode(a, begin, end, mb, vb, rb, invm, invv, srm, Q8_ENC_MASKED);
-	else if (invm >= 0x1p-14f && invv >= 0x1p-30f &&
-		 f32_from_bits(v_hmin(mnm)) * invm >= 0x1p-14f &&
-		 f32_from_bits(v_hmin(mnv)) * invv >= 0x1p-30f)
-		i = simd_q8_encode(a, begin, end, mb, vb, rb, invm / Q8_M_REBIAS,
-				   invv / Q8_V_REBIAS, srm, Q8_ENC_NORMAL);
-	else
-		i = simd_q8_encode(a, begin, end, mb, vb, rb, invm, invv, srm, Q8_ENC_ANY);
-	for (; i < end; i++) {
-		uint32_t r = srm ? sr_hash32(key ^ (lo + (uint32_t)(i - begin))) : 0;
-
-		adamw_q8_store(a, i, mb[i - begin], vb[i - begin], invm, invv, srm, r);
+	q->invm = q->encm = invm;
+	q->invv = q->encv = invv;
+	if (invm == 0.0f || invv == 0.0f) {
+		q->mode = Q8_ENC_MASKED;
+	} else if (invm >= 0x1p-14f && invv >= 0x1p-30f && (int32_t)lv >= 0 &&
+		   f32_from_bits(v_hmin(mnm)) * invm >= 0x1p-14f && f32_from_bits(lv) * invv >= 0x1p-30f) {
+		q->mode = Q8_ENC_NORMAL;
+		q->encm = invm / Q8_M_REBIAS;
+		q->encv = invv / Q8_V_REBIAS;
+	} else {
+		q->mode = Q8_ENC_ANY;
 	}
 }
 
-/* The blocks of [begin, end) (begin a multiple of TIER_Q8_BLOCK, end too or n). */
-ADAMW_INLINE void simd_q8_range(const struct adam_consts *c, const struct tier_adam_tensors *a,
-				size_t begin, size_t end, int gd, int od)
+ADAMW_INLINE void simd_q8_store(const struct tier_adam_tensors *a, const struct q8_block *q,
+				bool srm)
 {
-	const bool l2 = c->l2 != 0.0f, unit_bc2 = c->inv_bc2_sqrt == 1.0f;
-	const bool srm = c->sr_moments != 0, sro = od == TIER_BF16 && c->sr_out;
+	size_t i;
 
-	/* the flags as constants (ADAMW_SPECIALIZE): one loop each, no
-	 * branch on them inside */
+	/* the mode as a constant in each call: one loop each */
+	if (q->mode == Q8_ENC_NORMAL)
+		i = simd_q8_encode(a, q->begin, q->end, q->mb, q->vb, q->rb, q->encm, q->encv, srm,
+				   Q8_ENC_NORMAL);
+	else if (q->mode == Q8_ENC_MASKED)
+		i = simd_q8_encode(a, q->begin, q->end, q->mb, q->vb, q->rb, q->encm, q->encv, srm,
+				   Q8_ENC_MASKED);
+	else
+		i = simd_q8_encode(a, q->begin, q->end, q->mb, q->vb, q->rb, q->encm, q->encv, srm,
+				   Q8_ENC_ANY);
+	for (; i < q->end; i++) {
+		size_t o = i - q->begin;
+		uint32_t r = srm ? sr_hash32(q->key ^ (q->lo + (uint32_t)o)) : 0;
+
+		adamw_q8_store(a, i, q->mb[o], q->vb[o], q->invm, q->invv, srm, r);
+	}
+}
+
+/*
+ * The blocks of [begin, end) (begin a multiple of TIER_Q8_BLOCK, end too
+ * or n), pipelined by one block: pass 1 of a block runs before pass 2 of
+ * the one before it, so that the wait for a block's maximum, reduced
+ * across the lanes, and its inverse scale, a division, is spent on the
+ * next block's update.  The two touch different elements, codes and
+ * scales.
+ */
+ADAMW_INLINE void simd_q8_blocks(const struct adam_consts *c, const struct tier_adam_tensors *a,
+				 size_t begin, size_t end, int gd, int od, bool l2, bool unit_bc2,
+				 bool srm, bool sro)
+{
+	struct q8_block q[2];
+	int cur = 0;
+
 	for (size_t b = begin; b < end; b += TIER_Q8_BLOCK) {
 		size_t e = end - b < TIER_Q8_BLOCK ? end : b + TIER_Q8_BLOCK;
 		size_t pb = b + Q8_PREFETCH_BLOCKS * TIER_Q8_BLOCK;
 
 		if (pb < end)
 			q8_prefetch_codes(a, pb);
+		simd_q8_update(c, a, b, e, gd, od, l2, unit_bc2, srm, sro, &q[cur]);
+		if (b > begin)
+			simd_q8_store(a, &q[cur ^ 1], srm);
+		cur ^= 1;
+	}
+	if (end > begin)
+		simd_q8_store(a, &q[cur ^ 1], srm);
+}
+
+/* simd_q8_blocks with the flags as constants (ADAMW_SPECIALIZE): one loop
+ * each, no branch on them inside. */
+ADAMW_INLINE void simd_q8_range(const struct adam_consts *c, const struct tier_adam_tensors *a,
+				size_t begin, size_t end, int gd, int od)
+{
+	const bool l2 = c->l2 != 0.0f, unit_bc2 = c->inv_bc2_sqrt == 1.0f;
+	const bool srm = c->sr_moments != 0, sro = od == TIER_BF16 && c->sr_out;
 
 #if ADAMW_SPECIALIZE
-#define Q8_BLOCK_SR(L2, BC2)                                                          \
-	do {                                                                          \
-		if (srm && sro)                                                       \
-			simd_q8_block(c, a, b, e, gd, od, L2, BC2, true, true);       \
-		else if (srm)                                                         \
-			simd_q8_block(c, a, b, e, gd, od, L2, BC2, true, false);      \
-		else if (sro)                                                         \
-			simd_q8_block(c, a, b, e, gd, od, L2, BC2, false, true);      \
-		else                                                                  \
-			simd_q8_block(c, a, b, e, gd, od, L2, BC2, false, false);     \
+#define Q8_BLOCKS_SR(L2, BC2)                                                              \
+	do {                                                                               \
+		if (srm && sro)                                                            \
+			simd_q8_blocks(c, a, begin, end, gd, od, L2, BC2, true, true);     \
+		else if (srm)                                                              \
+			simd_q8_blocks(c, a, begin, end, gd, od, L2, BC2, true, false);    \
+		else if (sro)                                                              \
+			simd_q8_blocks(c, a, begin, end, gd, od, L2, BC2, false, true);    \
+		else                                                                       \
+			simd_q8_blocks(c, a, begin, end, gd, od, L2, BC2, false, false);   \
 	} while (0)
-		if (l2 && unit_bc2)
-			Q8_BLOCK_SR(true, true);
-		else if (l2)
-			Q8_BLOCK_SR(true, false);
-		else if (unit_bc2)
-			Q8_BLOCK_SR(false, true);
-		else
-			Q8_BLOCK_SR(false, false);
-#undef Q8_BLOCK_SR
+	if (l2 && unit_bc2)
+		Q8_BLOCKS_SR(true, true);
+	else if (l2)
+		Q8_BLOCKS_SR(true, false);
+	else if (unit_bc2)
+		Q8_BLOCKS_SR(false, true);
+	else
+		Q8_BLOCKS_SR(false, false);
+#undef Q8_BLOCKS_SR
 #else
-		simd_q8_block(c, a, b, e, gd, od, l2, unit_bc2, srm, sro);
+	simd_q8_blocks(c, a, begin, end, gd, od, l2, unit_bc2, srm, sro);
 #endif
-	}
 }
 
 /* The roofline of q8 elements [begin, end): the same loads and stores. */

@@ -490,7 +490,7 @@ START_TEST(q8_simd_vs_scalar)
 END_TEST
 
 /*
- * The SIMD kernels' fast paths (adamw_simd.h, simd_q8_block: a block whose
+ * The SIMD kernels' fast paths (adamw_simd.h, simd_q8_update: a block whose
  * codes and values are all normal) and each of their edges.  A world of 4
  * whole blocks and a partial one; every block takes both fast paths (codes
  * of magnitude >= 96 and >= 200, exp_avg's scale within 2^-20..2^10 and
@@ -511,10 +511,12 @@ enum fast_edge {
 	FE_V_CODE7_DAZ,
 	FE_SM_2P16,       /* exp_avg's scale 2^16: scale * rebias overflows */
 	FE_SM_BELOW_2P16, /* the float below 2^16 (fast) */
+	FE_SV_NEG,        /* a negative exp_avg_sq scale: values with the sign set */
 	FE_SV_2P32,       /* exp_avg_sq's scale 2^32 */
 	FE_SV_BELOW_2P32, /* the float below (fast) */
 	FE_SM_NEG_2P16,   /* -2^16 */
-	FE_SM_NEG_BELOW,  /* the float above -2^16 (fast) */
+	FE_SM_NEG,        /* -1 (any: the sign of a code applies after the multiply) */
+	FE_SM_NEG_ZERO,   /* -0 */
 	FE_SM_SUBNORMAL,  /* exp_avg's scale 2^-130 (fast: scale * 2^112 is exact) */
 	/* encode, betas 0, 0: exp_avg = g, exp_avg_sq = g * g */
 	FE_X_M_MIN,       /* the smallest x of exp_avg exactly 2^-14 (fast) */
@@ -553,10 +555,12 @@ static const struct {
 	[FE_V_CODE7_DAZ] = { "exp_avg_sq code 7, DAZ", -1, -1 },
 	[FE_SM_2P16] = { "exp_avg scale 2^16", -1, -1 },
 	[FE_SM_BELOW_2P16] = { "exp_avg scale below 2^16", -1, -1 },
+	[FE_SV_NEG] = { "exp_avg_sq scale negative", -1, -1 },
 	[FE_SV_2P32] = { "exp_avg_sq scale 2^32", -1, -1 },
 	[FE_SV_BELOW_2P32] = { "exp_avg_sq scale below 2^32", -1, -1 },
 	[FE_SM_NEG_2P16] = { "exp_avg scale -2^16", -1, -1 },
-	[FE_SM_NEG_BELOW] = { "exp_avg scale above -2^16", -1, -1 },
+	[FE_SM_NEG] = { "exp_avg scale -1", -1, -1 },
+	[FE_SM_NEG_ZERO] = { "exp_avg scale -0", -1, -1 },
 	[FE_SM_SUBNORMAL] = { "exp_avg scale 2^-130", -1, -1 },
 	[FE_X_M_MIN] = { "exp_avg x 2^-14", 0, 0 },
 	[FE_X_M_BELOW] = { "exp_avg x below 2^-14", 0, 0 },
@@ -731,10 +735,12 @@ static void world_fast(struct world *w, enum fast_edge e, uint64_t seed)
 	case FE_V_CODE0: cv[QB + 3] = 0; break;
 	case FE_SM_2P16: sm[1] = 0x1p16f; break;
 	case FE_SM_BELOW_2P16: sm[1] = nextafterf(0x1p16f, 0.0f); break;
+	case FE_SV_NEG: sv[1] = -sv[1]; break;
 	case FE_SV_2P32: sv[1] = 0x1p32f; break;
 	case FE_SV_BELOW_2P32: sv[1] = nextafterf(0x1p32f, 0.0f); break;
 	case FE_SM_NEG_2P16: sm[1] = -0x1p16f; break;
-	case FE_SM_NEG_BELOW: sm[1] = -nextafterf(0x1p16f, 0.0f); break;
+	case FE_SM_NEG: sm[1] = -1.0f; break;
+	case FE_SM_NEG_ZERO: sm[1] = -0.0f; break;
 	case FE_SM_SUBNORMAL: sm[1] = 0x1p-130f; break;
 	default:
 		if (fast_edges[e].beta1 >= 0)
