@@ -525,8 +525,10 @@ ADAMW_INLINE void simd_q8_update(const struct adam_consts *c, const struct tier_
 	q->invv = q->encv = invv;
 	if (invm == 0.0f || invv == 0.0f) {
 		q->mode = Q8_ENC_MASKED;
-	} else if (invm >= 0x1p-14f && invv >= 0x1p-30f && (int32_t)lv >= 0 &&
+	} else if (invm >= 0x1p-14f && invv >= 0x1p-30f &&
 		   f32_from_bits(v_hmin(mnm)) * invm >= 0x1p-14f && f32_from_bits(lv) * invv >= 0x1p-30f) {
+		/* (a minimum with the sign set is a negative float or a NaN:
+		 * the last test fails for it) */
 		q->mode = Q8_ENC_NORMAL;
 		q->encm = invm / Q8_M_REBIAS;
 		q->encv = invv / Q8_V_REBIAS;
