@@ -561,6 +561,34 @@ ADAMW_INLINE void simd_q8_store(const struct tier_adam_tensors *a, const struct 
 }
 
 /*
+ * Pass 2 as two functions of their own, with and without the random bits:
+ * it depends on nothing else of the flags, and inlined into each of
+ * simd_q8_blocks' copies (one per gradient and copy dtype and flag) its
+ * three loops would double the compile time of the SIMD files, for a call
+ * a block saved.
+ */
+__attribute__((noinline)) static void simd_q8_store_sr(const struct tier_adam_tensors *a,
+							const struct q8_block *q)
+{
+	simd_q8_store(a, q, true);
+}
+
+__attribute__((noinline)) static void simd_q8_store_nr(const struct tier_adam_tensors *a,
+							const struct q8_block *q)
+{
+	simd_q8_store(a, q, false);
+}
+
+ADAMW_INLINE void simd_q8_store_any(const struct tier_adam_tensors *a, const struct q8_block *q,
+				    bool srm)
+{
+	if (srm)
+		simd_q8_store_sr(a, q);
+	else
+		simd_q8_store_nr(a, q);
+}
+
+/*
  * The blocks of [begin, end) (begin a multiple of TIER_Q8_BLOCK, end too
  * or n), pipelined by one block: pass 1 of a block runs before pass 2 of
  * the one before it, so that the wait for a block's maximum, reduced
@@ -583,11 +611,11 @@ ADAMW_INLINE void simd_q8_blocks(const struct adam_consts *c, const struct tier_
 			q8_prefetch_codes(a, pb);
 		simd_q8_update(c, a, b, e, gd, od, l2, unit_bc2, srm, sro, &q[cur]);
 		if (b > begin)
-			simd_q8_store(a, &q[cur ^ 1], srm);
+			simd_q8_store_any(a, &q[cur ^ 1], srm);
 		cur ^= 1;
 	}
 	if (end > begin)
-		simd_q8_store(a, &q[cur ^ 1], srm);
+		simd_q8_store_any(a, &q[cur ^ 1], srm);
 }
 
 /* simd_q8_blocks with the flags as constants (ADAMW_SPECIALIZE): one loop
