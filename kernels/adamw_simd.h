@@ -364,7 +364,6 @@ struct q8_block {
 	size_t begin, end;
 	uint32_t key, lo;
 	float invm, invv;    /* q8_scale()'s */
-	float encm, encv;    /* the same, or divided by the rebias (Q8_ENC_NORMAL) */
 	enum q8_enc_mode mode;
 };
 
@@ -478,7 +477,7 @@ ADAMW_INLINE void simd_q8_update(const struct adam_consts *c, const struct tier_
 	const uint32_t key = srm || sro ? adamw_q8_key(c, a, begin) : 0;
 	const uint32_t lo = (uint32_t)(a->index0 + begin);
 	float *const mb = q->mb, *const vb = q->vb, invm, invv;
-	vi mx[2], mn[2], mxm, mxv, mnm, mnv;
+	vi mx[2], mn[2];
 	uint32_t hm, hv, lv;
 	size_t i;
 
@@ -489,13 +488,9 @@ ADAMW_INLINE void simd_q8_update(const struct adam_consts *c, const struct tier_
 	else
 		i = simd_q8_pass1(c, a, begin, end, gd, od, l2, unit_bc2, srm, sro, false, vsm, vsv,
 				  key, lo, q, mx, mn);
-	mxm = mx[0];
-	mxv = mx[1];
-	mnm = mn[0];
-	mnv = mn[1];
-	hm = v_hmax(mxm);
-	hv = v_hmax(mxv);
-	lv = v_hmin(mnv);
+	hm = v_hmax(mx[0]);
+	hv = v_hmax(mx[1]);
+	lv = v_hmin(mn[1]);
 	if ((int32_t)lv < 0) {
 		/* an exp_avg_sq with its sign set (NaN, -0, or from a negative
 		 * scale): the maximum of the magnitudes, by the element */
@@ -521,17 +516,15 @@ ADAMW_INLINE void simd_q8_update(const struct adam_consts *c, const struct tier_
 		hv = uv > hv ? uv : hv;
 	}
 	adamw_q8_scales(a, blk, hm, hv, &invm, &invv);
-	q->invm = q->encm = invm;
-	q->invv = q->encv = invv;
+	q->invm = invm;
+	q->invv = invv;
 	if (invm == 0.0f || invv == 0.0f) {
 		q->mode = Q8_ENC_MASKED;
 	} else if (invm >= 0x1p-14f && invv >= 0x1p-30f &&
-		   f32_from_bits(v_hmin(mnm)) * invm >= 0x1p-14f && f32_from_bits(lv) * invv >= 0x1p-30f) {
+		   f32_from_bits(v_hmin(mn[0])) * invm >= 0x1p-14f && f32_from_bits(lv) * invv >= 0x1p-30f) {
 		/* (a minimum with the sign set is a negative float or a NaN:
 		 * the last test fails for it) */
 		q->mode = Q8_ENC_NORMAL;
-		q->encm = invm / Q8_M_REBIAS;
-		q->encv = invv / Q8_V_REBIAS;
 	} else {
 		q->mode = Q8_ENC_ANY;
 	}
@@ -542,15 +535,16 @@ ADAMW_INLINE void simd_q8_store(const struct tier_adam_tensors *a, const struct 
 {
 	size_t i;
 
-	/* the mode as a constant in each call: one loop each */
+	/* the mode as a constant in each call: one loop each; the fast path
+	 * takes the inverses with the rebias (v_q8_enc_m_nrm) */
 	if (q->mode == Q8_ENC_NORMAL)
-		i = simd_q8_encode(a, q->begin, q->end, q->mb, q->vb, q->rb, q->encm, q->encv, srm,
-				   Q8_ENC_NORMAL);
+		i = simd_q8_encode(a, q->begin, q->end, q->mb, q->vb, q->rb, q->invm / Q8_M_REBIAS,
+				   q->invv / Q8_V_REBIAS, srm, Q8_ENC_NORMAL);
 	else if (q->mode == Q8_ENC_MASKED)
-		i = simd_q8_encode(a, q->begin, q->end, q->mb, q->vb, q->rb, q->encm, q->encv, srm,
+		i = simd_q8_encode(a, q->begin, q->end, q->mb, q->vb, q->rb, q->invm, q->invv, srm,
 				   Q8_ENC_MASKED);
 	else
-		i = simd_q8_encode(a, q->begin, q->end, q->mb, q->vb, q->rb, q->encm, q->encv, srm,
+		i = simd_q8_encode(a, q->begin, q->end, q->mb, q->vb, q->rb, q->invm, q->invv, srm,
 				   Q8_ENC_ANY);
 	for (; i < q->end; i++) {
 		size_t o = i - q->begin;
