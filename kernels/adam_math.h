@@ -96,12 +96,15 @@ ADAM_HD uint32_t sr_key(uint64_t sr_base, uint32_t index_hi)
 	return (uint32_t)sr_mix64(sr_base + index_hi);
 }
 
+#define SR_HASH_K1 0x7feb352du
+#define SR_HASH_K2 0x846ca68bu
+
 ADAM_HD uint32_t sr_hash32(uint32_t x)
 {
 	x ^= x >> 16;
-	x *= 0x7feb352du;
+	x *= SR_HASH_K1;
 	x ^= x >> 15;
-	x *= 0x846ca68bu;
+	x *= SR_HASH_K2;
 	x ^= x >> 16;
 	return x;
 }

@@ -122,9 +122,12 @@ ADAMW_INLINE vi v_lane_index(uint32_t lo)
 	return _mm256_add_epi32(_mm256_set1_epi32((int)lo), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-ADAMW_INLINE vi v_iadd_w(vi x)
+/* sr_hash32 from its first multiply on */
+ADAMW_INLINE vi v_sr_hash_k1(vi x)
 {
-	return _mm256_add_epi32(x, _mm256_set1_epi32(8));
+	x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 15));
+	x = v_mullo(x, SR_HASH_K2);
+	return _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
 }
 
 /* sr_hash32(key ^ idx) of each lane */
@@ -133,15 +136,29 @@ ADAMW_INLINE vi v_sr_hash(uint32_t key, vi idx)
 	vi x = _mm256_xor_si256(idx, _mm256_set1_epi32((int)key));
 
 	x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
-	x = v_mullo(x, 0x7feb352du);
-	x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 15));
-	x = v_mullo(x, 0x846ca68bu);
-	return _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+	return v_sr_hash_k1(v_mullo(x, SR_HASH_K1));
+}
+
+/* sr_lane_split's table (adamw_impl.h) for 8 lanes */
+static const uint32_t sr_lane_mul[8][8] __attribute__((aligned(32))) = {
+	{ SR_LANE_MUL8(0, 0) }, { SR_LANE_MUL8(1, 0) }, { SR_LANE_MUL8(2, 0) }, { SR_LANE_MUL8(3, 0) },
+	{ SR_LANE_MUL8(4, 0) }, { SR_LANE_MUL8(5, 0) }, { SR_LANE_MUL8(6, 0) }, { SR_LANE_MUL8(7, 0) },
+};
+
+/* sr_hash32(key ^ (lo + lane)), @lo a multiple of 8 (sr_lane_split) */
+ADAMW_INLINE vi v_sr_bits_al(uint32_t key, uint32_t lo)
+{
+	uint32_t row, h = sr_lane_split(key, lo, 8, &row);
+
+	return v_sr_hash_k1(_mm256_add_epi32(_mm256_load_si256((const __m256i *)(const void *)sr_lane_mul[row]),
+					     _mm256_set1_epi32((int)h)));
 }
 
 /* sr_hash32(key ^ (lo + lane)) */
 ADAMW_INLINE vi v_sr_bits(uint32_t key, uint32_t lo)
 {
+	if (lo % 8 == 0)
+		return v_sr_bits_al(key, lo);
 	return v_sr_hash(key, v_lane_index(lo));
 }
 

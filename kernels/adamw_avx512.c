@@ -140,9 +140,12 @@ ADAMW_INLINE vi v_lane_index(uint32_t lo)
 				_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
 }
 
-ADAMW_INLINE vi v_iadd_w(vi x)
+/* sr_hash32 from its first multiply on */
+ADAMW_INLINE vi v_sr_hash_k1(vi x)
 {
-	return _mm512_add_epi32(x, _mm512_set1_epi32(16));
+	x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 15));
+	x = v_mullo(x, SR_HASH_K2);
+	return _mm512_xor_si512(x, v_srl16(x));
 }
 
 /* sr_hash32(key ^ idx) of each lane */
@@ -151,15 +154,31 @@ ADAMW_INLINE vi v_sr_hash(uint32_t key, vi idx)
 	vi x = _mm512_xor_si512(idx, _mm512_set1_epi32((int)key));
 
 	x = _mm512_xor_si512(x, v_srl16(x));
-	x = v_mullo(x, 0x7feb352du);
-	x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 15));
-	x = v_mullo(x, 0x846ca68bu);
-	return _mm512_xor_si512(x, v_srl16(x));
+	return v_sr_hash_k1(v_mullo(x, SR_HASH_K1));
+}
+
+/* sr_lane_split's table (adamw_impl.h) for 16 lanes */
+#define SR_ROW(c) { SR_LANE_MUL8(c, 0), SR_LANE_MUL8(c, 8) }
+static const uint32_t sr_lane_mul[16][16] __attribute__((aligned(64))) = {
+	SR_ROW(0), SR_ROW(1), SR_ROW(2),  SR_ROW(3),  SR_ROW(4),  SR_ROW(5),  SR_ROW(6),  SR_ROW(7),
+	SR_ROW(8), SR_ROW(9), SR_ROW(10), SR_ROW(11), SR_ROW(12), SR_ROW(13), SR_ROW(14), SR_ROW(15),
+};
+#undef SR_ROW
+
+/* sr_hash32(key ^ (lo + lane)), @lo a multiple of 16 (sr_lane_split) */
+ADAMW_INLINE vi v_sr_bits_al(uint32_t key, uint32_t lo)
+{
+	uint32_t row, h = sr_lane_split(key, lo, 16, &row);
+
+	return v_sr_hash_k1(_mm512_add_epi32(_mm512_load_si512((const void *)sr_lane_mul[row]),
+					     _mm512_set1_epi32((int)h)));
 }
 
 /* sr_hash32(key ^ (lo + lane)) */
 ADAMW_INLINE vi v_sr_bits(uint32_t key, uint32_t lo)
 {
+	if (lo % 16 == 0)
+		return v_sr_bits_al(key, lo);
 	return v_sr_hash(key, v_lane_index(lo));
 }
 

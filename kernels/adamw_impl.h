@@ -189,6 +189,34 @@ ADAMW_INLINE void adamw_scalar_roof_range(const struct tier_adam_tensors *a, siz
  * the definition; the SIMD versions split the same work into vectors.
  */
 
+/*
+ * The random bits of a vector of @w lanes (w a power of 2, at most 2^16)
+ * whose first index @lo is a multiple of w, sr_hash32(key ^ (lo + lane))
+ * in each lane, with two thirds of the hash's first half done once for
+ * the vector in scalar registers.  lo + lane is lo ^ lane, and lane < 2^16
+ * leaves (key ^ lo) >> 16 as it is, so the first xorshift gives s ^ lane,
+ * s = t ^ (t >> 16), t = key ^ lo.  The bits of s at and above w and those
+ * below are apart: s ^ lane = (s & -w) + ((s & (w - 1)) ^ lane), and the
+ * first multiply, modulo 2^32, is (s & -w) * K1 + ((s & (w - 1)) ^ lane) *
+ * K1.  sr_lane_split returns the first term and sets *row to s & (w - 1);
+ * the second is row *row of a constant table, SR_LANE_MUL(row, lane) (each
+ * SIMD file's sr_lane_mul).  A broadcast and an add then stand for the
+ * hash's first four vector operations, and no lane index is kept.
+ */
+#define SR_LANE_MUL(c, l) ((uint32_t)((c) ^ (l)) * SR_HASH_K1)
+#define SR_LANE_MUL8(c, l)                                                                  \
+	SR_LANE_MUL(c, (l) + 0), SR_LANE_MUL(c, (l) + 1), SR_LANE_MUL(c, (l) + 2),          \
+		SR_LANE_MUL(c, (l) + 3), SR_LANE_MUL(c, (l) + 4), SR_LANE_MUL(c, (l) + 5),  \
+		SR_LANE_MUL(c, (l) + 6), SR_LANE_MUL(c, (l) + 7)
+
+ADAMW_INLINE uint32_t sr_lane_split(uint32_t key, uint32_t lo, uint32_t w, uint32_t *row)
+{
+	uint32_t t = key ^ lo, s = t ^ (t >> 16);
+
+	*row = s & (w - 1u);
+	return (s & ~(w - 1u)) * SR_HASH_K1;
+}
+
 ADAMW_INLINE uint32_t adamw_ld_u8(const void *base, size_t i)
 {
 	return ((const unsigned char *)base)[i];

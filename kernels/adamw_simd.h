@@ -20,9 +20,9 @@
  *                               (v_st may rely on that)
  *   vi                          the 32-bit integer vector type
  *   v_sr_bits(key, lo)          sr_hash32(key ^ (lo + lane)) in each lane
- *   v_lane_index(lo), v_iadd_w(x), v_sr_hash(key, x)
- *                               lo + lane; x + ADAMW_W; sr_hash32(key ^ x)
- *                               in each lane
+ *   v_sr_bits_al(key, lo)       the same, lo a multiple of ADAMW_W
+ *   v_lane_index(lo), v_sr_hash(key, x)
+ *                               lo + lane; sr_hash32(key ^ x) in each lane
  *   v_lo16(r), v_hi16(r), v_out_bits(r)
  *                               r & 0xffff, r >> 16, sr_out_bits(r)
  *   v_st_bf16_sr(base, i, x, r) f32_to_bf16_sr() of each lane of x with
@@ -414,7 +414,6 @@ ADAMW_INLINE size_t simd_q8_pass1(const struct adam_consts *c, const struct tier
 	const void *const grad = a->grad;
 	float *const mb = q->mb, *const vb = q->vb;
 	uint32_t *const rb = q->rb;
-	vi idx = v_lane_index(lo); /* of the vector at i, for the random bits */
 	vi mxm = v_iset1(0), mxv = v_iset1(0), mnm = v_iset1(0x7fffffff), mnv = mnm;
 	size_t i = begin;
 
@@ -437,10 +436,8 @@ ADAMW_INLINE size_t simd_q8_pass1(const struct adam_consts *c, const struct tier
 		simd_adam(&k, g, &p, &m, &v, l2, unit_bc2);
 
 		v_st(TIER_FP32, param, i, p);
-		if (srm || sro) {
-			r = v_sr_hash(key, idx);
-			idx = v_iadd_w(idx);
-		}
+		if (srm || sro) /* lo: a multiple of TIER_Q8_BLOCK (adamw_check) */
+			r = v_sr_bits_al(key, lo + (uint32_t)(i - begin));
 		if (srm)
 			v_st_i32(rb, i - begin, r);
 		if (sro)

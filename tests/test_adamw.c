@@ -768,7 +768,9 @@ END_TEST
  * arrays into pieces (each with its index0) equals the whole.  _i =
  * combination with bf16 moments or a bf16 copy.
  */
-static const size_t sr_index0[] = { 0, 12345, ((uint64_t)1 << 32) - 13 };
+static const size_t sr_index0[] = { 0, 12345, ((uint64_t)1 << 32) - 13,
+				     /* vector-aligned (v_sr_bits_al), across 2^16 * 3 and 2^32 */
+				     ((uint64_t)3 << 16) - 32, ((uint64_t)1 << 32) - 48 };
 
 START_TEST(sr_simd_and_split)
 {
