@@ -140,12 +140,23 @@ ADAMW_INLINE vi v_lane_index(uint32_t lo)
 				_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
 }
 
+/* sr_hash32's last step, x ^ (x >> 16) */
+ADAMW_INLINE vi v_sr_fin(vi x)
+{
+	return _mm512_xor_si512(x, v_srl16(x));
+}
+
+/* sr_hash32 from its first multiply on, before its last step */
+ADAMW_INLINE vi v_sr_hash_k1_pre(vi x)
+{
+	x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 15));
+	return v_mullo(x, SR_HASH_K2);
+}
+
 /* sr_hash32 from its first multiply on */
 ADAMW_INLINE vi v_sr_hash_k1(vi x)
 {
-	x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 15));
-	x = v_mullo(x, SR_HASH_K2);
-	return _mm512_xor_si512(x, v_srl16(x));
+	return v_sr_fin(v_sr_hash_k1_pre(x));
 }
 
 /* sr_hash32(key ^ idx) of each lane */
@@ -165,13 +176,20 @@ static const uint32_t sr_lane_mul[16][16] __attribute__((aligned(64))) = {
 };
 #undef SR_ROW
 
-/* sr_hash32(key ^ (lo + lane)), @lo a multiple of 16 (sr_lane_split) */
-ADAMW_INLINE vi v_sr_bits_al(uint32_t key, uint32_t lo)
+/* sr_hash32(key ^ (lo + lane)) before its last step (v_sr_fin), @lo a
+ * multiple of 16 (sr_lane_split) */
+ADAMW_INLINE vi v_sr_bits_al_pre(uint32_t key, uint32_t lo)
 {
 	uint32_t row, h = sr_lane_split(key, lo, 16, &row);
 
-	return v_sr_hash_k1(_mm512_add_epi32(_mm512_load_si512((const void *)sr_lane_mul[row]),
-					     _mm512_set1_epi32((int)h)));
+	return v_sr_hash_k1_pre(_mm512_add_epi32(_mm512_load_si512((const void *)sr_lane_mul[row]),
+						 _mm512_set1_epi32((int)h)));
+}
+
+/* sr_hash32(key ^ (lo + lane)), @lo a multiple of 16 */
+ADAMW_INLINE vi v_sr_bits_al(uint32_t key, uint32_t lo)
+{
+	return v_sr_fin(v_sr_bits_al_pre(key, lo));
 }
 
 /* sr_hash32(key ^ (lo + lane)) */
@@ -215,16 +233,17 @@ ADAMW_INLINE vi v_iset1(int k)
 	return _mm512_set1_epi32(k);
 }
 
-/* The rounding bits of q8 codes (adam_math.h, q8_enc_m): (r & 0xffff) << 4
- * for exp_avg, (r >> 16) << 4 for exp_avg_sq */
-ADAMW_INLINE vi v_q8_rnd_m(vi r)
+/* The rounding bits of q8 codes (adam_math.h, q8_enc_m), (r & 0xffff) << 4
+ * for exp_avg and (r >> 16) << 4 for exp_avg_sq, of the random bits r =
+ * v_sr_fin(x), from x: r's low half is x's low half ^ its high half, its
+ * high half x's, so they are (x << 4 ^ x >> 12) and x >> 12, each &
+ * 0xffff0 (ternary logic 0x28: (a ^ b) & c) */
+ADAMW_INLINE void v_q8_rnd_pre(vi x, vi *rm, vi *rv)
 {
-	return _mm512_and_si512(_mm512_slli_epi32(r, 4), _mm512_set1_epi32(0xffff0));
-}
+	vi t = _mm512_srli_epi32(x, 12), mask = _mm512_set1_epi32(0xffff0);
 
-ADAMW_INLINE vi v_q8_rnd_v(vi r)
-{
-	return _mm512_and_si512(_mm512_srli_epi32(r, 12), _mm512_set1_epi32(0xffff0));
+	*rm = _mm512_ternarylogic_epi32(_mm512_slli_epi32(x, 4), t, mask, 0x28);
+	*rv = _mm512_and_si512(t, mask);
 }
 
 ADAMW_INLINE vi v_iand(vi a, vi b)

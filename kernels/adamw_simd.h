@@ -21,6 +21,9 @@
  *   vi                          the 32-bit integer vector type
  *   v_sr_bits(key, lo)          sr_hash32(key ^ (lo + lane)) in each lane
  *   v_sr_bits_al(key, lo)       the same, lo a multiple of ADAMW_W
+ *   v_sr_bits_al_pre(key, lo), v_sr_fin(x)
+ *                               the same before the hash's last step
+ *                               (x ^= x >> 16), and that step
  *   v_lane_index(lo), v_sr_hash(key, x)
  *                               lo + lane; sr_hash32(key ^ x) in each lane
  *   v_lo16(r), v_hi16(r), v_out_bits(r)
@@ -52,9 +55,8 @@
  *   v_imin(a, b), v_hmin(a)     the same for the minimum
  *   v_iset1(k), v_xor1(c), v_iand(a, b)
  *                               k in each lane; c ^ 1; a & b
- *   v_q8_rnd_m(r), v_q8_rnd_v(r)
- *                               (r & 0xffff) << 4, (r >> 16) << 4: the
- *                               rounding bits of the codes
+ *   v_q8_rnd_pre(x, &rm, &rv)   the rounding bits of the codes, (r & 0xffff)
+ *                               << 4 and (r >> 16) << 4, of r = v_sr_fin(x)
  *   v_q8_dec_m_nrm(sc, scale2), v_q8_dec_v_nrm(c, scale2),
  *   v_q8_enc_m_nrm(x, inv2, rnd), v_q8_enc_v_nrm(x, inv2, rnd)
  *                               the same as the four above for normal
@@ -295,12 +297,8 @@ ADAMW_INLINE void simd_q8_codes(const float *mb, const float *vb, const uint32_t
 	vf m = v_ld(TIER_FP32, mb, o), v = v_ld(TIER_FP32, vb, o);
 	vi rm = v_iset1((int)Q8_RND_NEAREST), rv = rm;
 
-	if (srm) {
-		vi r = v_ld_i32(rb, o);
-
-		rm = v_q8_rnd_m(r);
-		rv = v_q8_rnd_v(r);
-	}
+	if (srm) /* the hash before its last step (simd_q8_pass1) */
+		v_q8_rnd_pre(v_ld_i32(rb, o), &rm, &rv);
 	if (mode == Q8_ENC_NORMAL) {
 		*cm = v_q8_enc_m_nrm(m, vinvm, rm);
 		*cv = v_q8_enc_v_nrm(v, vinvv, rv);
@@ -360,7 +358,7 @@ ADAMW_INLINE size_t simd_q8_encode(const struct tier_adam_tensors *a, size_t beg
 /* A q8 block between its two passes (simd_q8_update, simd_q8_store). */
 struct q8_block {
 	float mb[TIER_Q8_BLOCK], vb[TIER_Q8_BLOCK]; /* the updated moments */
-	uint32_t rb[TIER_Q8_BLOCK];                 /* their random bits */
+	uint32_t rb[TIER_Q8_BLOCK]; /* their random bits before the last step (v_sr_fin) */
 	size_t begin, end;
 	uint32_t key, lo;
 	float invm, invv;    /* q8_scale()'s */
@@ -437,11 +435,11 @@ ADAMW_INLINE size_t simd_q8_pass1(const struct adam_consts *c, const struct tier
 
 		v_st(TIER_FP32, param, i, p);
 		if (srm || sro) /* lo: a multiple of TIER_Q8_BLOCK (adamw_check) */
-			r = v_sr_bits_al(key, lo + (uint32_t)(i - begin));
+			r = v_sr_bits_al_pre(key, lo + (uint32_t)(i - begin));
 		if (srm)
 			v_st_i32(rb, i - begin, r);
 		if (sro)
-			v_st_bf16_sr(param_out, i, p, v_out_bits(r));
+			v_st_bf16_sr(param_out, i, p, v_out_bits(v_sr_fin(r)));
 		else
 			v_st(od, param_out, i, p);
 		v_st(TIER_FP32, mb, i - begin, m);
