@@ -175,33 +175,24 @@ ADAMW_INLINE void adamw_scalar_roof_range(const struct tier_adam_tensors *a, siz
 	}
 }
 
-/* ------------------------------------------------------- q8 moments */
-
-/*
- * q8 moments (adam_math.h, docs/kernels.md "q8 moments"): the update of
- * one block, elements [begin, end) with begin a multiple of TIER_Q8_BLOCK
- * (index0 is one too, so the block is the tensor's) and end - begin <=
- * TIER_Q8_BLOCK: decode the block's moments, adam_elem() per element (the
- * parameters and their copy stored as for the other moment dtypes), the
- * updated fp32 moments kept in buffers, their largest magnitudes taken
- * (as integers on the bits, sign cleared: order-free, a NaN wins), then
- * the scales (q8_scale) and the codes stored.  The scalar code below is
- * the definition; the SIMD versions split the same work into vectors.
- */
+/* ------------------------------------------------------- random bits */
 
 /*
  * The random bits of a vector of @w lanes (w a power of 2, at most 2^16)
  * whose first index @lo is a multiple of w, sr_hash32(key ^ (lo + lane))
- * in each lane, with two thirds of the hash's first half done once for
- * the vector in scalar registers.  lo + lane is lo ^ lane, and lane < 2^16
- * leaves (key ^ lo) >> 16 as it is, so the first xorshift gives s ^ lane,
- * s = t ^ (t >> 16), t = key ^ lo.  The bits of s at and above w and those
- * below are apart: s ^ lane = (s & -w) + ((s & (w - 1)) ^ lane), and the
- * first multiply, modulo 2^32, is (s & -w) * K1 + ((s & (w - 1)) ^ lane) *
- * K1.  sr_lane_split returns the first term and sets *row to s & (w - 1);
- * the second is row *row of a constant table, SR_LANE_MUL(row, lane) (each
- * SIMD file's sr_lane_mul).  A broadcast and an add then stand for the
- * hash's first four vector operations, and no lane index is kept.
+ * in each lane, with the hash's first xorshift and multiply done once for
+ * the vector in scalar registers, less a table row.  lo + lane is lo ^
+ * lane, and lane < 2^16 leaves (key ^ lo) >> 16 as it is, so the first
+ * xorshift gives s ^ lane, s = t ^ (t >> 16), t = key ^ lo.  The bits of s
+ * at and above w and those below are apart:
+ *   s ^ lane = (s & -w) + ((s & (w - 1)) ^ lane),
+ * and the first multiply, modulo 2^32, is
+ *   (s & -w) * K1 + ((s & (w - 1)) ^ lane) * K1.
+ * sr_lane_split returns the first term and
+ * sets *row to s & (w - 1); the second is row *row of a constant table,
+ * SR_LANE_MUL(row, lane) (each SIMD file's sr_lane_mul).  A broadcast and
+ * an add then stand for the hash's first four vector operations, and no
+ * lane index is kept.
  */
 #define SR_LANE_MUL(c, l) ((uint32_t)((c) ^ (l)) * SR_HASH_K1)
 #define SR_LANE_MUL8(c, l)                                                                  \
@@ -216,6 +207,20 @@ ADAMW_INLINE uint32_t sr_lane_split(uint32_t key, uint32_t lo, uint32_t w, uint3
 	*row = s & (w - 1u);
 	return (s & ~(w - 1u)) * SR_HASH_K1;
 }
+
+/* ------------------------------------------------------- q8 moments */
+
+/*
+ * q8 moments (adam_math.h, docs/kernels.md "q8 moments"): the update of
+ * one block, elements [begin, end) with begin a multiple of TIER_Q8_BLOCK
+ * (index0 is one too, so the block is the tensor's) and end - begin <=
+ * TIER_Q8_BLOCK: decode the block's moments, adam_elem() per element (the
+ * parameters and their copy stored as for the other moment dtypes), the
+ * updated fp32 moments kept in buffers, their largest magnitudes taken
+ * (as integers on the bits, sign cleared: order-free, a NaN wins), then
+ * the scales (q8_scale) and the codes stored.  The scalar code below is
+ * the definition; the SIMD versions split the same work into vectors.
+ */
 
 ADAMW_INLINE uint32_t adamw_ld_u8(const void *base, size_t i)
 {
