@@ -421,15 +421,11 @@ ADAMW_INLINE vf v_q8_dec_v_nrm(vi code, vf scale2)
 	return _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(code, 20)), scale2);
 }
 
-/* exp_avg's code with its sign at bit 11, as adamw_avx512.c's */
-ADAMW_INLINE vi v_q8_enc_m_nrm(vf m, vf inv2, vi rnd)
+/* The code of a normal x, for either moment, exp_avg's with its sign at
+ * bit 11, as adamw_avx512.c's */
+ADAMW_INLINE vi v_q8_enc_nrm(vf x, vf inv2, vi rnd)
 {
-	return _mm256_srli_epi32(_mm256_add_epi32(_mm256_castps_si256(_mm256_mul_ps(m, inv2)), rnd), 20);
-}
-
-ADAMW_INLINE vi v_q8_enc_v_nrm(vf v, vf inv2, vi rnd)
-{
-	return _mm256_srli_epi32(_mm256_add_epi32(_mm256_castps_si256(_mm256_mul_ps(v, inv2)), rnd), 20);
+	return _mm256_srli_epi32(_mm256_add_epi32(_mm256_castps_si256(_mm256_mul_ps(x, inv2)), rnd), 20);
 }
 
 /* Whether every exp_avg code of the block at @cm has a magnitude >= 8 and

@@ -303,7 +303,7 @@ ADAMW_INLINE void v_st_u8x4(void *base, size_t i, vi a, vi b, vi c, vi d)
 }
 
 /*
- * v_st_u8x4 and v_st_u8 of codes with the sign at bit 11 (v_q8_enc_m_nrm),
+ * v_st_u8x4 and v_st_u8 of codes with the sign at bit 11 (v_q8_enc_nrm),
  * stored with it at bit 7: after the first pack each 16-bit lane is
  * sign << 11 | code (code < 128), and (w & 0x7f) | (w >> 4 & 0x80) is the
  * byte, one shift and one ternary logic operation (0xe4: c ? a : b) for
@@ -453,18 +453,15 @@ ADAMW_INLINE vf v_q8_dec_v_nrm(vi code, vf scale2)
 	return _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(code, 20)), scale2);
 }
 
-/* exp_avg's code with its sign at bit 11, not 7 (v_st_u8x4_sgn moves it):
- * the sign of m * inv2 stays where it is through the add (|x| / rebias
- * has bits below 2^27, rnd below 2^20) and the shift. */
-ADAMW_INLINE vi v_q8_enc_m_nrm(vf m, vf inv2, vi rnd)
+/* The code of a normal x, for either moment (@x's sign clear for
+ * exp_avg_sq); exp_avg's with its sign at bit 11, not 7 (v_st_u8x4_sgn
+ * moves it): the sign of x * inv2 stays where it is through the add
+ * (|x| / rebias has bits below 2^27, rnd below 2^20) and the shift. */
+ADAMW_INLINE vi v_q8_enc_nrm(vf x, vf inv2, vi rnd)
 {
-	return _mm512_srli_epi32(_mm512_add_epi32(_mm512_castps_si512(_mm512_mul_ps(m, inv2)), rnd), 20);
+	return _mm512_srli_epi32(_mm512_add_epi32(_mm512_castps_si512(_mm512_mul_ps(x, inv2)), rnd), 20);
 }
 
-ADAMW_INLINE vi v_q8_enc_v_nrm(vf v, vf inv2, vi rnd)
-{
-	return _mm512_srli_epi32(_mm512_add_epi32(_mm512_castps_si512(_mm512_mul_ps(v, inv2)), rnd), 20);
-}
 
 /* Whether every exp_avg code of the TIER_Q8_BLOCK at @cm has a magnitude
  * >= 8 and every exp_avg_sq code at @cv is >= 8 (all normal): c + c is a

@@ -58,12 +58,11 @@
  *   v_q8_rnd_pre(x, &rm, &rv)   the rounding bits of the codes, (r & 0xffff)
  *                               << 4 and (r >> 16) << 4, of r = v_sr_fin(x)
  *   v_q8_dec_m_nrm(sc, scale2), v_q8_dec_v_nrm(c, scale2),
- *   v_q8_enc_m_nrm(x, inv2, rnd), v_q8_enc_v_nrm(x, inv2, rnd)
- *                               the same as the four above for normal
+ *   v_q8_enc_nrm(x, inv2, rnd)  the same as the four above for normal
  *                               codes and values, the rebias (Q8_M_REBIAS,
  *                               Q8_V_REBIAS) folded into the scale or the
  *                               inverse (simd_q8_update)
- *                               (v_q8_enc_m_nrm's code has its sign at
+ *                               (exp_avg's v_q8_enc_nrm code has its sign at
  *                               bit 11, stored by v_st_u8x4_sgn and
  *                               v_st_u8_sgn at bit 7)
  *   v_q8_codes_normal(cm, cv)   whether the TIER_Q8_BLOCK codes at cm and
@@ -300,8 +299,8 @@ ADAMW_INLINE void simd_q8_codes(const float *mb, const float *vb, const uint32_t
 	if (srm) /* the hash before its last step (simd_q8_pass1) */
 		v_q8_rnd_pre(v_ld_i32(rb, o), &rm, &rv);
 	if (mode == Q8_ENC_NORMAL) {
-		*cm = v_q8_enc_m_nrm(m, vinvm, rm);
-		*cv = v_q8_enc_v_nrm(v, vinvv, rv);
+		*cm = v_q8_enc_nrm(m, vinvm, rm);
+		*cv = v_q8_enc_nrm(v, vinvv, rv);
 		return;
 	}
 	*cm = v_q8_enc_m(m, vinvm, rm);
@@ -317,7 +316,7 @@ ADAMW_INLINE void simd_q8_codes(const float *mb, const float *vb, const uint32_t
  * [begin, end) from the buffers, as @mode says.  Q8_ENC_MASKED: a scale of
  * the block has no inverse (q8_scale: NaN, inf or below 2^-126), so that
  * moment's codes are 0, by the masks; Q8_ENC_NORMAL: @invm and @invv
- * carry the rebias (v_q8_enc_m_nrm).
+ * carry the rebias (v_q8_enc_nrm).
  */
 ADAMW_INLINE size_t simd_q8_encode(const struct tier_adam_tensors *a, size_t begin, size_t end,
 				   const float *mb, const float *vb, const uint32_t *rb, float invm,
@@ -391,7 +390,7 @@ struct q8_block {
  *   a product is monotonic), whose exp_avg_sq values all have the sign
  *   clear, and whose inverses are >= 2^-14 and 2^-30, so that inv /
  *   Q8_M_REBIAS and inv / Q8_V_REBIAS are exact and normal, as every x /
- *   rebias is then: v_q8_enc_m_nrm, v_q8_enc_v_nrm.  x <= 1 there, so
+ *   rebias is then: v_q8_enc_nrm.  x <= 1 there, so
  *   the clamp to 1 is left out (q8_enc_m clamps for a product of inv
  *   that rounds above 1: 1 + 2^-23 at most, whose code is 1's anyway).
  *
@@ -531,7 +530,7 @@ ADAMW_INLINE void simd_q8_store(const struct tier_adam_tensors *a, const struct 
 	size_t i;
 
 	/* the mode as a constant in each call: one loop each; the fast path
-	 * takes the inverses with the rebias (v_q8_enc_m_nrm) */
+	 * takes the inverses with the rebias (v_q8_enc_nrm) */
 	if (q->mode == Q8_ENC_NORMAL)
 		i = simd_q8_encode(a, q->begin, q->end, q->mb, q->vb, q->rb, q->invm / Q8_M_REBIAS,
 				   q->invv / Q8_V_REBIAS, srm, Q8_ENC_NORMAL);
