@@ -36,12 +36,15 @@
  *
  * q8 moments (adam_math.h, "q8 moments").  The same tiles; a warp per
  * TIER_Q8_BLOCK-element block of the tile, TIER_Q8_BLOCK / 32 elements per
- * lane: decode, adam_elem(), the parameter and its copy stored; the
- * block's largest magnitudes (integer maxima of the bits, sign cleared:
- * exact in any order, a NaN wins) by warp shuffles; every lane computes
- * the scales (q8_scale), lane 0 stores them, each lane its codes.  The
- * same functions as the CPU kernels, so the same bytes.  A piece starts at a tile boundary, a
- * multiple of TIER_Q8_BLOCK, so its blocks are its chunk's.
+ * lane (runs of 4 with vector loads where the piece is aligned): decode,
+ * adam_elem(), the parameter and its copy stored; the block's largest
+ * magnitudes (integer maxima of the bits, sign cleared: exact in any
+ * order, a NaN wins) by warp shuffles; every lane computes the scales
+ * (q8_scale), lane 0 stores them, each lane its codes.  The same functions
+ * as the CPU kernels, so the same bytes.  A piece starts at a tile
+ * boundary, a multiple of TIER_Q8_BLOCK, so its blocks are its chunk's,
+ * and a block's indices share their high 32 bits: the random stream's key
+ * once per block.
  *
  * Gradient check.  It follows the summation order of kernels/gradcheck.h,
  * so the sum is tier_grad_check()'s, bit for bit (the squares are exact in
@@ -323,7 +326,7 @@ static const step_launch_fn step_table[2][3][3] = { STEP_GRADS(TIER_FP32), STEP_
 
 /* Elements of a q8 block per lane: a warp updates a whole block. */
 #define Q8_PER_LANE (TIER_Q8_BLOCK / 32)
-static_assert(TIER_Q8_BLOCK % 32 == 0, "q8: a block is whole warps' worth");
+static_assert(TIER_Q8_BLOCK % 128 == 0, "q8: a block is whole runs of 4 elements a lane");
 
 /* The largest of the warp's @x, to every lane. */
 __device__ __forceinline__ uint32_t warp_max(uint32_t x)
@@ -338,16 +341,209 @@ __device__ __forceinline__ uint32_t warp_max(uint32_t x)
 }
 
 /*
- * A warp per TIER_Q8_BLOCK-element block, the tile's blocks dealt out to
- * the warps: lane l holds elements l, l + 32, ... of the block (each load
- * and store of the warp is contiguous), Q8_PER_LANE of them, all loaded
- * before the first is used; the block's largest magnitudes by shuffles
- * alone, so no barrier.  The first version (a thread per element of a
- * block, the blocks one after another, two barriers per block) ran at 0.57
- * of the same-traffic kernel on an H100.
+ * The stochastic-rounding key of the q8 block at element @q of @k: index0
+ * and q are multiples of TIER_Q8_BLOCK, a divisor of 2^32, so the block's
+ * indices share their high 32 bits, and an element's bits are
+ * sr_hash32(key ^ (uint32_t)index), as sr_bits() gives them.
+ */
+__device__ __forceinline__ uint32_t q8_key(const struct adam_consts &c, const struct adamw_chunk &k,
+					   size_t q)
+{
+	return sr_key(c.sr_base, (uint32_t)((k.index0 + q) >> 32));
+}
+
+/*
+ * One element of a q8 block: its moments decoded from codes @bm, @bv with
+ * the block's scales @sm, @sv, updated with gradient @g (parameter *@p,
+ * the new moments to *@m, *@v), and its random bits (index @idx's low 32
+ * bits) to *@r, 0 when nothing rounds stochastically.
+ */
+__device__ __forceinline__ void q8_elem(const struct adam_consts &c, uint32_t key, uint32_t idx,
+					bool srm, bool sro, uint32_t bm, uint32_t bv, float sm, float sv,
+					float g, float *p, float *m, float *v, uint32_t *r)
+{
+	*m = q8_dec_m(bm, sm);
+	*v = q8_dec_v(bv, sv);
+	adam_elem(&c, g, p, m, v);
+	*r = srm || sro ? sr_hash32(key ^ idx) : 0u;
+}
+
+/* The codes of an element's new moments @m, @v in a block of inverses
+ * @invm, @invv (q8_scale), rounded with its random bits @r when @srm. */
+__device__ __forceinline__ void q8_codes(bool srm, float invm, float invv, float m, float v, uint32_t r,
+					 uint32_t *cm, uint32_t *cv)
+{
+	const uint32_t rm = srm ? (r & 0xffffu) << 4 : Q8_RND_NEAREST;
+	const uint32_t rv = srm ? (r >> 16) << 4 : Q8_RND_NEAREST;
+
+	*cm = invm != 0.0f ? q8_enc_m(m, invm, rm) : 0u;
+	*cv = invv != 0.0f ? q8_enc_v(v, invv, rv) : 0u;
+}
+
+/*
+ * A whole block whose arrays are vector-aligned: lane l holds the runs of
+ * 4 elements at 4l, 4l + 128, ... of the block (Q8_PER_LANE / 4 of them),
+ * each run one 16-byte load of the parameter and of an fp32 gradient and
+ * one 4-byte load of each moment's codes, all issued before the first is
+ * used; each warp load is one contiguous span.  The same arithmetic per
+ * element as q8_block_1, so the same bytes.
  */
 template <int GT, int OT>
-__global__ void __launch_bounds__(STEP_THREADS) q8_kernel(const __grid_constant__ struct step_batch b)
+__device__ __forceinline__ void q8_block_vec(const struct adam_consts &c, const struct adamw_chunk &k,
+					     size_t q, unsigned lane, bool srm, bool sro)
+{
+	constexpr int R = Q8_PER_LANE / 4;
+	const size_t blk = q / TIER_Q8_BLOCK;
+	const uint32_t key = q8_key(c, k, q), lo = (uint32_t)(k.index0 + q);
+	const float sm = k.exp_avg_scale[blk], sv = k.exp_avg_sq_scale[blk];
+	float g[R][4], p[R][4], m[R][4], v[R][4], invm, invv, scm, scv;
+	uint32_t bm[R], bv[R], r[R][4], hm = 0, hv = 0;
+
+#pragma unroll
+	for (int e = 0; e < R; e++) {
+		const size_t i = q + (size_t)e * 128 + 4 * lane;
+
+		io<GT>::ld4(k.grad, i, g[e]);
+		io<TIER_FP32>::ld4(k.param, i, p[e]);
+		bm[e] = *(const uint32_t *)((const unsigned char *)k.exp_avg + i);
+		bv[e] = *(const uint32_t *)((const unsigned char *)k.exp_avg_sq + i);
+	}
+#pragma unroll
+	for (int e = 0; e < R; e++) {
+		const size_t i = q + (size_t)e * 128 + 4 * lane;
+		const uint32_t o = (uint32_t)e * 128 + 4 * lane;
+
+#pragma unroll
+		for (int j = 0; j < 4; j++) {
+			q8_elem(c, key, lo + o + j, srm, sro, (bm[e] >> 8 * j) & 0xffu,
+				    (bv[e] >> 8 * j) & 0xffu, sm, sv, g[e][j], &p[e][j], &m[e][j],
+				    &v[e][j], &r[e][j]);
+			hm = max(hm, f32_bits(m[e][j]) & 0x7fffffffu);
+			hv = max(hv, f32_bits(v[e][j]) & 0x7fffffffu);
+		}
+		io<TIER_FP32>::st4(k.param, i, p[e]);
+		if (sro) {
+			uint2 x;
+
+			x.x = (uint32_t)f32_to_bf16_sr(p[e][0], sr_out_bits(r[e][0])) |
+			      (uint32_t)f32_to_bf16_sr(p[e][1], sr_out_bits(r[e][1])) << 16;
+			x.y = (uint32_t)f32_to_bf16_sr(p[e][2], sr_out_bits(r[e][2])) |
+			      (uint32_t)f32_to_bf16_sr(p[e][3], sr_out_bits(r[e][3])) << 16;
+			*(uint2 *)((uint16_t *)k.param_out + i) = x;
+		} else if (k.param_out) {
+			io<OT>::st4(k.param_out, i, p[e]);
+		}
+	}
+	hm = warp_max(hm);
+	hv = warp_max(hv);
+	scm = q8_scale(hm, &invm);
+	scv = q8_scale(hv, &invv);
+	if (lane == 0) {
+		k.exp_avg_scale[blk] = scm;
+		k.exp_avg_sq_scale[blk] = scv;
+	}
+#pragma unroll
+	for (int e = 0; e < R; e++) {
+		const size_t i = q + (size_t)e * 128 + 4 * lane;
+		uint32_t wm = 0, wv = 0;
+
+#pragma unroll
+		for (int j = 0; j < 4; j++) {
+			uint32_t cm, cv;
+
+			q8_codes(srm, invm, invv, m[e][j], v[e][j], r[e][j], &cm, &cv);
+			wm |= cm << 8 * j;
+			wv |= cv << 8 * j;
+		}
+		*(uint32_t *)((unsigned char *)k.exp_avg + i) = wm;
+		*(uint32_t *)((unsigned char *)k.exp_avg_sq + i) = wv;
+	}
+}
+
+/*
+ * Any other block (an unaligned piece, or a piece's last, partial block):
+ * lane l holds elements l, l + 32, ... of the block (each load and store
+ * of the warp is contiguous), Q8_PER_LANE of them, all loaded before the
+ * first is used.
+ */
+template <int GT, int OT>
+__device__ __forceinline__ void q8_block_1(const struct adam_consts &c, const struct adamw_chunk &k,
+					   size_t q, size_t end, unsigned lane, bool srm, bool sro)
+{
+	const unsigned char *cm = (const unsigned char *)k.exp_avg, *cv = (const unsigned char *)k.exp_avg_sq;
+	const size_t blk = q / TIER_Q8_BLOCK;
+	const uint32_t key = q8_key(c, k, q), lo = (uint32_t)(k.index0 + q);
+	const float sm = k.exp_avg_scale[blk], sv = k.exp_avg_sq_scale[blk];
+	float g[Q8_PER_LANE], p[Q8_PER_LANE], m[Q8_PER_LANE], v[Q8_PER_LANE];
+	unsigned char bm[Q8_PER_LANE], bv[Q8_PER_LANE];
+	uint32_t r[Q8_PER_LANE], hm = 0, hv = 0;
+	float invm, invv, scm, scv;
+
+#pragma unroll
+	for (int e = 0; e < Q8_PER_LANE; e++) {
+		const size_t i = q + (size_t)e * 32 + lane;
+
+		if (i < end) {
+			g[e] = io<GT>::ld(k.grad, i);
+			p[e] = k.param[i];
+			bm[e] = cm[i];
+			bv[e] = cv[i];
+		}
+	}
+#pragma unroll
+	for (int e = 0; e < Q8_PER_LANE; e++) {
+		const size_t i = q + (size_t)e * 32 + lane;
+
+		m[e] = v[e] = 0.0f; /* out of range lanes add 0 to the maxima */
+		r[e] = 0;
+		if (i >= end)
+			continue;
+		q8_elem(c, key, lo + (uint32_t)e * 32 + lane, srm, sro, bm[e], bv[e], sm, sv, g[e],
+			    &p[e], &m[e], &v[e], &r[e]);
+		k.param[i] = p[e];
+		if (sro)
+			((uint16_t *)k.param_out)[i] = f32_to_bf16_sr(p[e], sr_out_bits(r[e]));
+		else if (k.param_out)
+			io<OT>::st(k.param_out, i, p[e]);
+		hm = max(hm, f32_bits(m[e]) & 0x7fffffffu);
+		hv = max(hv, f32_bits(v[e]) & 0x7fffffffu);
+	}
+	hm = warp_max(hm);
+	hv = warp_max(hv);
+	scm = q8_scale(hm, &invm);
+	scv = q8_scale(hv, &invv);
+	if (lane == 0) {
+		k.exp_avg_scale[blk] = scm;
+		k.exp_avg_sq_scale[blk] = scv;
+	}
+#pragma unroll
+	for (int e = 0; e < Q8_PER_LANE; e++) {
+		const size_t i = q + (size_t)e * 32 + lane;
+
+		if (i < end) {
+			uint32_t wm, wv;
+
+			q8_codes(srm, invm, invv, m[e], v[e], r[e], &wm, &wv);
+			((unsigned char *)k.exp_avg)[i] = (unsigned char)wm;
+			((unsigned char *)k.exp_avg_sq)[i] = (unsigned char)wv;
+		}
+	}
+}
+
+/*
+ * A warp per TIER_Q8_BLOCK-element block, the tile's blocks dealt out to
+ * the warps, each block's largest magnitudes by shuffles alone, so no
+ * barrier: q8_block_vec for a whole block of a vector-aligned piece,
+ * q8_block_1 otherwise.  At most 80 registers a thread (a few spill to
+ * L1), so three blocks of STEP_THREADS an SM: measured on an H100
+ * (performance.md, "q8 on the GPU"), 0.92 of the same-traffic kernel,
+ * against 0.80 with the compiler's 94 registers and two blocks an SM.
+ * Before: a thread per element of a block, the blocks one after another,
+ * two barriers per block, 0.57; a warp per block, element by element, the
+ * random stream's key (three 64-bit multiplies) computed per element, 0.64.
+ */
+template <int GT, int OT>
+__global__ void __launch_bounds__(STEP_THREADS, 3) q8_kernel(const __grid_constant__ struct step_batch b)
 {
 	const unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 	unsigned pc;
@@ -357,71 +553,14 @@ __global__ void __launch_bounds__(STEP_THREADS) q8_kernel(const __grid_constant_
 	const struct adamw_chunk k = b.k[pc];
 	const struct adam_consts c = b.c;
 	const bool srm = c.sr_moments != 0, sro = OT == TIER_BF16 && c.sr_out && k.param_out;
-	const unsigned char *cm = (const unsigned char *)k.exp_avg, *cv = (const unsigned char *)k.exp_avg_sq;
+	const bool vec = (b.vec >> pc) & 1u;
 
 	for (size_t q = begin + (size_t)warp * TIER_Q8_BLOCK; q < end;
 	     q += (size_t)(STEP_THREADS / 32) * TIER_Q8_BLOCK) {
-		const size_t blk = q / TIER_Q8_BLOCK;
-		const float sm = k.exp_avg_scale[blk], sv = k.exp_avg_sq_scale[blk];
-		float g[Q8_PER_LANE], p[Q8_PER_LANE], m[Q8_PER_LANE], v[Q8_PER_LANE];
-		unsigned char bm[Q8_PER_LANE], bv[Q8_PER_LANE];
-		uint32_t r[Q8_PER_LANE], hm = 0, hv = 0;
-		float invm, invv, scm, scv;
-
-#pragma unroll
-		for (int e = 0; e < Q8_PER_LANE; e++) {
-			const size_t i = q + (size_t)e * 32 + lane;
-
-			if (i < end) {
-				g[e] = io<GT>::ld(k.grad, i);
-				p[e] = k.param[i];
-				bm[e] = cm[i];
-				bv[e] = cv[i];
-			}
-		}
-#pragma unroll
-		for (int e = 0; e < Q8_PER_LANE; e++) {
-			const size_t i = q + (size_t)e * 32 + lane;
-
-			m[e] = v[e] = 0.0f; /* out of range lanes add 0 to the maxima */
-			r[e] = 0;
-			if (i >= end)
-				continue;
-			m[e] = q8_dec_m(bm[e], sm);
-			v[e] = q8_dec_v(bv[e], sv);
-			adam_elem(&c, g[e], &p[e], &m[e], &v[e]);
-			k.param[i] = p[e];
-			if (srm || sro)
-				r[e] = sr_bits(c, k, i);
-			if (sro)
-				((uint16_t *)k.param_out)[i] = f32_to_bf16_sr(p[e], sr_out_bits(r[e]));
-			else if (k.param_out)
-				io<OT>::st(k.param_out, i, p[e]);
-			hm = max(hm, f32_bits(m[e]) & 0x7fffffffu);
-			hv = max(hv, f32_bits(v[e]) & 0x7fffffffu);
-		}
-		hm = warp_max(hm);
-		hv = warp_max(hv);
-		scm = q8_scale(hm, &invm);
-		scv = q8_scale(hv, &invv);
-		if (lane == 0) {
-			k.exp_avg_scale[blk] = scm;
-			k.exp_avg_sq_scale[blk] = scv;
-		}
-#pragma unroll
-		for (int e = 0; e < Q8_PER_LANE; e++) {
-			const size_t i = q + (size_t)e * 32 + lane;
-
-			if (i < end) {
-				uint32_t rm = srm ? (r[e] & 0xffffu) << 4 : Q8_RND_NEAREST;
-				uint32_t rv = srm ? (r[e] >> 16) << 4 : Q8_RND_NEAREST;
-
-				((unsigned char *)k.exp_avg)[i] =
-					(unsigned char)(invm != 0.0f ? q8_enc_m(m[e], invm, rm) : 0u);
-				((unsigned char *)k.exp_avg_sq)[i] =
-					(unsigned char)(invv != 0.0f ? q8_enc_v(v[e], invv, rv) : 0u);
-			}
-		}
+		if (vec && end - q >= TIER_Q8_BLOCK)
+			q8_block_vec<GT, OT>(c, k, q, lane, srm, sro);
+		else
+			q8_block_1<GT, OT>(c, k, q, end, lane, srm, sro);
 	}
 }
 
