@@ -381,6 +381,25 @@ __device__ __forceinline__ void q8_codes(bool srm, float invm, float invv, float
 }
 
 /*
+ * The scales of block @blk from each lane's largest magnitudes @hm, @hv:
+ * lane 0 stores them, every lane gets their inverses *@invm, *@invv.
+ */
+__device__ __forceinline__ void q8_block_scales(const struct adamw_chunk &k, size_t blk, unsigned lane,
+						uint32_t hm, uint32_t hv, float *invm, float *invv)
+{
+	float scm, scv;
+
+	hm = warp_max(hm);
+	hv = warp_max(hv);
+	scm = q8_scale(hm, invm);
+	scv = q8_scale(hv, invv);
+	if (lane == 0) {
+		k.exp_avg_scale[blk] = scm;
+		k.exp_avg_sq_scale[blk] = scv;
+	}
+}
+
+/*
  * A whole block whose arrays are vector-aligned: lane l holds the runs of
  * 4 elements at 4l, 4l + 128, ... of the block (Q8_PER_LANE / 4 of them),
  * each run one 16-byte load of the parameter and of an fp32 gradient and
@@ -396,7 +415,7 @@ __device__ __forceinline__ void q8_block_vec(const struct adam_consts &c, const 
 	const size_t blk = q / TIER_Q8_BLOCK;
 	const uint32_t key = q8_key(c, k, q), lo = (uint32_t)(k.index0 + q);
 	const float sm = k.exp_avg_scale[blk], sv = k.exp_avg_sq_scale[blk];
-	float g[R][4], p[R][4], m[R][4], v[R][4], invm, invv, scm, scv;
+	float g[R][4], p[R][4], m[R][4], v[R][4], invm, invv;
 	uint32_t bm[R], bv[R], r[R][4], hm = 0, hv = 0;
 
 #pragma unroll
@@ -434,14 +453,7 @@ __device__ __forceinline__ void q8_block_vec(const struct adam_consts &c, const 
 			io<OT>::st4(k.param_out, i, p[e]);
 		}
 	}
-	hm = warp_max(hm);
-	hv = warp_max(hv);
-	scm = q8_scale(hm, &invm);
-	scv = q8_scale(hv, &invv);
-	if (lane == 0) {
-		k.exp_avg_scale[blk] = scm;
-		k.exp_avg_sq_scale[blk] = scv;
-	}
+	q8_block_scales(k, blk, lane, hm, hv, &invm, &invv);
 #pragma unroll
 	for (int e = 0; e < R; e++) {
 		const size_t i = q + (size_t)e * 128 + 4 * lane;
@@ -477,7 +489,7 @@ __device__ __forceinline__ void q8_block_1(const struct adam_consts &c, const st
 	float g[Q8_PER_LANE], p[Q8_PER_LANE], m[Q8_PER_LANE], v[Q8_PER_LANE];
 	unsigned char bm[Q8_PER_LANE], bv[Q8_PER_LANE];
 	uint32_t r[Q8_PER_LANE], hm = 0, hv = 0;
-	float invm, invv, scm, scv;
+	float invm, invv;
 
 #pragma unroll
 	for (int e = 0; e < Q8_PER_LANE; e++) {
@@ -508,14 +520,7 @@ __device__ __forceinline__ void q8_block_1(const struct adam_consts &c, const st
 		hm = max(hm, f32_bits(m[e]) & 0x7fffffffu);
 		hv = max(hv, f32_bits(v[e]) & 0x7fffffffu);
 	}
-	hm = warp_max(hm);
-	hv = warp_max(hv);
-	scm = q8_scale(hm, &invm);
-	scv = q8_scale(hv, &invv);
-	if (lane == 0) {
-		k.exp_avg_scale[blk] = scm;
-		k.exp_avg_sq_scale[blk] = scv;
-	}
+	q8_block_scales(k, blk, lane, hm, hv, &invm, &invv);
 #pragma unroll
 	for (int e = 0; e < Q8_PER_LANE; e++) {
 		const size_t i = q + (size_t)e * 32 + lane;
