@@ -462,7 +462,6 @@ ADAMW_INLINE vi v_q8_enc_nrm(vf x, vf inv2, vi rnd)
 	return _mm512_srli_epi32(_mm512_add_epi32(_mm512_castps_si512(_mm512_mul_ps(x, inv2)), rnd), 20);
 }
 
-
 /* Whether every exp_avg code of the TIER_Q8_BLOCK at @cm has a magnitude
  * >= 8 and every exp_avg_sq code at @cv is >= 8 (all normal): c + c is a
  * byte's magnitude times 2. */
