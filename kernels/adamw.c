@@ -1,7 +1,7 @@
 /*
  * adamw.c - the CPU Adam/AdamW update: argument checks, the scalar version
- * and its roofline, the choice of version (cpuid, TIER_SIMD), the tiling
- * over the thread pool, and the public tier_adam_step(),
+ * and its roofline, the choice of version (cpuid, TIER_SIMD), the runs
+ * the thread pool's threads claim, and the public tier_adam_step(),
  * tier_adam_roofline() and tier_adam_isa().
  *
  * Every version (this file's scalar one, kernels/adamw_avx2.c,
@@ -9,7 +9,7 @@
  * element and they agree bit for bit; the kernels are compiled with
  * -ffp-contract=off -fno-math-errno (kernels/meson.build).  docs/kernels.md
  * describes the semantics, the dtype rules and the measurements behind the
- * tile size.
+ * runs.
  */
 #include "config.h"
 
@@ -33,15 +33,14 @@
 #endif
 
 /*
- * Elements per tile: the unit the pool's threads claim.  A tile of fp32
- * state moves 28 bytes an element (448 KiB at 16K), bf16 moments and a
- * bf16 copy 22; the data is streamed, not reused, so the size only has to
- * amortise claiming a tile (an atomic add) and keep each thread's streams
- * long enough for the hardware prefetchers, while leaving enough tiles to
- * balance the threads' shares.  Measured on 2 Zen 1 cores, 64M elements
- * (docs/kernels.md): 4K to 64K tiles differ by less than the run-to-run
- * noise; 16K (as the gradient check's tiles), a multiple of every vector
- * width, is the choice.
+ * The smallest run of elements a thread claims (the runs: adamw_run).
+ * Tiles of 16K elements claimed alternately by the threads were measured
+ * on 2 Zen 1 cores to be as fast as 4K to 64K ones (docs/kernels.md), but
+ * on an AVX-512 Xeon q8's step took 15% longer, and its roofline 11%,
+ * than with contiguous runs (docs/performance.md, "The threads' tiles"):
+ * two cores streaming through neighbouring tiles.  16K elements (448 KiB
+ * of fp32 state) stays the floor, so that the last runs still balance the
+ * threads; a multiple of every vector width and of the q8 block.
  */
 #define ADAMW_TILE_DEFAULT ((size_t)16 * 1024)
 _Static_assert(ADAMW_TILE_DEFAULT % TIER_Q8_BLOCK == 0, "a tile is whole q8 blocks");
@@ -313,32 +312,61 @@ struct adamw_job {
 	adamw_kernel_fn fn;
 	const struct adam_consts *c;
 	const struct tier_adam_tensors *a;
-	size_t tile;
+	size_t tile;         /* the smallest run, whole q8 blocks */
+	size_t share;        /* a run is what is left over this */
+	_Atomic size_t next; /* the first element not claimed */
 };
 
-static void adamw_tile(void *arg, size_t index, unsigned worker)
+/* The length of the run from @b (a multiple of the tile, or n). */
+static size_t adamw_run_len(const struct adamw_job *j, size_t b)
 {
-	const struct adamw_job *j = arg;
-	size_t begin = index * j->tile;
-	size_t end = j->a->n - begin < j->tile ? j->a->n : begin + j->tile;
+	size_t rest = j->a->n - b, len = rest / j->share;
 
-	(void)worker;
-	j->fn(j->c, j->a, begin, end);
+	len = len <= j->tile ? j->tile : (len + j->tile - 1) / j->tile * j->tile;
+	return len < rest ? len : rest;
 }
 
-/* @fn over @a in tiles, on @pool's threads (NULL: this one). */
+/*
+ * One thread's part of adamw_run: runs claimed until none is left.  Each
+ * is 1/share of what is left, at least a tile (OpenMP's guided schedule):
+ * long contiguous runs first, short ones at the end to even the threads
+ * out.  Every run starts at a multiple of the tile, so q8 blocks stay
+ * whole; which thread updates an element does not change its bits.
+ */
+static void adamw_claims(void *arg, size_t index, unsigned worker)
+{
+	struct adamw_job *j = arg;
+	size_t b = atomic_load_explicit(&j->next, memory_order_relaxed);
+
+	(void)index;
+	(void)worker;
+	while (b < j->a->n) {
+		size_t len = adamw_run_len(j, b);
+
+		if (atomic_compare_exchange_weak_explicit(&j->next, &b, b + len,
+							  memory_order_relaxed,
+							  memory_order_relaxed)) {
+			j->fn(j->c, j->a, b, b + len);
+			b = atomic_load_explicit(&j->next, memory_order_relaxed);
+		}
+	}
+}
+
+/* @fn over @a on @pool's threads (NULL: this one), in contiguous runs
+ * that the threads claim (adamw_claims). */
 static int adamw_run(struct tier_pool *pool, adamw_kernel_fn fn, const struct adam_consts *c,
 		     const struct tier_adam_tensors *a)
 {
-	struct adamw_job j = { fn, c, a, atomic_load_explicit(&g_tile, memory_order_relaxed) };
-	size_t ntiles = a->n / j.tile + (a->n % j.tile != 0);
+	unsigned threads = pool ? tier_pool_size(pool) : 1;
+	struct adamw_job j = { fn, c, a, atomic_load_explicit(&g_tile, memory_order_relaxed),
+			       2 * (size_t)threads, 0 };
 
-	if (!pool || ntiles <= 1) {
-		for (size_t i = 0; i < ntiles; i++)
-			adamw_tile(&j, i, 0);
+	if (threads <= 1 || a->n <= j.tile) {
+		if (a->n)
+			fn(c, a, 0, a->n);
 		return 0;
 	}
-	return ts_pool_for(pool, ntiles, adamw_tile, &j);
+	return ts_pool_for(pool, threads, adamw_claims, &j);
 }
 
 static int isa_usable(enum adamw_isa isa)

@@ -43,8 +43,8 @@ const char *adamw_isa_name(enum adamw_isa isa);
 int adamw_isa_supported(enum adamw_isa isa);
 adamw_kernel_fn adamw_kernel(enum adamw_isa isa);
 
-/* One step over @a with a given version, split into cache-sized tiles over
- * @pool (NULL: the calling thread alone) (tests, benchmarks; tier_adam_step
+/* One step over @a with a given version, in contiguous runs that
+ * @pool's threads claim (NULL: the calling thread alone) (tests, benchmarks; tier_adam_step
  * uses the version in use).  0 or -EINVAL; -ENOTSUP when this
  * CPU or build cannot run it. */
 int adamw_step_isa(struct tier_pool *pool, enum adamw_isa isa, const struct adam_consts *c,
@@ -58,9 +58,9 @@ adamw_kernel_fn adamw_roofline_kernel(enum adamw_isa isa);
  * again from TIER_SIMD as the options table then holds it. */
 void adamw_isa_reset(void);
 
-/* Benchmarks and tests only: elements per tile (rounded up to a multiple
- * of TIER_Q8_BLOCK, 256, so that tiles are whole q8 blocks; 0 = the
- * default, 16K). */
+/* Benchmarks and tests only: the smallest run a thread claims, in
+ * elements (rounded up to a multiple of TIER_Q8_BLOCK, 256, so that runs
+ * are whole q8 blocks; 0 = the default, 16K). */
 void adamw_set_tile(size_t elems);
 
 #endif
