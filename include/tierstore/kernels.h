@@ -111,17 +111,18 @@ TIER_API int tier_q8_decode(const void *codes, const float *scales, size_t n, in
 TIER_API int tier_q8_encode(const float *in, size_t n, int which, void *codes, float *scales);
 
 /*
- * The CPU Adam/AdamW update over @t, split into cache-sized tiles over
- * @pool (NULL: the calling thread alone), with the best SIMD version this
- * CPU has (TIER_SIMD may force one).  0 or -EINVAL (a dtype not allowed
- * for that array, a NULL array with n > 0, non-finite hyperparameters).
+ * The CPU Adam/AdamW update over @t, in contiguous runs that @pool's
+ * threads claim (NULL: the calling thread alone), with the best SIMD
+ * version this CPU has (TIER_SIMD may force one).  0 or -EINVAL (a dtype
+ * not allowed for that array, a NULL array with n > 0, non-finite
+ * hyperparameters).
  */
 TIER_API int tier_adam_step(struct tier_pool *pool, const struct tier_adam_params *p,
 			    const struct tier_adam_tensors *t);
 
 /*
  * The roofline of tier_adam_step: reads and writes exactly the bytes the
- * update does for @t (same tiles, same SIMD width), with trivial
+ * update does for @t (same runs, same SIMD width), with trivial
  * arithmetic, so step time / roofline time is the update's distance from
  * the memory bound.  It changes the arrays' contents.
  */
