@@ -72,6 +72,35 @@ if [ "$rc" -ne 2 ] || ! grep -q "at least two requests" "$T/err"; then
 	exit 1
 fi
 
+# tier-bench io --passes: each pass writes then reads the whole object (the
+# device counters say so), the JSON says how many, and bad values exit 2.
+if ! "$TB" io --manifest "$T/m.yaml" --size 4MiB --bs 1MiB --qd 4 --passes 3 --json \
+	>"$T/io.json" 2>"$T/err"; then
+	echo "FAIL: tier-bench io --passes 3 exited $?"; sed 's/^/  /' "$T/err"
+	exit 1
+fi
+python3 - "$T/io.json" <<'PY' || exit 1
+import json, sys
+r = json.load(open(sys.argv[1]))
+size, fails = r["size"], []
+if r["passes"] != 3:
+    fails.append("passes %r, not 3" % r["passes"])
+for k in ("device_bytes_read", "device_bytes_written"):
+    if r[k] != 3 * size:
+        fails.append("%s %d, not %d" % (k, r[k], 3 * size))
+for f in fails:
+    print("FAIL: io --passes:", f)
+sys.exit(1 if fails else 0)
+PY
+for bad in 0 9 x; do
+	"$TB" io --manifest "$T/m.yaml" --size 4MiB --passes "$bad" >/dev/null 2>"$T/err"
+	rc=$?
+	if [ "$rc" -ne 2 ] || ! grep -q "bad --passes '$bad'" "$T/err"; then
+		echo "FAIL: tier-bench io --passes $bad: exit $rc"; sed 's/^/  /' "$T/err"
+		exit 1
+	fi
+done
+
 # A manifest that gives only the DRAM capacity (and a path): the shard size
 # and the window are sized from it, and tier-bench step --dram runs and
 # streams through NVMe (issue 16: a 64 MiB shard did not fit four times).

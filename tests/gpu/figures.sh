@@ -45,7 +45,7 @@ io_rate() {
 			i=$((i + 1))
 		done
 	} >"$tmp/io$1.yaml"
-	timeout -k 10 "$limit" "$bench" io --manifest "$tmp/io$1.yaml" --size 4GiB --bs 64MiB \
+	timeout -k 10 "$limit" "$bench" io --manifest "$tmp/io$1.yaml" --size 4GiB --bs 64MiB --passes 2 \
 		--qd 8 --json | python3 -c "import json, sys; d = json.load(sys.stdin); print('== stand-in, $1 paths: write %.1f GB/s, read %.1f GB/s' % (d['write_GBps'], d['read_GBps']))" >&2 ||
 		echo "== exit $? (tier-bench io, $1 paths)" >&2
 	rm -rf /dev/shm/tierstore-io
