@@ -31,14 +31,32 @@ optimizer:
   shard_size: 256KiB
 YAML
 
+# tier-bench io with ARGS, its JSON into $T/io.json; a failure ends the test.
+io_json() {
+	"$TB" io --manifest "$T/m.yaml" "$@" --json >"$T/io.json" 2>"$T/err"
+	rc=$?
+	if [ "$rc" -ne 0 ]; then
+		echo "FAIL: tier-bench io $*: exit $rc"; sed 's/^/  /' "$T/err"
+		exit 1
+	fi
+}
+# tier-bench io with ARGS (after $1, a message it must print) exits 2.
+io_refused() {
+	want=$1
+	shift
+	"$TB" io --manifest "$T/m.yaml" "$@" >/dev/null 2>"$T/err"
+	rc=$?
+	if [ "$rc" -ne 2 ] || ! grep -q "$want" "$T/err"; then
+		echo "FAIL: tier-bench io $*: exit $rc, not 2 with \"$want\""
+		sed 's/^/  /' "$T/err"
+		exit 1
+	fi
+}
+
 # tier-bench io --mix (requests of whole 1 MiB stripe units): the mixed
-# pass reads the share asked for while it
-# writes the rest (the device counters say so), and bad values exit 2.
-if ! "$TB" io --manifest "$T/m.yaml" --size 8MiB --bs 1MiB --qd 4 --mix 0.25 --json \
-	>"$T/io.json" 2>"$T/err"; then
-	echo "FAIL: tier-bench io --mix exited $?"; sed 's/^/  /' "$T/err"
-	exit 1
-fi
+# pass reads the share asked for while it writes the rest (the device
+# counters say so), and bad values exit 2.
+io_json --size 8MiB --bs 1MiB --qd 4 --mix 0.25
 python3 - "$T/io.json" <<'PY' || exit 1
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -58,27 +76,13 @@ for f in fails:
 sys.exit(1 if fails else 0)
 PY
 for bad in 0 1 1.5 -0.2 abc 0.5x; do
-	"$TB" io --manifest "$T/m.yaml" --size 8MiB --mix "$bad" >/dev/null 2>"$T/err"
-	rc=$?
-	if [ "$rc" -ne 2 ] || ! grep -q "bad --mix '$bad'" "$T/err"; then
-		echo "FAIL: tier-bench io --mix $bad: exit $rc"; sed 's/^/  /' "$T/err"
-		exit 1
-	fi
+	io_refused "bad --mix '$bad'" --size 8MiB --mix "$bad"
 done
-"$TB" io --manifest "$T/m.yaml" --size 256KiB --bs 256KiB --mix 0.5 >/dev/null 2>"$T/err"
-rc=$?
-if [ "$rc" -ne 2 ] || ! grep -q "at least two requests" "$T/err"; then
-	echo "FAIL: tier-bench io --mix with one request: exit $rc"; sed 's/^/  /' "$T/err"
-	exit 1
-fi
+io_refused "at least two requests" --size 256KiB --bs 256KiB --mix 0.5
 
 # tier-bench io --passes: each pass writes then reads the whole object (the
 # device counters say so), the JSON says how many, and bad values exit 2.
-if ! "$TB" io --manifest "$T/m.yaml" --size 4MiB --bs 1MiB --qd 4 --passes 3 --json \
-	>"$T/io.json" 2>"$T/err"; then
-	echo "FAIL: tier-bench io --passes 3 exited $?"; sed 's/^/  /' "$T/err"
-	exit 1
-fi
+io_json --size 4MiB --bs 1MiB --qd 4 --passes 3
 python3 - "$T/io.json" <<'PY' || exit 1
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -93,12 +97,7 @@ for f in fails:
 sys.exit(1 if fails else 0)
 PY
 for bad in 0 9 x; do
-	"$TB" io --manifest "$T/m.yaml" --size 4MiB --passes "$bad" >/dev/null 2>"$T/err"
-	rc=$?
-	if [ "$rc" -ne 2 ] || ! grep -q "bad --passes '$bad'" "$T/err"; then
-		echo "FAIL: tier-bench io --passes $bad: exit $rc"; sed 's/^/  /' "$T/err"
-		exit 1
-	fi
+	io_refused "bad --passes '$bad'" --size 4MiB --passes "$bad"
 done
 
 # A manifest that gives only the DRAM capacity (and a path): the shard size
