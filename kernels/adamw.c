@@ -38,7 +38,8 @@
  * on 2 Zen 1 cores to be as fast as 4K to 64K ones (docs/kernels.md), but
  * on an AVX-512 Xeon q8's step took 15% longer, and its roofline 11%,
  * than with contiguous runs (docs/performance.md, "The threads' tiles"):
- * two cores streaming through neighbouring tiles.  16K elements (448 KiB
+ * a thread jumping from tile to tile restarts the prefetchers' streams,
+ * which q8's 16-byte code loads do not cover.  16K elements (448 KiB
  * of fp32 state) stays the floor, so that the last runs still balance the
  * threads; a multiple of every vector width and of the q8 block.
  */
