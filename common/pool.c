@@ -288,3 +288,54 @@ int ts_pool_for(struct tier_pool *p, size_t n, ts_pool_fn fn, void *arg)
 	pthread_mutex_unlock(&p->submit);
 	return 0;
 }
+
+/* ------------------------------------------------------------ the runs */
+
+struct pool_runs {
+	ts_pool_run_fn fn;
+	void *arg;
+	size_t n, unit, share;
+	_Atomic size_t next; /* the first element not claimed */
+};
+
+/* The length of the run from @b (a multiple of the unit, or n). */
+static size_t run_len(const struct pool_runs *r, size_t b)
+{
+	size_t rest = r->n - b, len = rest / r->share;
+
+	len = len <= r->unit ? r->unit : (len + r->unit - 1) / r->unit * r->unit;
+	return len < rest ? len : rest;
+}
+
+/* One thread's part of ts_pool_runs: runs claimed until none is left. */
+static void run_claims(void *arg, size_t index, unsigned worker)
+{
+	struct pool_runs *r = arg;
+	size_t b = atomic_load_explicit(&r->next, memory_order_relaxed);
+
+	(void)index;
+	while (b < r->n) {
+		size_t len = run_len(r, b);
+
+		if (atomic_compare_exchange_weak_explicit(&r->next, &b, b + len,
+							  memory_order_relaxed,
+							  memory_order_relaxed)) {
+			r->fn(r->arg, b, b + len, worker);
+			b = atomic_load_explicit(&r->next, memory_order_relaxed);
+		}
+	}
+}
+
+int ts_pool_runs(struct tier_pool *p, size_t n, size_t unit, ts_pool_run_fn fn, void *arg)
+{
+	unsigned threads = p ? tier_pool_size(p) : 1;
+	struct pool_runs r = { fn, arg, n, unit ? unit : 1, 2 * (size_t)threads, 0 };
+
+	if (n == 0)
+		return 0;
+	if (threads <= 1 || n <= r.unit) {
+		fn(arg, 0, n, 0);
+		return 0;
+	}
+	return ts_pool_for(p, threads, run_claims, &r);
+}

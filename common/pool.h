@@ -38,4 +38,19 @@ typedef void (*ts_pool_fn)(void *arg, size_t index, unsigned worker);
  */
 int ts_pool_for(struct tier_pool *pool, size_t n, ts_pool_fn fn, void *arg);
 
+/*
+ * The elements [0, n) in contiguous runs that the threads claim from one
+ * counter: fn(arg, begin, end, worker) for each.  A claim takes 1/(2T) of
+ * what is left (T = tier_pool_size(); OpenMP's guided schedule), at least
+ * @unit, and a multiple of it, so every run starts at a multiple of @unit
+ * and only the one that ends at n may be shorter.  Long runs first keep a
+ * thread's streams going (a thread that jumps from piece to piece restarts
+ * the prefetchers': docs/kernels.md, "Tiling and threads"); the short last
+ * runs even the threads out.  A NULL pool, one thread, or n <= @unit: one
+ * call, on the caller.  @unit 0 is 1.  Returns 0 or -EDEADLK, as
+ * ts_pool_for().
+ */
+typedef void (*ts_pool_run_fn)(void *arg, size_t begin, size_t end, unsigned worker);
+int ts_pool_runs(struct tier_pool *pool, size_t n, size_t unit, ts_pool_run_fn fn, void *arg);
+
 #endif

@@ -33,7 +33,7 @@
 #endif
 
 /*
- * The smallest run of elements a thread claims (the runs: adamw_run).
+ * The smallest run of elements a thread claims (adamw_run, ts_pool_runs).
  * Tiles of 16K elements claimed alternately by the threads were measured
  * on 2 Zen 1 cores to be as fast as 4K to 64K ones (docs/kernels.md), but
  * on an AVX-512 Xeon q8's step took 15% longer, and its roofline 11%,
@@ -313,61 +313,26 @@ struct adamw_job {
 	adamw_kernel_fn fn;
 	const struct adam_consts *c;
 	const struct tier_adam_tensors *a;
-	size_t tile;         /* the smallest run, whole q8 blocks */
-	size_t share;        /* a run is what is left over this */
-	_Atomic size_t next; /* the first element not claimed */
 };
 
-/* The length of the run from @b (a multiple of the tile, or n). */
-static size_t adamw_run_len(const struct adamw_job *j, size_t b)
+static void adamw_part(void *arg, size_t begin, size_t end, unsigned worker)
 {
-	size_t rest = j->a->n - b, len = rest / j->share;
+	const struct adamw_job *j = arg;
 
-	len = len <= j->tile ? j->tile : (len + j->tile - 1) / j->tile * j->tile;
-	return len < rest ? len : rest;
-}
-
-/*
- * One thread's part of adamw_run: runs claimed until none is left.  Each
- * is 1/share of what is left, at least a tile (OpenMP's guided schedule):
- * long contiguous runs first, short ones at the end to even the threads
- * out.  Every run starts at a multiple of the tile, so q8 blocks stay
- * whole; which thread updates an element does not change its bits.
- */
-static void adamw_claims(void *arg, size_t index, unsigned worker)
-{
-	struct adamw_job *j = arg;
-	size_t b = atomic_load_explicit(&j->next, memory_order_relaxed);
-
-	(void)index;
 	(void)worker;
-	while (b < j->a->n) {
-		size_t len = adamw_run_len(j, b);
-
-		if (atomic_compare_exchange_weak_explicit(&j->next, &b, b + len,
-							  memory_order_relaxed,
-							  memory_order_relaxed)) {
-			j->fn(j->c, j->a, b, b + len);
-			b = atomic_load_explicit(&j->next, memory_order_relaxed);
-		}
-	}
+	j->fn(j->c, j->a, begin, end);
 }
 
-/* @fn over @a on @pool's threads (NULL: this one), in contiguous runs
- * that the threads claim (adamw_claims). */
+/* @fn over @a on @pool's threads (NULL: this one), in contiguous runs of
+ * whole tiles that the threads claim (ts_pool_runs); which thread updates
+ * an element does not change its bits. */
 static int adamw_run(struct tier_pool *pool, adamw_kernel_fn fn, const struct adam_consts *c,
 		     const struct tier_adam_tensors *a)
 {
-	unsigned threads = pool ? tier_pool_size(pool) : 1;
-	struct adamw_job j = { fn, c, a, atomic_load_explicit(&g_tile, memory_order_relaxed),
-			       2 * (size_t)threads, 0 };
+	struct adamw_job j = { fn, c, a };
 
-	if (threads <= 1 || a->n <= j.tile) {
-		if (a->n)
-			fn(c, a, 0, a->n);
-		return 0;
-	}
-	return ts_pool_for(pool, threads, adamw_claims, &j);
+	return ts_pool_runs(pool, a->n, atomic_load_explicit(&g_tile, memory_order_relaxed),
+			    adamw_part, &j);
 }
 
 static int isa_usable(enum adamw_isa isa)

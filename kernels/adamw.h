@@ -43,10 +43,10 @@ const char *adamw_isa_name(enum adamw_isa isa);
 int adamw_isa_supported(enum adamw_isa isa);
 adamw_kernel_fn adamw_kernel(enum adamw_isa isa);
 
-/* One step over @a with a given version, in contiguous runs that
- * @pool's threads claim (NULL: the calling thread alone) (tests, benchmarks; tier_adam_step
- * uses the version in use).  0 or -EINVAL; -ENOTSUP when this
- * CPU or build cannot run it. */
+/* One step over @a with a given version, in contiguous runs that @pool's
+ * threads claim (NULL: the calling thread alone) (tests, benchmarks;
+ * tier_adam_step uses the version in use).  0 or -EINVAL; -ENOTSUP when
+ * this CPU or build cannot run it. */
 int adamw_step_isa(struct tier_pool *pool, enum adamw_isa isa, const struct adam_consts *c,
 		   const struct tier_adam_tensors *a);
 

@@ -13,7 +13,10 @@
  *    their own loop done, exactly;
  *  - many back-to-back tiny jobs (wake-up and generation handling);
  *  - uneven work (index-dependent spinning and sleeping) still completes;
- *  - create/destroy in a loop, 50 times (ASan reports any leak).
+ *  - create/destroy in a loop, 50 times (ASan reports any leak);
+ *  - ts_pool_runs() covers [0, n) exactly once in runs that start at
+ *    multiples of the unit and are at least a unit long but the one that
+ *    ends at n, for every pool size, lengths and units, and a NULL pool.
  * Nothing here asserts timing.
  */
 #include "config.h"
@@ -469,6 +472,55 @@ START_TEST(default_threads_from_env)
 }
 END_TEST
 
+/* ------------------------------------------------------------ the runs */
+
+struct runs_visit {
+	struct visit v;
+	size_t unit;
+	_Atomic int bad_run;       /* a run off the unit's grid, or short */
+	_Atomic unsigned calls;
+};
+
+static void runs_fn(void *arg, size_t begin, size_t end, unsigned worker)
+{
+	struct runs_visit *r = arg;
+
+	atomic_fetch_add(&r->calls, 1);
+	if (begin >= end || end > r->v.n || begin % r->unit != 0 ||
+	    (end - begin < r->unit && end != r->v.n)) {
+		atomic_store(&r->bad_run, 1);
+		return;
+	}
+	for (size_t i = begin; i < end; i++)
+		visit_fn(&r->v, i, worker);
+}
+
+static const struct {
+	size_t n, unit;
+} runs_cases[] = {
+	{ 0, 256 }, { 1, 256 }, { 256, 256 }, { 257, 256 }, { 1000, 1 },
+	{ 100000, 256 }, { 100000, 0 }, { 65536 * 5 + 37, 16384 },
+};
+
+/* Every pool size (and NULL) x every case. */
+START_TEST(runs_cover_each_element_once)
+{
+	size_t np = ARRAY_SIZE(pool_sizes) + 1, k = (size_t)_i / np, ps = (size_t)_i % np;
+	struct tier_pool *pool = ps < ARRAY_SIZE(pool_sizes) ? pool_new(pool_sizes[ps]) : NULL;
+	unsigned size = pool ? tier_pool_size(pool) : 1;
+	struct runs_visit r = { .unit = runs_cases[k].unit ? runs_cases[k].unit : 1 };
+
+	visit_init(&r.v, runs_cases[k].n, size);
+	ck_assert_int_eq(ts_pool_runs(pool, runs_cases[k].n, runs_cases[k].unit, runs_fn, &r), 0);
+	ck_assert_msg(!atomic_load(&r.bad_run), "a run off the grid of %zu or short", r.unit);
+	if (size == 1 || runs_cases[k].n <= r.unit)
+		ck_assert_uint_eq(atomic_load(&r.calls), runs_cases[k].n ? 1 : 0);
+	visit_check(&r.v);
+	if (pool)
+		tier_pool_destroy(pool);
+}
+END_TEST
+
 static Suite *pool_suite(void)
 {
 	Suite *s = suite_create("pool");
@@ -483,6 +535,8 @@ static Suite *pool_suite(void)
 	tcase_add_test(tc, concurrent_callers);
 	tcase_add_loop_test(tc, nested_through_another_pool, 0, (int)ARRAY_SIZE(pool_sizes));
 	tcase_add_loop_test(tc, uneven_work_completes, 0, (int)ARRAY_SIZE(pool_sizes));
+	tcase_add_loop_test(tc, runs_cover_each_element_once, 0,
+			    (int)((ARRAY_SIZE(pool_sizes) + 1) * ARRAY_SIZE(runs_cases)));
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("lifecycle");
