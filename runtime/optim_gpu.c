@@ -50,6 +50,7 @@
 #include "common/fault.h"
 #include "common/pool.h"
 #include "kernels/adamw_cuda.h"
+#include "kernels/copy.h"
 #include "prefetch/lookahead.h"
 #include "runtime/optim_impl.h"
 #include "runtime/trace.h"
@@ -107,6 +108,14 @@ void gpu_lane_close(struct tier_optim *o)
  * KiB pieces); a copy of STAGE_MIN or less stays on this thread.  The pool
  * runs one job at a time: in a split, this waits for the CPU lane's
  * current shard, as that lane's next shard waits for this.
+ *
+ * An output goes to the trainer's buffer with non-temporal stores
+ * (kernels/copy.h): nothing here reads it again, and the stores then
+ * take no read of each line first from the host memory the link's DMA
+ * is using.  A gradient is staged with ordinary stores: the DMA reads the
+ * staging next, and on the H100 machine streaming it too measured slower
+ * than streaming the outputs alone (performance.md, "Pageable gradients:
+ * streaming stores").
  */
 #define STAGE_MIN (16u << 10)
 #define STAGE_MAX (256u << 10)
@@ -115,7 +124,13 @@ struct stage_copy {
 	char *dst;
 	const char *src;
 	size_t len, piece;
+	void (*copy)(void *dst, const void *src, size_t n);
 };
+
+static void copy_cached(void *dst, const void *src, size_t n)
+{
+	memcpy(dst, src, n);
+}
 
 static void stage_piece(void *arg, size_t i, unsigned worker)
 {
@@ -123,13 +138,18 @@ static void stage_piece(void *arg, size_t i, unsigned worker)
 	size_t off = i * c->piece, n = c->len - off < c->piece ? c->len - off : c->piece;
 
 	(void)worker;
-	memcpy(c->dst + off, c->src + off, n);
+	c->copy(c->dst + off, c->src + off, n);
 }
 
-static void stage(struct tier_optim *o, void *dst, const void *src, size_t len)
+/* @out: an output to the trainer's buffer (streamed), else a gradient;
+ * shard @sh's, for its "staging" span in the trace. */
+static void stage(struct tier_optim *o, const struct shard *sh, void *dst, const void *src,
+		  size_t len, bool out)
 {
 	unsigned nt = o->pool ? tier_pool_size(o->pool) : 1;
-	struct stage_copy c = { dst, src, len, len / (4 * (size_t)nt) };
+	struct stage_copy c = { dst, src, len, len / (4 * (size_t)nt),
+				out ? ts_copy_stream : copy_cached };
+	uint64_t t0 = o->trace ? ts_now_ns() : 0;
 
 	if (c.piece < STAGE_MIN)
 		c.piece = STAGE_MIN;
@@ -137,7 +157,10 @@ static void stage(struct tier_optim *o, void *dst, const void *src, size_t len)
 		c.piece = STAGE_MAX;
 	if (len <= STAGE_MIN || nt < 2 ||
 	    ts_pool_for(o->pool, (len + c.piece - 1) / c.piece, stage_piece, &c))
-		memcpy(dst, src, len);
+		c.copy(dst, src, len);
+	if (o->trace)
+		trace_span(o->trace, TRACE_STAGING, sh->index, atomic_load(&o->begun), t0, ts_now_ns(),
+			   len);
 }
 
 /* Whether host buffer @p may go over the link by DMA as it is. */
@@ -170,7 +193,7 @@ static int slot_queue(struct tier_optim *o, struct gpu_slot *sl)
 	if (o->dev_host) {
 		/* the emulated link: the same copies, by the CPU */
 		if (host_grad) {
-			stage(o, sl->dgrad, t.grad, glen);
+			stage(o, sh, sl->dgrad, t.grad, glen, false);
 			t.grad = sl->dgrad;
 		}
 		if (host_out) {
@@ -191,7 +214,7 @@ static int slot_queue(struct tier_optim *o, struct gpu_slot *sl)
 		if ((rc = host_pinned(t.grad, &pinned)))
 			return rc;
 		if (!pinned) {
-			stage(o, sl->pgrad, t.grad, glen); /* the slot's last DMA from it has ended */
+			stage(o, sh, sl->pgrad, t.grad, glen, false); /* the slot's last DMA from it has ended */
 			src = sl->pgrad;
 		}
 		if ((rc = ts_cuda_copy_async(sl->dgrad, src, glen, sl->stream)))
@@ -232,7 +255,8 @@ static int slot_end(struct tier_optim *o)
 	else if (!o->dev_host)
 		rc = ts_cuda_event_sync(sl->ev);
 	if (!rc && sl->out_dst)
-		stage(o, sl->out_dst, o->dev_host ? sl->dout : sl->pout, sl->out_len);
+		stage(o, it->user, sl->out_dst, o->dev_host ? sl->dout : sl->pout, sl->out_len,
+		      true);
 	t1 = o->dev_host ? sl->t1 : ts_now_ns();
 	sl->it = NULL;
 	sl->out_dst = NULL;

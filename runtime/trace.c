@@ -92,6 +92,7 @@ static const char *const stage_names[TRACE__STAGES] = {
 	[TRACE_D2H] = "d2h",
 	[TRACE_NVME_WRITE] = "nvme_write",
 	[TRACE_STALL] = "stall",
+	[TRACE_STAGING] = "staging",
 	[TRACE_COMM] = "comm",
 };
 

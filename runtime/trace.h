@@ -33,6 +33,9 @@ enum trace_stage {
 	TRACE_D2H,           /* HBM -> DRAM write-back */
 	TRACE_NVME_WRITE,    /* DRAM -> NVMe write-back */
 	TRACE_STALL,         /* the update waited for the shard's state */
+	TRACE_STAGING,       /* the GPU lane's CPU copy of the shard's pageable
+			      * gradient into pinned staging, or of its staged
+			      * output into the trainer's buffer */
 	TRACE_COMM,          /* a collective of the partitioned optimizer, post
 			      * to completion; @shard is its parameter */
 	TRACE__STAGES
@@ -60,7 +63,7 @@ void trace_span(struct trace *t, enum trace_stage stage, uint32_t shard, uint64_
 		uint64_t begin_ns, uint64_t end_ns, uint64_t bytes);
 
 /* The stage's name in the file: "step", "nvme_read", "h2d", "update_cpu",
- * "update_gpu", "d2h", "nvme_write", "stall", "comm". */
+ * "update_gpu", "d2h", "nvme_write", "stall", "staging", "comm". */
 const char *trace_stage_name(enum trace_stage stage);
 
 /*

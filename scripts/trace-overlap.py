@@ -13,12 +13,17 @@ step's time when:
   update     the GPU lane had a shard's update in flight (update_gpu)
   all3       all three at once: both copy directions and the update
   h2d+d2h    both copy directions at once
+  staging    the GPU lane's thread copied a pageable gradient into its
+             pinned staging or a staged output into the trainer's buffer
+             (0 with device or pinned buffers)
 
 What the spans measure: a fill or write-back from its queueing to its
 completion callback; an update_gpu span from the moment the GPU lane
 queued the shard's work (gradient in, kernel, copy out) to the moment its
 slot ended (its event waited for), so "update" is when the lane had work
-on the device, an upper bound of the kernel's own busy time.
+on the device, an upper bound of the kernel's own busy time; a staging
+span is one such copy, on the lane's thread and the optimizer's threads,
+from its start to its end.
 
 Prints a line per step and the median over the steps after the first
 (the warm-up), or with --json one object.  Exits 1 with a message when the
@@ -28,7 +33,7 @@ import argparse
 import json
 import sys
 
-STAGES = ("h2d", "d2h", "update_gpu")
+STAGES = ("h2d", "d2h", "update_gpu", "staging")
 
 
 def union(spans):
@@ -78,10 +83,11 @@ def step_overlaps(events):
         d = e - b
         if d <= 0:
             continue
-        h, w, u = (clip(busy[s], b, e) for s in STAGES)
+        h, w, u, g = (clip(busy[s], b, e) for s in STAGES)
         both = intersect(h, w)
         fr = {"h2d": length(h) / d, "d2h": length(w) / d, "update": length(u) / d,
-              "h2d+d2h": length(both) / d, "all3": length(intersect(both, u)) / d}
+              "h2d+d2h": length(both) / d, "all3": length(intersect(both, u)) / d,
+              "staging": length(g) / d}
         out.append((step, d, fr))
     return out
 
@@ -110,20 +116,23 @@ def main():
         print("trace-overlap.py: %s: no step span" % a.trace, file=sys.stderr)
         return 1
     counted = rows[1:] if len(rows) > 1 else rows
-    keys = ("h2d", "d2h", "update", "h2d+d2h", "all3")
+    keys = ("h2d", "d2h", "update", "h2d+d2h", "all3", "staging")
     med = {k: median([r[2][k] for r in counted]) for k in keys}
     if a.json:
         print(json.dumps({"steps": [dict(step=s, dur_us=d, **fr) for s, d, fr in rows],
                           "median": med, "counted_from": counted[0][0]}))
         return 0
-    print("%6s %12s %7s %7s %7s %8s %7s" % ("step", "dur_us", "h2d", "d2h", "update",
-                                            "h2d+d2h", "all3"))
+    print("%6s %12s %7s %7s %7s %8s %7s %8s" % ("step", "dur_us", "h2d", "d2h", "update",
+                                                 "h2d+d2h", "all3", "staging"))
     for s, d, fr in rows:
-        print("%6s %12.1f %7.3f %7.3f %7.3f %8.3f %7.3f" %
-              (s, d, fr["h2d"], fr["d2h"], fr["update"], fr["h2d+d2h"], fr["all3"]))
+        print("%6s %12.1f %7.3f %7.3f %7.3f %8.3f %7.3f %8.3f" %
+              (s, d, fr["h2d"], fr["d2h"], fr["update"], fr["h2d+d2h"], fr["all3"],
+               fr["staging"]))
     print("median over steps from %s: both copy directions and the GPU lane's update busy"
-          " %.3f of the step (h2d %.3f, d2h %.3f, update %.3f, both copies %.3f)" %
-          (counted[0][0], med["all3"], med["h2d"], med["d2h"], med["update"], med["h2d+d2h"]))
+          " %.3f of the step (h2d %.3f, d2h %.3f, update %.3f, both copies %.3f,"
+          " staging %.3f)" %
+          (counted[0][0], med["all3"], med["h2d"], med["d2h"], med["update"], med["h2d+d2h"],
+           med["staging"]))
     return 0
 
 

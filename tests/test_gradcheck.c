@@ -707,15 +707,8 @@ START_TEST(simd_env_child)
 	const struct simd_case *c = &simd_cases[_i];
 	const char *want = c->scalar || !gradcheck_isa_supported(GRADCHECK_AVX2) ? "isa=scalar\n"
 										   : "isa=avx2\n";
-	char out[4096];
-	int status;
 
-	status = t_spawn_self(CHILD_ENV, c->value, false, out, sizeof(out));
-	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-		      "TIER_SIMD=%s: child status 0x%x, output:\n%s", c->value ? c->value : "(unset)",
-		      status, out);
-	ck_assert_msg(strcmp(out, want) == 0, "TIER_SIMD=%s: child said '%s', want '%s'",
-		      c->value ? c->value : "(unset)", out, want);
+	t_child_says(CHILD_ENV, c->value, want);
 }
 END_TEST
 

@@ -1002,7 +1002,7 @@ START_TEST(rename_shard)
 END_TEST
 
 static const char *const stage_names_want[TRACE__STAGES] = {
-	"step", "nvme_read", "h2d", "update_cpu", "update_gpu", "d2h", "nvme_write", "stall",
+	"step", "nvme_read", "h2d", "update_cpu", "update_gpu", "d2h", "nvme_write", "stall", "staging",
 	"comm",
 };
 
@@ -1423,6 +1423,8 @@ static void record_pipeline(struct trace *t, unsigned steps, unsigned shards)
 			if (gpu)
 				trace_span(t, TRACE_H2D, k, s, a + 300000, a + 400000, 1 << 20);
 			trace_span(t, TRACE_STALL, k, s, a + 350000, a + 400000, 0);
+			if (gpu)
+				trace_span(t, TRACE_STAGING, k, s, a + 400000, a + 450000, 1 << 18);
 			trace_span(t, gpu ? TRACE_UPDATE_GPU : TRACE_UPDATE_CPU, k, s, a + 400000,
 				   a + 700000, 1 << 20);
 			if (gpu)
@@ -1459,7 +1461,7 @@ START_TEST(checker_accepts_pipeline)
 	tr_free(&r);
 	rc = run_checker(script, path,
 			 "--shards 8 --steps 4 --stages "
-			 "step,nvme_read,h2d,update_cpu,update_gpu,d2h,nvme_write,stall",
+			 "step,nvme_read,h2d,update_cpu,update_gpu,d2h,nvme_write,stall,staging",
 			 out, sizeof(out));
 	ck_assert_msg(rc == 0, "trace_check.py: %d: %s", rc, out);
 	ck_assert_ptr_nonnull(strstr(out, ": ok:"));

@@ -371,6 +371,18 @@ int t_spawn_self(const char *child_env, const char *simd, bool with_stderr, char
 	return status;
 }
 
+void t_child_says(const char *child_env, const char *simd, const char *want)
+{
+	char out[4096];
+	int status = t_spawn_self(child_env, simd, false, out, sizeof(out));
+
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		      "TIER_SIMD=%s: child status 0x%x, output:\n%s", simd ? simd : "(unset)", status,
+		      out);
+	ck_assert_msg(strcmp(out, want) == 0, "TIER_SIMD=%s: child said '%s', want '%s'",
+		      simd ? simd : "(unset)", out, want);
+}
+
 const char *t_dtype_name(int dt)
 {
 	const char *n = tier_dtype_name((enum tier_dtype)dt);

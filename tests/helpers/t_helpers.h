@@ -49,6 +49,10 @@ bool t_gpu_present(bool (*also)(void));
  */
 int t_spawn_self(const char *child_env, const char *simd, bool with_stderr, char *out, size_t len);
 
+/* t_spawn_self() without its standard error, then fails the test unless the
+ * child exited 0 and printed exactly @want. */
+void t_child_says(const char *child_env, const char *simd, const char *want);
+
 /* The whole file @dir/@name, NUL-terminated (free() it); *len its size.
  * Fails the test when it cannot be read. */
 void *t_read_all(const char *dir, const char *name, size_t *len);
