@@ -7,14 +7,14 @@
 #     3 GiB of fp32 state over a 1 GiB HBM tier (16 shards) and a 4 GiB DRAM
 #     home (run.sh's check runs 1.5 GiB over 256 MiB, four shards);
 #  2. the RAM-backed NVMe stand-in (examples/bench-step-ram.yaml: four tmpfs
-#     paths), all-CPU, all-GPU and auto, 4 GiB of fp32 state over 1 GiB DRAM;
-#     before the rounds, the stand-in's own rate with 4, 8 and 16 tmpfs paths
-#     (`tier-bench io`, 3 alternating rounds, a line each: a buffered tmpfs
-#     write holds its file's lock, so the paths may bound the writes).
+#     paths; on the H100 machine 8, 16 or 32 wrote no faster, docs/
+#     performance.md), all-CPU, all-GPU and auto, 4 GiB of fp32 state over
+#     1 GiB DRAM.
 # Every run is `tier-bench step --json`; the JSON lines go to
 # $FIGURES_OUT (default $TMPDIR/tierstore-figures.jsonl), the first round's
-# HBM-resident run with device gradients leaves its TIER_TRACE in
-# $FIGURES_OUT.trace.json (its overlap printed by scripts/trace-overlap.py),
+# HBM-resident runs with device and with pageable gradients leave their
+# TIER_TRACE in $FIGURES_OUT.device.trace.json and .host.trace.json (the
+# overlap and the staging copies' share printed by scripts/trace-overlap.py),
 # and a table with the ratios the acceptance asks for is printed last
 # (scripts/step-figures.py).
 set -u
@@ -34,28 +34,6 @@ gpu:
 dram:
   capacity: 4GiB
 YAML
-# the stand-in's rate on P tmpfs paths of 12/P GiB each: a line each
-io_rate() {
-	{
-		printf 'dram:\n  capacity: 1GiB\nnvme:\n  direct: false\n  paths:\n'
-		i=0
-		while [ "$i" -lt "$1" ]; do
-			printf '    - { path: /dev/shm/tierstore-io/p%d/, capacity: %dMiB, create: true }\n' \
-				"$i" $((12288 / $1))
-			i=$((i + 1))
-		done
-	} >"$tmp/io$1.yaml"
-	timeout -k 10 "$limit" "$bench" io --manifest "$tmp/io$1.yaml" --size 4GiB --bs 64MiB --passes 2 \
-		--qd 8 --json | python3 -c "import json, sys; d = json.load(sys.stdin); print('== stand-in, $1 paths: write %.1f GB/s, read %.1f GB/s' % (d['write_GBps'], d['read_GBps']))" >&2 ||
-		echo "== exit $? (tier-bench io, $1 paths)" >&2
-	rm -rf /dev/shm/tierstore-io
-}
-io_rate 16 2>/dev/null # a warm-up, not printed: a first run wrote slower (on the dev VM)
-for order in "4 8 16" "16 8 4" "4 8 16"; do
-	for p in $order; do
-		io_rate "$p"
-	done
-done
 run() {
 	echo "== tier-bench step $*" >&2
 	timeout -k 10 "$limit" "$bench" step --json --no-progress "$@" >>"$out" ||
@@ -64,10 +42,11 @@ run() {
 r=1
 while [ "$r" -le "$rounds" ]; do
 	for g in device pinned host; do
-		if [ "$r$g" = 1device ]; then
-			TIER_TRACE=$out.trace.json run --manifest "$tmp/hbm.yaml" --dram 4GiB \
+		if [ "$r$g" = 1device ] || [ "$r$g" = 1host ]; then
+			TIER_TRACE=$out.$g.trace.json run --manifest "$tmp/hbm.yaml" --dram 4GiB \
 				--params 268435456 --steps 8 --offload-fraction 0 --grads "$g"
-			python3 "$root/scripts/trace-overlap.py" "$out.trace.json" | tail -1
+			printf '%s gradients: ' "$g"
+			python3 "$root/scripts/trace-overlap.py" "$out.$g.trace.json" | tail -1
 			continue
 		fi
 		run --manifest "$tmp/hbm.yaml" --dram 4GiB --params 268435456 --steps 8 \
