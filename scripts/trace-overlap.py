@@ -15,7 +15,8 @@ step's time when:
   h2d+d2h    both copy directions at once
   staging    the GPU lane's thread copied a pageable gradient into its
              pinned staging or a staged output into the trainer's buffer
-             (0 with device or pinned buffers)
+             (0 with device or pinned buffers); staging_GBps is the bytes of
+             the step's staging spans over that busy time (null without any)
 
 What the spans measure: a fill or write-back from its queueing to its
 completion callback; an update_gpu span from the moment the GPU lane
@@ -78,6 +79,8 @@ def step_overlaps(events):
     busy = {s: union([(ev["ts"], ev["ts"] + ev["dur"]) for ev in events
                       if ev.get("ph") == "X" and ev.get("name") == s])
             for s in STAGES}
+    staged = [(ev["ts"], ev.get("args", {}).get("bytes", 0)) for ev in events
+              if ev.get("ph") == "X" and ev.get("name") == "staging"]
     out = []
     for step, b, e in steps:
         d = e - b
@@ -88,6 +91,8 @@ def step_overlaps(events):
         fr = {"h2d": length(h) / d, "d2h": length(w) / d, "update": length(u) / d,
               "h2d+d2h": length(both) / d, "all3": length(intersect(both, u)) / d,
               "staging": length(g) / d}
+        nbytes = sum(n for ts, n in staged if b <= ts < e)
+        fr["staging_GBps"] = nbytes / length(g) * 1e-3 if length(g) > 0 else None
         out.append((step, d, fr))
     return out
 
@@ -118,6 +123,8 @@ def main():
     counted = rows[1:] if len(rows) > 1 else rows
     keys = ("h2d", "d2h", "update", "h2d+d2h", "all3", "staging")
     med = {k: median([r[2][k] for r in counted]) for k in keys}
+    rates = [r[2]["staging_GBps"] for r in counted if r[2]["staging_GBps"] is not None]
+    med["staging_GBps"] = median(rates) if rates else None
     if a.json:
         print(json.dumps({"steps": [dict(step=s, dur_us=d, **fr) for s, d, fr in rows],
                           "median": med, "counted_from": counted[0][0]}))
@@ -130,9 +137,10 @@ def main():
                fr["staging"]))
     print("median over steps from %s: both copy directions and the GPU lane's update busy"
           " %.3f of the step (h2d %.3f, d2h %.3f, update %.3f, both copies %.3f,"
-          " staging %.3f)" %
+          " staging %.3f%s)" %
           (counted[0][0], med["all3"], med["h2d"], med["d2h"], med["update"], med["h2d+d2h"],
-           med["staging"]))
+           med["staging"], "" if med["staging_GBps"] is None
+           else " at %.1f GB/s" % med["staging_GBps"]))
     return 0
 
 

@@ -412,7 +412,7 @@ PY
 # scripts/trace-overlap.py: the fractions of each step with the copies and
 # the GPU lane's update busy, exact on a made-up timeline (a 100 us step:
 # h2d over 0-60, d2h over 40-100, update_gpu over 20-50 and 45-70, staging
-# over 10-15 and 12-25), and consistent on the run's (the emulated HBM tier
+# over 10-15 and 12-25 copying 225 kB: 15 GB/s), and consistent on the run's (the emulated HBM tier
 # stages every host gradient: staging above 0).
 OVERLAP="$(dirname "$CHECK")/../scripts/trace-overlap.py"
 cat >"$T/made.json" <<'JSON'
@@ -423,8 +423,8 @@ cat >"$T/made.json" <<'JSON'
  {"name": "d2h", "ph": "X", "ts": 40, "dur": 60, "pid": 1, "tid": 1, "args": {}},
  {"name": "update_gpu", "ph": "X", "ts": 20, "dur": 30, "pid": 1, "tid": 3, "args": {}},
  {"name": "update_gpu", "ph": "X", "ts": 45, "dur": 25, "pid": 1, "tid": 4, "args": {}},
- {"name": "staging", "ph": "X", "ts": 10, "dur": 5, "pid": 1, "tid": 3, "args": {}},
- {"name": "staging", "ph": "X", "ts": 12, "dur": 13, "pid": 1, "tid": 4, "args": {}},
+ {"name": "staging", "ph": "X", "ts": 10, "dur": 5, "pid": 1, "tid": 3, "args": {"bytes": 75000}},
+ {"name": "staging", "ph": "X", "ts": 12, "dur": 13, "pid": 1, "tid": 4, "args": {"bytes": 150000}},
  {"name": "h2d", "ph": "X", "ts": 150, "dur": 10, "pid": 1, "tid": 1, "args": {}}]}
 JSON
 python3 "$OVERLAP" "$T/made.json" --json >"$T/made.out" 2>"$T/err" &&
@@ -434,17 +434,18 @@ python3 - "$T/made.out" "$T/run.out" "$STEPS" <<'PY' || exit 1
 import json, sys
 m, r, steps = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), int(sys.argv[3])
 fails = []
-want = {"h2d": 0.6, "d2h": 0.6, "update": 0.5, "h2d+d2h": 0.2, "all3": 0.2, "staging": 0.15}
+want = {"h2d": 0.6, "d2h": 0.6, "update": 0.5, "h2d+d2h": 0.2, "all3": 0.2, "staging": 0.15,
+        "staging_GBps": 15.0}
 got = m["steps"][0]
 for k, v in want.items():
-    if abs(got[k] - v) > 1e-9:
+    if abs(got[k] - v) > 1e-9 * max(1.0, v):
         fails.append("made-up timeline: %s %r, want %r" % (k, got[k], v))
 if len(r["steps"]) != steps:
     fails.append("the run's timeline: %d steps, want %d" % (len(r["steps"]), steps))
 for s in r["steps"]:
-    if not all(0 <= s[k] <= 1 for k in want) or \
+    if not all(0 <= s[k] <= 1 for k in want if k != "staging_GBps") or \
             s["all3"] > min(s["h2d+d2h"], s["update"]) + 1e-12 or s["update"] <= 0 or \
-            s["staging"] <= 0:
+            s["staging"] <= 0 or not s["staging_GBps"] > 0:
         fails.append("the run's step %r: %r" % (s["step"], s))
 for f in fails:
     print("FAIL: trace-overlap.py:", f)
