@@ -48,30 +48,30 @@ __attribute__((target("avx2"))) static void lines_avx2(char *d, const char *s, s
 	size_t i = 0;
 
 	for (; i + 4 <= lines; i += 4, d += 4 * LINE, s += 4 * LINE) {
-		__m256i a = _mm256_loadu_si256((const __m256i *)s);
-		__m256i b = _mm256_loadu_si256((const __m256i *)(s + 32));
-		__m256i c = _mm256_loadu_si256((const __m256i *)(s + 64));
-		__m256i e = _mm256_loadu_si256((const __m256i *)(s + 96));
-		__m256i f = _mm256_loadu_si256((const __m256i *)(s + 128));
-		__m256i g = _mm256_loadu_si256((const __m256i *)(s + 160));
-		__m256i h = _mm256_loadu_si256((const __m256i *)(s + 192));
-		__m256i k = _mm256_loadu_si256((const __m256i *)(s + 224));
+		__m256i a = _mm256_loadu_si256((const void *)s);
+		__m256i b = _mm256_loadu_si256((const void *)(s + 32));
+		__m256i c = _mm256_loadu_si256((const void *)(s + 64));
+		__m256i e = _mm256_loadu_si256((const void *)(s + 96));
+		__m256i f = _mm256_loadu_si256((const void *)(s + 128));
+		__m256i g = _mm256_loadu_si256((const void *)(s + 160));
+		__m256i h = _mm256_loadu_si256((const void *)(s + 192));
+		__m256i k = _mm256_loadu_si256((const void *)(s + 224));
 
-		_mm256_stream_si256((__m256i *)d, a);
-		_mm256_stream_si256((__m256i *)(d + 32), b);
-		_mm256_stream_si256((__m256i *)(d + 64), c);
-		_mm256_stream_si256((__m256i *)(d + 96), e);
-		_mm256_stream_si256((__m256i *)(d + 128), f);
-		_mm256_stream_si256((__m256i *)(d + 160), g);
-		_mm256_stream_si256((__m256i *)(d + 192), h);
-		_mm256_stream_si256((__m256i *)(d + 224), k);
+		_mm256_stream_si256((void *)d, a);
+		_mm256_stream_si256((void *)(d + 32), b);
+		_mm256_stream_si256((void *)(d + 64), c);
+		_mm256_stream_si256((void *)(d + 96), e);
+		_mm256_stream_si256((void *)(d + 128), f);
+		_mm256_stream_si256((void *)(d + 160), g);
+		_mm256_stream_si256((void *)(d + 192), h);
+		_mm256_stream_si256((void *)(d + 224), k);
 	}
 	for (; i < lines; i++, d += LINE, s += LINE) {
-		__m256i a = _mm256_loadu_si256((const __m256i *)s);
-		__m256i b = _mm256_loadu_si256((const __m256i *)(s + 32));
+		__m256i a = _mm256_loadu_si256((const void *)s);
+		__m256i b = _mm256_loadu_si256((const void *)(s + 32));
 
-		_mm256_stream_si256((__m256i *)d, a);
-		_mm256_stream_si256((__m256i *)(d + 32), b);
+		_mm256_stream_si256((void *)d, a);
+		_mm256_stream_si256((void *)(d + 32), b);
 	}
 	_mm_sfence();
 }
