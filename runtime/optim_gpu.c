@@ -113,9 +113,9 @@ void gpu_lane_close(struct tier_optim *o)
  * (kernels/copy.h): nothing here reads it again, and the stores then
  * take no read of each line first from the host memory the link's DMA
  * is using.  A gradient is staged with ordinary stores: the DMA reads the
- * staging next, and on the H100 machine streaming it too measured slower
- * than streaming the outputs alone (performance.md, "Pageable gradients:
- * streaming stores").
+ * staging next, and on the H100 machine streaming it too measured no
+ * faster than streaming the outputs alone (performance.md, "Pageable
+ * gradients: streaming stores").
  */
 #define STAGE_MIN (16u << 10)
 #define STAGE_MAX (256u << 10)
@@ -214,7 +214,8 @@ static int slot_queue(struct tier_optim *o, struct gpu_slot *sl)
 		if ((rc = host_pinned(t.grad, &pinned)))
 			return rc;
 		if (!pinned) {
-			stage(o, sh, sl->pgrad, t.grad, glen, false); /* the slot's last DMA from it has ended */
+			/* the slot's last DMA from it has ended */
+			stage(o, sh, sl->pgrad, t.grad, glen, false);
 			src = sl->pgrad;
 		}
 		if ((rc = ts_cuda_copy_async(sl->dgrad, src, glen, sl->stream)))
