@@ -1,0 +1,59 @@
+#!/bin/sh
+# The GPU lane with pageable host gradients, against the optimizer's thread
+# count: what bounds the staging copies (docs/performance.md, "Pageable
+# gradients: streaming stores").   tests/gpu/pageable.sh BUILD_DIR [T ...]
+# For each thread count T (default 4 8 16), in two rounds (the second in
+# the reverse order), one `tier-bench step --grads host --threads T` in the
+# HBM-resident regime (3 GiB of fp32 state over a 1 GiB HBM tier and a 4 GiB
+# DRAM home, no NVMe, the GPU lane alone), traced; then one run with pinned
+# gradients.  A line a run: the step, its efficiency against the PCIe bound,
+# and from the trace (scripts/trace-overlap.py) the share of the step with
+# a staging copy running and the copies' rate.  If more threads copy no
+# faster, host memory bounds the copies; if the rate is high but the share
+# large, starting them does.  Exits 1 if a run fails.  PAGEABLE_PARAMS, PAGEABLE_DRAM and
+# PAGEABLE_HBM shrink the run (the emulated HBM tier runs it without a GPU).
+set -u
+build=${1:?usage: pageable.sh BUILD_DIR [THREADS ...]}
+shift
+threads=${*:-4 8 16}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+bench=$build/tools/tier-bench
+tmp=${TMPDIR:-/tmp}/tierstore-pageable
+limit=${TIER_GPU_STEP_TIMEOUT:-300}
+params=${PAGEABLE_PARAMS:-268435456}
+dram=${PAGEABLE_DRAM:-4GiB}
+mkdir -p "$tmp"
+printf 'gpu:\n  device: auto\n  capacity: %s\ndram:\n  capacity: %s\n' \
+	"${PAGEABLE_HBM:-1GiB}" "$dram" >"$tmp/hbm.yaml"
+fail=0
+one() { # grads threads
+	rm -f "$tmp/trace.json"
+	TIER_TRACE=$tmp/trace.json timeout -k 10 "$limit" "$bench" step --json --no-progress \
+		--manifest "$tmp/hbm.yaml" --dram "$dram" --params "$params" --steps 6 \
+		--offload-fraction 0 --grads "$1" --threads "$2" >"$tmp/run.json"
+	rc=$?
+	if [ "$rc" -ne 0 ]; then
+		echo "== exit $rc (tier-bench step --grads $1 --threads $2)"
+		fail=1
+		return
+	fi
+	python3 "$root/scripts/trace-overlap.py" "$tmp/trace.json" --json >"$tmp/overlap.json" ||
+		{ fail=1; return; }
+	python3 - "$tmp/run.json" "$tmp/overlap.json" "$1" "$2" <<'PY'
+import json, sys
+r, o = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))["median"]
+rate = o["staging_GBps"]
+print("grads %-7s threads %3s  step %7.1f ms  efficiency %.3f  staging %.3f of the step%s"
+      % (sys.argv[3], sys.argv[4], r["step_s"] * 1e3, r["efficiency"], o["staging"],
+         "" if rate is None else " at %.1f GB/s" % rate))
+PY
+}
+for t in $threads; do one host "$t"; done
+for t in $(echo "$threads" | tr ' ' '\n' | sort -rn); do one host "$t"; done
+if command -v nvidia-smi >/dev/null; then
+	one pinned "$(echo "$threads" | tr ' ' '\n' | sort -n | tail -1)"
+else
+	echo "no GPU: no pinned run (the emulated HBM tier stages every host gradient)"
+fi
+rm -rf "$tmp"
+exit $fail
