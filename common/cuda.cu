@@ -107,6 +107,28 @@ out:
 	return rc;
 }
 
+extern "C" int ts_cuda_timer_open(void **ev)
+{
+	cudaEvent_t e = NULL;
+	int rc = 0;
+
+	*ev = NULL;
+	TIER_CUDA_CHECK_GOTO(cudaEventCreateWithFlags(&e, cudaEventDefault), rc, out);
+	*ev = e;
+out:
+	return rc;
+}
+
+extern "C" int ts_cuda_event_elapsed(void *from, void *to, float *ms)
+{
+	int rc = 0;
+
+	*ms = 0;
+	TIER_CUDA_CHECK_GOTO(cudaEventElapsedTime(ms, (cudaEvent_t)from, (cudaEvent_t)to), rc, out);
+out:
+	return rc;
+}
+
 extern "C" int ts_cuda_event_record(void *ev, void *stream)
 {
 	int rc = 0;

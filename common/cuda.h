@@ -81,6 +81,16 @@ int ts_cuda_event_sync(void *ev);
 void ts_cuda_event_close(void *ev);
 
 /*
+ * A timing event (the trace's view of a stream): ts_cuda_timer_open
+ * creates one in *ev that records the device's time when it completes
+ * (closed, recorded and waited for as above); ts_cuda_event_elapsed puts
+ * the milliseconds from @from's completion to @to's in *ms (both recorded
+ * and complete, @from first).  0 or -EIO with the CUDA call named.
+ */
+int ts_cuda_timer_open(void **ev);
+int ts_cuda_event_elapsed(void *from, void *to, float *ms);
+
+/*
  * Page-locked host memory (cudaHostAlloc, portable): @len bytes (1 for
  * 0) into *ptr (NULL on failure), which the CPU reads and writes and the
  * copy engines reach by DMA.  ts_cuda_host_free: NULL is nothing.

@@ -89,6 +89,20 @@ void ts_cuda_event_close(void *ev)
 	(void)ev;
 }
 
+int ts_cuda_timer_open(void **ev)
+{
+	*ev = NULL;
+	return ts_err(-ENODEV, "cuda: event: built without CUDA");
+}
+
+int ts_cuda_event_elapsed(void *from, void *to, float *ms)
+{
+	(void)from;
+	(void)to;
+	*ms = 0;
+	return ts_err(-ENODEV, "cuda: event: built without CUDA");
+}
+
 int ts_cuda_host_alloc(size_t len, void **ptr)
 {
 	(void)len;

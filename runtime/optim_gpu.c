@@ -28,6 +28,12 @@
  * may be what the window waits for), and at the end of the step; slots
  * end in the order they were queued.
  *
+ * Traced (TIER_TRACE), each slot also records timing events on its
+ * stream at the start of its work and after the gradient in, the kernel
+ * and the copy out, and its end lays them on the trace as grad_in,
+ * kernel_gpu and out_d2h spans (docs/trace.md): when the link's copies
+ * run, not only when the lane queued and ended them.
+ *
  * With the emulated "host" HBM backend the HBM tier is host memory, and
  * the lane keeps the same slots and the same order: the gradient and the
  * output are copied (memcpy) through the slot's buffers as they would be
@@ -70,6 +76,8 @@ int gpu_lane_open(struct tier_optim *o, size_t shard_bytes)
 		}
 		if ((rc = ts_cuda_stream_open(o->gpu, &sl->stream)) ||
 		    (rc = ts_cuda_event_open(&sl->ev)) ||
+		    (rc = ts_cuda_timer_open(&sl->tev[0])) || (rc = ts_cuda_timer_open(&sl->tev[1])) ||
+		    (rc = ts_cuda_timer_open(&sl->tev[2])) || (rc = ts_cuda_timer_open(&sl->tev[3])) ||
 		    (rc = ts_cuda_alloc(shard_bytes, &sl->dgrad)) ||
 		    (rc = ts_cuda_alloc(shard_bytes, &sl->dout)) ||
 		    (rc = ts_cuda_host_alloc(shard_bytes, &sl->pgrad)) ||
@@ -90,6 +98,8 @@ void gpu_lane_close(struct tier_optim *o)
 		} else {
 			ts_cuda_stream_close(sl->stream);
 			ts_cuda_event_close(sl->ev);
+			for (unsigned k = 0; k < 4; k++)
+				ts_cuda_event_close(sl->tev[k]);
 			ts_cuda_free(sl->dgrad);
 			ts_cuda_free(sl->dout);
 			ts_cuda_host_free(sl->pgrad);
@@ -163,6 +173,42 @@ static void stage(struct tier_optim *o, const struct shard *sh, void *dst, const
 			   len);
 }
 
+/* A span of the lane's link and kernel stages (grad_in, kernel_gpu,
+ * out_d2h) for shard @sh, when tracing. */
+static void lane_span(struct tier_optim *o, const struct shard *sh, enum trace_stage stage,
+		      uint64_t begin, uint64_t end, uint64_t bytes)
+{
+	if (o->trace)
+		trace_span(o->trace, stage, sh->index, atomic_load(&o->begun), begin, end, bytes);
+}
+
+/*
+ * Traced: the times of slot @sl's work from its timing events (the
+ * device's clock, from the start event's completion), laid on the host
+ * clock from the moment it was queued (the slot's stream is idle then, so
+ * the start event completes at once): the gradient in, the kernel, the
+ * copy out.  The slot's work has ended.  A failed reading of the events
+ * leaves the spans out: they are the trace's, not the update's.
+ */
+static void slot_spans(struct tier_optim *o, const struct gpu_slot *sl)
+{
+	const struct shard *sh = sl->it->user;
+	float ms[4] = { 0 };
+	uint64_t at[4];
+
+	for (unsigned k = 1; k < 4; k++)
+		if (ts_cuda_event_elapsed(sl->tev[0], sl->tev[k], &ms[k]))
+			return;
+	at[0] = sl->tq;
+	for (unsigned k = 1; k < 4; k++)
+		at[k] = sl->tq + (uint64_t)((double)(ms[k] > 0 ? ms[k] : 0) * 1e6);
+	if (sl->in_len)
+		lane_span(o, sh, TRACE_GRAD_IN, at[0], at[1], sl->in_len);
+	lane_span(o, sh, TRACE_KERNEL, at[1], at[2], 0);
+	if (sl->link_out_len)
+		lane_span(o, sh, TRACE_OUT, at[2], at[3], sl->link_out_len);
+}
+
 /* Whether host buffer @p may go over the link by DMA as it is. */
 static int host_pinned(const void *p, bool *pinned)
 {
@@ -190,10 +236,17 @@ static int slot_queue(struct tier_optim *o, struct gpu_slot *sl)
 
 	optim_item_args(o, it, &ap, &t);
 	sl->out_dst = NULL;
+	sl->in_len = host_grad ? glen : 0;
+	sl->link_out_len = host_out ? olen : 0;
+	sl->timed = false;
 	if (o->dev_host) {
 		/* the emulated link: the same copies, by the CPU */
+		uint64_t k0;
+
 		if (host_grad) {
+			k0 = ts_now_ns();
 			stage(o, sh, sl->dgrad, t.grad, glen, false);
+			lane_span(o, sh, TRACE_GRAD_IN, k0, ts_now_ns(), glen);
 			t.grad = sl->dgrad;
 		}
 		if (host_out) {
@@ -201,13 +254,21 @@ static int slot_queue(struct tier_optim *o, struct gpu_slot *sl)
 			sl->out_len = olen;
 			t.param_out = sl->dout;
 		}
+		k0 = ts_now_ns();
 		rc = tier_adam_step(NULL, &ap, &t);
 		sl->t1 = ts_now_ns();
+		lane_span(o, sh, TRACE_KERNEL, k0, sl->t1, 0);
 		return rc;
 	}
 
 	struct adamw_chunk c = adamw_chunk_of(&t);
 
+	if (o->trace) {
+		if ((rc = ts_cuda_event_record(sl->tev[0], sl->stream)))
+			return rc;
+		sl->tq = ts_now_ns();
+		sl->timed = true;
+	}
 	if (host_grad) {
 		const void *src = t.grad;
 
@@ -222,9 +283,13 @@ static int slot_queue(struct tier_optim *o, struct gpu_slot *sl)
 			return rc;
 		c.grad = sl->dgrad;
 	}
+	if (sl->timed && (rc = ts_cuda_event_record(sl->tev[1], sl->stream)))
+		return rc;
 	if (host_out)
 		c.param_out = sl->dout;
 	if ((rc = adamw_cuda_step(&ap, o->md, t.grad_dtype, t.out_dtype, &c, 1, sl->stream)))
+		return rc;
+	if (sl->timed && (rc = ts_cuda_event_record(sl->tev[2], sl->stream)))
 		return rc;
 	if (host_out) {
 		if ((rc = host_pinned(t.param_out, &pinned)))
@@ -236,6 +301,8 @@ static int slot_queue(struct tier_optim *o, struct gpu_slot *sl)
 			sl->out_len = olen;
 		}
 	}
+	if (sl->timed && (rc = ts_cuda_event_record(sl->tev[3], sl->stream)))
+		return rc;
 	return ts_cuda_event_record(sl->ev, sl->stream);
 }
 
@@ -255,13 +322,21 @@ static int slot_end(struct tier_optim *o)
 		rc = o->lane[1].rc; /* queued in part: its failure is recorded */
 	else if (!o->dev_host)
 		rc = ts_cuda_event_sync(sl->ev);
-	if (!rc && sl->out_dst)
+	if (!rc && sl->timed)
+		slot_spans(o, sl);
+	if (!rc && sl->out_dst) {
+		uint64_t c0 = ts_now_ns();
+
 		stage(o, it->user, sl->out_dst, o->dev_host ? sl->dout : sl->pout, sl->out_len,
 		      true);
+		if (o->dev_host) /* the emulated link's copy out */
+			lane_span(o, it->user, TRACE_OUT, c0, ts_now_ns(), sl->out_len);
+	}
 	t1 = o->dev_host ? sl->t1 : ts_now_ns();
 	sl->it = NULL;
 	sl->out_dst = NULL;
 	sl->failed = false;
+	sl->timed = false;
 	o->slot_head = (o->slot_head + 1) % GPU_SLOTS;
 	o->slot_count--;
 	if (rc) {

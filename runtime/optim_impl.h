@@ -96,6 +96,14 @@ struct gpu_slot {
 	void *out_dst;           /* a pageable host copy: pout goes there when */
 	size_t out_len;          /* the slot ends, out_len bytes */
 	uint64_t t0, t1;         /* queued at t0; emulated: the update ended at t1 */
+	/* Traced (o->trace), CUDA: timing events on the stream at the work's
+	 * start, after the gradient in, the kernel and the copy out (the
+	 * trace's grad_in, kernel_gpu, out_d2h spans), the host clock at the
+	 * start, and the bytes in and out (0: none on the link) */
+	void *tev[4];
+	bool timed;
+	uint64_t tq;
+	size_t in_len, link_out_len;
 };
 
 /* struct tier_optim's magic while open (TS_HANDLE, common/error.h). */

@@ -93,6 +93,9 @@ static const char *const stage_names[TRACE__STAGES] = {
 	[TRACE_NVME_WRITE] = "nvme_write",
 	[TRACE_STALL] = "stall",
 	[TRACE_STAGING] = "staging",
+	[TRACE_GRAD_IN] = "grad_in",
+	[TRACE_KERNEL] = "kernel_gpu",
+	[TRACE_OUT] = "out_d2h",
 	[TRACE_COMM] = "comm",
 };
 

@@ -36,6 +36,12 @@ enum trace_stage {
 	TRACE_STAGING,       /* the GPU lane's CPU copy of the shard's pageable
 			      * gradient into pinned staging, or of its staged
 			      * output into the trainer's buffer */
+	TRACE_GRAD_IN,       /* the GPU lane: a host gradient's copy into the
+			      * slot's device buffer, queued to done */
+	TRACE_KERNEL,        /* the GPU lane: the update kernel on the slot's
+			      * stream, from the gradient's arrival to its end */
+	TRACE_OUT,           /* the GPU lane: a host output's copy from the
+			      * slot's device buffer, kernel's end to done */
 	TRACE_COMM,          /* a collective of the partitioned optimizer, post
 			      * to completion; @shard is its parameter */
 	TRACE__STAGES
@@ -63,7 +69,8 @@ void trace_span(struct trace *t, enum trace_stage stage, uint32_t shard, uint64_
 		uint64_t begin_ns, uint64_t end_ns, uint64_t bytes);
 
 /* The stage's name in the file: "step", "nvme_read", "h2d", "update_cpu",
- * "update_gpu", "d2h", "nvme_write", "stall", "staging", "comm". */
+ * "update_gpu", "d2h", "nvme_write", "stall", "staging", "grad_in",
+ * "kernel_gpu", "out_d2h", "comm". */
 const char *trace_stage_name(enum trace_stage stage);
 
 /*

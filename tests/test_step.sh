@@ -419,7 +419,16 @@ if r["mixed_GBps"]:
          "mixed_efficiency %r" % r["mixed_efficiency"])
 shards = r["cpu_shards"] + r["gpu_shards"]
 rc = subprocess.call([sys.executable, check, trace, "--shards", str(shards), "--steps", str(steps),
-                      "--stages", "nvme_read,h2d,update_cpu,update_gpu,d2h,nvme_write,staging"])
+                      "--stages", "nvme_read,h2d,update_cpu,update_gpu,d2h,nvme_write,staging,"
+                      "grad_in,kernel_gpu,out_d2h"])
+# The GPU lane's own stages: a host gradient in, the kernel and a host
+# output out for each of its shards in each step, as many as its updates.
+ev = json.load(open(trace))["traceEvents"]
+count = {n: sum(1 for e in ev if e.get("ph") == "X" and e.get("name") == n)
+         for n in ("update_gpu", "grad_in", "kernel_gpu", "out_d2h")}
+want(count["update_gpu"] == r["gpu_shards"] * steps and
+     all(count[n] == count["update_gpu"] for n in ("grad_in", "kernel_gpu", "out_d2h")),
+     "the GPU lane's spans %r for %d shards in %d steps" % (count, r["gpu_shards"], steps))
 want(rc == 0, "trace_check.py failed")
 for f in fails:
     print("FAIL:", f)
@@ -429,16 +438,26 @@ PY
 
 # scripts/trace-overlap.py: the fractions of each step with the copies and
 # the GPU lane's update busy, exact on a made-up timeline (a 100 us step:
-# h2d over 0-60, d2h over 40-100, update_gpu over 20-50 and 45-70, staging
-# over 10-15 and 12-25 copying 225 kB: 15 GB/s), and consistent on the run's (the emulated HBM tier
+# h2d over 0-60 moving 600 kB, d2h over 40-100 moving 600 kB, update_gpu
+# over 20-50 and 45-70, staging over 10-15 and 12-25 copying 225 kB: 15
+# GB/s; the lane's gradients in over 55-70 and 65-80, 225 kB: link in over
+# 0-80 at 825 kB / 80 us, 7.5 GB/s a copy; an output out over 30-45, 90
+# kB: link out over 30-100 at 690 kB / 70 us, 6 GB/s a copy; kernels of 2,
+# 4 and 6 us: median 4), and consistent on the run's (the emulated HBM tier
 # stages every host gradient: staging above 0).
 OVERLAP="$(dirname "$CHECK")/../scripts/trace-overlap.py"
 cat >"$T/made.json" <<'JSON'
 {"traceEvents": [
  {"name": "step", "ph": "X", "ts": 0, "dur": 100, "pid": 1, "tid": 0, "args": {"step": 1}},
- {"name": "h2d", "ph": "X", "ts": 0, "dur": 30, "pid": 1, "tid": 1, "args": {}},
- {"name": "h2d", "ph": "X", "ts": 25, "dur": 35, "pid": 1, "tid": 2, "args": {}},
- {"name": "d2h", "ph": "X", "ts": 40, "dur": 60, "pid": 1, "tid": 1, "args": {}},
+ {"name": "h2d", "ph": "X", "ts": 0, "dur": 30, "pid": 1, "tid": 1, "args": {"bytes": 300000}},
+ {"name": "h2d", "ph": "X", "ts": 25, "dur": 35, "pid": 1, "tid": 2, "args": {"bytes": 300000}},
+ {"name": "d2h", "ph": "X", "ts": 40, "dur": 60, "pid": 1, "tid": 1, "args": {"bytes": 600000}},
+ {"name": "grad_in", "ph": "X", "ts": 55, "dur": 15, "pid": 1, "tid": 5, "args": {"bytes": 150000}},
+ {"name": "grad_in", "ph": "X", "ts": 65, "dur": 15, "pid": 1, "tid": 6, "args": {"bytes": 75000}},
+ {"name": "out_d2h", "ph": "X", "ts": 30, "dur": 15, "pid": 1, "tid": 5, "args": {"bytes": 90000}},
+ {"name": "kernel_gpu", "ph": "X", "ts": 50, "dur": 2, "pid": 1, "tid": 7, "args": {}},
+ {"name": "kernel_gpu", "ph": "X", "ts": 70, "dur": 4, "pid": 1, "tid": 7, "args": {}},
+ {"name": "kernel_gpu", "ph": "X", "ts": 80, "dur": 6, "pid": 1, "tid": 7, "args": {}},
  {"name": "update_gpu", "ph": "X", "ts": 20, "dur": 30, "pid": 1, "tid": 3, "args": {}},
  {"name": "update_gpu", "ph": "X", "ts": 45, "dur": 25, "pid": 1, "tid": 4, "args": {}},
  {"name": "staging", "ph": "X", "ts": 10, "dur": 5, "pid": 1, "tid": 3, "args": {"bytes": 75000}},
@@ -453,7 +472,9 @@ import json, sys
 m, r, steps = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), int(sys.argv[3])
 fails = []
 want = {"h2d": 0.6, "d2h": 0.6, "update": 0.5, "h2d+d2h": 0.2, "all3": 0.2, "staging": 0.15,
-        "staging_GBps": 15.0}
+        "staging_GBps": 15.0, "link_in": 0.8, "in_GBps": 825000 / 80e3, "link_out": 0.7,
+        "out_GBps": 690000 / 70e3, "grad_in_GBps": 7.5, "out_d2h_GBps": 6.0, "kernel_us": 4.0}
+rates = ("staging_GBps", "in_GBps", "out_GBps", "grad_in_GBps", "out_d2h_GBps", "kernel_us")
 got = m["steps"][0]
 for k, v in want.items():
     if abs(got[k] - v) > 1e-9 * max(1.0, v):
@@ -461,9 +482,10 @@ for k, v in want.items():
 if len(r["steps"]) != steps:
     fails.append("the run's timeline: %d steps, want %d" % (len(r["steps"]), steps))
 for s in r["steps"]:
-    if not all(0 <= s[k] <= 1 for k in want if k != "staging_GBps") or \
+    if not all(0 <= s[k] <= 1 for k in want if k not in rates) or \
             s["all3"] > min(s["h2d+d2h"], s["update"]) + 1e-12 or s["update"] <= 0 or \
-            s["staging"] <= 0 or not s["staging_GBps"] > 0:
+            s["staging"] <= 0 or not all(s[k] is not None and s[k] > 0 for k in rates) or \
+            s["link_in"] < s["h2d"] or s["link_out"] < s["d2h"]:
         fails.append("the run's step %r: %r" % (s["step"], s))
 for f in fails:
     print("FAIL: trace-overlap.py:", f)

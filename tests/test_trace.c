@@ -1003,7 +1003,7 @@ END_TEST
 
 static const char *const stage_names_want[TRACE__STAGES] = {
 	"step", "nvme_read", "h2d", "update_cpu", "update_gpu", "d2h", "nvme_write", "stall", "staging",
-	"comm",
+	"grad_in", "kernel_gpu", "out_d2h", "comm",
 };
 
 START_TEST(stage_names)

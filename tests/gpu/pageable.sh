@@ -8,10 +8,20 @@
 # DRAM home, no NVMe, the GPU lane alone), traced; then one run with pinned
 # gradients.  A line a run: the step, its efficiency against the PCIe bound,
 # and from the trace (scripts/trace-overlap.py) the share of the step with
-# a staging copy running and the copies' rate.  If more threads copy no
-# faster, host memory bounds the copies; if the rate is high but the share
-# large, starting them does.  Exits 1 if a run fails.  PAGEABLE_PARAMS, PAGEABLE_DRAM and
-# PAGEABLE_HBM shrink the run (the emulated HBM tier runs it without a GPU).
+# a staging copy running and the copies' rate; then the link: the share of
+# the step with a copy in flight each way (state fills and host gradients
+# in; write-backs and host outputs out) and the bytes over that time, the
+# rate of one host gradient's and one output's copy (from queued to done:
+# a copy that waits behind the fills shows a low rate), and the kernel.  If
+# more threads copy no faster, host memory bounds the copies; if the rate is
+# high but the share large, starting them does; if the link is busy nearly
+# all the step below its measured rate, the copies in flight together slow
+# it; if it idles, the lane's order leaves it idle.  Then one run with
+# pinned and one with device gradients, the same lines.  With
+# PAGEABLE_KEEP=DIR the traces of the last host, pinned and device runs
+# are kept there.  Exits 1 if a run fails.  PAGEABLE_PARAMS, PAGEABLE_DRAM
+# and PAGEABLE_HBM shrink the run (the emulated HBM tier runs it without a
+# GPU).
 set -u
 build=${1:?usage: pageable.sh BUILD_DIR [THREADS ...]}
 shift
@@ -42,16 +52,29 @@ one() { # grads threads
 	python3 - "$tmp/run.json" "$tmp/overlap.json" "$1" "$2" <<'PY'
 import json, sys
 r, o = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))["median"]
-rate = o["staging_GBps"]
+def gb(k):
+    return "-" if o[k] is None else "%.1f GB/s" % o[k]
 print("grads %-7s threads %3s  step %7.1f ms  efficiency %.3f  staging %.3f of the step%s"
       % (sys.argv[3], sys.argv[4], r["step_s"] * 1e3, r["efficiency"], o["staging"],
-         "" if rate is None else " at %.1f GB/s" % rate))
+         "" if o["staging_GBps"] is None else " at %.1f GB/s" % o["staging_GBps"]))
+link = r.get("link") or {}
+print("    link in %.3f of the step at %s (its rate both ways at once %s), out %.3f at %s (%s);"
+      " a gradient in %s, an output out %s, kernel %s"
+      % (o["link_in"], gb("in_GBps"), "%.1f" % link["h2d_both_GBps"] if link else "-",
+         o["link_out"], gb("out_GBps"), "%.1f" % link["d2h_both_GBps"] if link else "-",
+         gb("grad_in_GBps"), gb("out_d2h_GBps"),
+         "-" if o["kernel_us"] is None else "%.0f us" % o["kernel_us"]))
 PY
+	[ -n "${PAGEABLE_KEEP:-}" ] && mkdir -p "$PAGEABLE_KEEP" &&
+		cp "$tmp/trace.json" "$PAGEABLE_KEEP/trace-$1.json"
+	return 0
 }
 for t in $threads; do one host "$t"; done
 for t in $(echo "$threads" | tr ' ' '\n' | sort -rn); do one host "$t"; done
 if command -v nvidia-smi >/dev/null; then
-	one pinned "$(echo "$threads" | tr ' ' '\n' | sort -n | tail -1)"
+	most=$(echo "$threads" | tr ' ' '\n' | sort -n | tail -1)
+	one pinned "$most"
+	one device "$most"
 else
 	echo "no GPU: no pinned run (the emulated HBM tier stages every host gradient)"
 fi
