@@ -209,6 +209,21 @@ static void slot_spans(struct tier_optim *o, const struct gpu_slot *sl)
 		lane_span(o, sh, TRACE_OUT, at[2], at[3], sl->link_out_len);
 }
 
+/* Traced: the start of slot @sl's work on its stream, after any staging
+ * copy of its gradient (grad_in is the link's part). */
+static int slot_timer_start(struct tier_optim *o, struct gpu_slot *sl)
+{
+	int rc;
+
+	if (!o->trace)
+		return 0;
+	if ((rc = ts_cuda_event_record(sl->tev[0], sl->stream)))
+		return rc;
+	sl->tq = ts_now_ns();
+	sl->timed = true;
+	return 0;
+}
+
 /* Whether host buffer @p may go over the link by DMA as it is. */
 static int host_pinned(const void *p, bool *pinned)
 {
@@ -263,12 +278,6 @@ static int slot_queue(struct tier_optim *o, struct gpu_slot *sl)
 
 	struct adamw_chunk c = adamw_chunk_of(&t);
 
-	if (o->trace) {
-		if ((rc = ts_cuda_event_record(sl->tev[0], sl->stream)))
-			return rc;
-		sl->tq = ts_now_ns();
-		sl->timed = true;
-	}
 	if (host_grad) {
 		const void *src = t.grad;
 
@@ -279,9 +288,12 @@ static int slot_queue(struct tier_optim *o, struct gpu_slot *sl)
 			stage(o, sh, sl->pgrad, t.grad, glen, false);
 			src = sl->pgrad;
 		}
-		if ((rc = ts_cuda_copy_async(sl->dgrad, src, glen, sl->stream)))
+		if ((rc = slot_timer_start(o, sl)) ||
+		    (rc = ts_cuda_copy_async(sl->dgrad, src, glen, sl->stream)))
 			return rc;
 		c.grad = sl->dgrad;
+	} else if ((rc = slot_timer_start(o, sl))) {
+		return rc;
 	}
 	if (sl->timed && (rc = ts_cuda_event_record(sl->tev[1], sl->stream)))
 		return rc;
