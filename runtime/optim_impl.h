@@ -84,7 +84,9 @@ struct lane {
  * shard's gradient comes in while another's update runs and a third's
  * copy goes out.
  */
+#ifndef GPU_SLOTS /* a measuring build may set it: -Dc_args=-DGPU_SLOTS=6 */
 #define GPU_SLOTS 3
+#endif
 struct gpu_slot {
 	void *stream, *ev;       /* CUDA: its stream and end event (emulated: NULL) */
 	void *dgrad, *dout;      /* device buffers of one shard: a host gradient
