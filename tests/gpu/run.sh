@@ -47,6 +47,9 @@ for g in device pinned host; do
 		--manifest "$TIER_TEST_TMPDIR/hbm.yaml" --dram 2GiB --params 134217728 --steps 4 \
 		--offload-fraction 0 --grads $g --verify --no-progress
 	step "$root/scripts/trace-overlap.py" "$TIER_TEST_TMPDIR/trace-$g.json"
+	# the slots' timed spans: a kernel each, and host buffers' copies
+	case $g in device) st=update_gpu,kernel_gpu ;; *) st=update_gpu,kernel_gpu,grad_in,out_d2h ;; esac
+	step python3 "$root/tests/trace_check.py" "$TIER_TEST_TMPDIR/trace-$g.json" --steps 4 --stages $st
 done
 TIER_DATA="$TIER_TEST_TMPDIR/data" step "$build/tools/tier-bench" step --params 67108864 \
 	--dram 256MiB --steps 4 --offload-fraction auto --verify --no-progress
