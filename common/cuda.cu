@@ -95,28 +95,27 @@ out:
 	return rc;
 }
 
-extern "C" int ts_cuda_event_open(void **ev)
+/* An event with @flags into *ev (NULL on failure). */
+static int event_create(unsigned flags, void **ev)
 {
 	cudaEvent_t e = NULL;
 	int rc = 0;
 
 	*ev = NULL;
-	TIER_CUDA_CHECK_GOTO(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), rc, out);
+	TIER_CUDA_CHECK_GOTO(cudaEventCreateWithFlags(&e, flags), rc, out);
 	*ev = e;
 out:
 	return rc;
 }
 
+extern "C" int ts_cuda_event_open(void **ev)
+{
+	return event_create(cudaEventDisableTiming, ev);
+}
+
 extern "C" int ts_cuda_timer_open(void **ev)
 {
-	cudaEvent_t e = NULL;
-	int rc = 0;
-
-	*ev = NULL;
-	TIER_CUDA_CHECK_GOTO(cudaEventCreateWithFlags(&e, cudaEventDefault), rc, out);
-	*ev = e;
-out:
-	return rc;
+	return event_create(cudaEventDefault, ev);
 }
 
 extern "C" int ts_cuda_event_elapsed(void *from, void *to, float *ms)

@@ -88,12 +88,10 @@ def step_overlaps(events):
     steps = sorted((ev["args"].get("step", k), ev["ts"], ev["ts"] + ev["dur"])
                    for k, ev in enumerate(events)
                    if ev.get("ph") == "X" and ev.get("name") == "step")
-    busy = {s: union([(ev["ts"], ev["ts"] + ev["dur"]) for ev in events
-                      if ev.get("ph") == "X" and ev.get("name") == s])
-            for s in STAGES}
     spans = {s: [(ev["ts"], ev["dur"], ev.get("args", {}).get("bytes", 0)) for ev in events
                  if ev.get("ph") == "X" and ev.get("name") == s]
              for s in STAGES + ("kernel_gpu",)}
+    busy = {s: union([(ts, ts + dur) for ts, dur, n in spans[s]]) for s in STAGES}
 
     def nbytes(names, b, e):
         return sum(n for s in names for ts, dur, n in spans[s] if b <= ts < e)
