@@ -54,6 +54,8 @@ enum ts_opt_type {
 	  "SIMD kernel versions to use, a list of scalar,avx2,avx512 (Adam), sse4.2,clmul (crc32c); auto: the best the CPU has") \
 	X(TRACE, "trace", TIER_OPT_T_STRING, "TIER_TRACE", "", NULL, 0, 0,     \
 	  "write a timeline of optimizer steps (Chrome trace JSON) to this file") \
+	X(GPU_SLOTS, "gpu_slots", TIER_OPT_T_INT, "TIER_GPU_SLOTS", "3", NULL, 1, 8, \
+	  "shards the optimizer's GPU lane keeps in flight, each with a stream and a shard of device and pinned buffers") \
 	X(STATS, "stats", TIER_OPT_T_ENUM, "TIER_STATS", "on", "off|on", 0, 0, \
 	  "publish each store's counters in a stats segment for tier-stat")  \
 	X(STATS_DIR, "stats_dir", TIER_OPT_T_STRING, "TIER_STATS_DIR", "", NULL, 0, 0, \

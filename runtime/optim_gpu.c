@@ -1,7 +1,7 @@
 /*
  * optim_gpu.c - the optimizer's GPU lane: the update of the shards the
  * split gives the HBM tier, run on the optimizer's own thread with
- * GPU_SLOTS shards in flight (docs/optimizer.md, "The GPU lane").
+ * TIER_GPU_SLOTS shards in flight (docs/optimizer.md, "The GPU lane").
  *
  * A shard's work, queued on its slot's stream and closed by the slot's
  * event:
@@ -54,6 +54,7 @@
 #include "common/cuda.h"
 #include "common/error.h"
 #include "common/fault.h"
+#include "common/options.h"
 #include "common/pool.h"
 #include "kernels/adamw_cuda.h"
 #include "kernels/copy.h"
@@ -66,7 +67,10 @@ int gpu_lane_open(struct tier_optim *o, size_t shard_bytes)
 	int rc;
 
 	o->slot_head = o->slot_count = 0;
-	for (unsigned i = 0; i < GPU_SLOTS; i++) {
+	o->nslots = (unsigned)ts_opt_int(TIER_OPT_GPU_SLOTS);
+	if (o->nslots < 1 || o->nslots > GPU_SLOTS_MAX)
+		o->nslots = 3; /* the table keeps its range: not reached */
+	for (unsigned i = 0; i < o->nslots; i++) {
 		struct gpu_slot *sl = &o->slot[i];
 
 		if (o->dev_host) {
@@ -89,7 +93,7 @@ int gpu_lane_open(struct tier_optim *o, size_t shard_bytes)
 
 void gpu_lane_close(struct tier_optim *o)
 {
-	for (unsigned i = 0; i < GPU_SLOTS; i++) {
+	for (unsigned i = 0; i < GPU_SLOTS_MAX; i++) {
 		struct gpu_slot *sl = &o->slot[i];
 
 		if (o->dev_host) {
@@ -349,7 +353,7 @@ static int slot_end(struct tier_optim *o)
 	sl->out_dst = NULL;
 	sl->failed = false;
 	sl->timed = false;
-	o->slot_head = (o->slot_head + 1) % GPU_SLOTS;
+	o->slot_head = (o->slot_head + 1) % o->nslots;
 	o->slot_count--;
 	if (rc) {
 		/* the update may have run in part: the step fails for good */
@@ -381,11 +385,11 @@ void optim_gpu_lane(struct tier_optim *o)
 			continue; /* no gradient: given back */
 		if (rc)
 			break;    /* none left, or the take failed */
-		if (o->slot_count == GPU_SLOTS && slot_end(o)) {
+		if (o->slot_count == o->nslots && slot_end(o)) {
 			la_done(&o->la, it, false);
 			break;
 		}
-		sl = &o->slot[(o->slot_head + o->slot_count) % GPU_SLOTS];
+		sl = &o->slot[(o->slot_head + o->slot_count) % o->nslots];
 		sl->it = it;
 		sl->t0 = now;
 		sl->failed = false;

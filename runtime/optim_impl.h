@@ -80,13 +80,12 @@ struct lane {
 /*
  * One shard in flight on the GPU lane (optim_gpu.c): its gradient in,
  * the update, its parameter copy out, all queued on the slot's stream
- * and ended by its event.  The lane keeps GPU_SLOTS of them, so one
- * shard's gradient comes in while another's update runs and a third's
- * copy goes out.
+ * and ended by its event.  The lane keeps o->nslots of them
+ * (TIER_GPU_SLOTS, 3 by default, at most GPU_SLOTS_MAX), so one shard's
+ * gradient comes in while another's update runs and a third's copy goes
+ * out.
  */
-#ifndef GPU_SLOTS /* a measuring build may set it: -Dc_args=-DGPU_SLOTS=6 */
-#define GPU_SLOTS 3
-#endif
+#define GPU_SLOTS_MAX 8
 struct gpu_slot {
 	void *stream, *ev;       /* CUDA: its stream and end event (emulated: NULL) */
 	void *dgrad, *dout;      /* device buffers of one shard: a host gradient
@@ -176,7 +175,8 @@ struct tier_optim {
 	bool dev_host;           /* the HBM tier's memory is host memory (emulated) */
 	int gpu;
 	void *stream;            /* CUDA: the gradient check's and the exchanges' stream */
-	struct gpu_slot slot[GPU_SLOTS]; /* the lane's shards in flight: */
+	struct gpu_slot slot[GPU_SLOTS_MAX]; /* the lane's shards in flight: */
+	unsigned nslots;                 /* slot[0..nslots) open (TIER_GPU_SLOTS), */
 	unsigned slot_head, slot_count;  /* the oldest, and how many */
 	void *host_grad, *host_out; /* CUDA: pinned staging for device buffers on the CPU lane */
 	pthread_t thread;
@@ -334,7 +334,7 @@ int optim_item_updated(struct tier_optim *o, unsigned lane, struct la_item *it, 
  * @shard_bytes each; 0 or the error.  gpu_lane_close frees what it got. */
 int gpu_lane_open(struct tier_optim *o, size_t shard_bytes);
 void gpu_lane_close(struct tier_optim *o);
-/* Lane 1 of the step: every item of the GPU lane, GPU_SLOTS in flight. */
+/* Lane 1 of the step: every item of the GPU lane, o->nslots in flight. */
 void optim_gpu_lane(struct tier_optim *o);
 
 /* Ends a step begun and not finished: its window released, nothing

@@ -496,3 +496,61 @@ rc=$?
 if [ "$rc" -ne 1 ] || ! grep -q "nothing.json" "$T/err"; then
 	echo "FAIL: trace-overlap.py on a missing file: exit $rc"; sed 's/^/  /' "$T/err"; exit 1
 fi
+
+# TIER_GPU_SLOTS: the GPU lane keeps that many shards in flight.  With the
+# state resident in the (emulated) HBM tier, nothing waits for a fill, so
+# the lane fills every slot: at each shard's kernel, the shards whose
+# kernel has started and whose output has not gone out (an output goes
+# when its slot ends) are exactly the slots, in every step.  The result is
+# the same bits for any count (--verify), and a count out of [1, 8] draws
+# the options table's warning and keeps 3.
+cat >"$T/slots.yaml" <<YAML
+version: 1
+name: slots-test
+gpu:
+  device: none
+dram:
+  capacity: 16MiB
+optimizer:
+  shard_size: 256KiB
+YAML
+for slots in 1 2 5 9; do
+	want=$slots
+	[ "$slots" = 9 ] && want=3
+	rm -f "$T/slots.json"
+	if ! TIER_GPU_SLOTS=$slots TIER_TRACE="$T/slots.json" "$TB" step --manifest "$T/slots.yaml" \
+		--params 1000000 --steps 3 --offload-fraction 0 --hbm-capacity 64MiB --update-runs 1 \
+		--verify --json --no-progress >"$T/out.json" 2>"$T/err"; then
+		echo "FAIL: TIER_GPU_SLOTS=$slots tier-bench step exited $?"; sed 's/^/  /' "$T/err"
+		exit 1
+	fi
+	if [ "$slots" = 9 ] && ! grep -q "invalid TIER_GPU_SLOTS='9' (expected an integer in \[1, 8\])" "$T/err"; then
+		echo "FAIL: TIER_GPU_SLOTS=9: no warning"; sed 's/^/  /' "$T/err"; exit 1
+	fi
+	python3 - "$T/out.json" "$T/slots.json" "$want" "$slots" <<'PY' || exit 1
+import json, sys
+r, ev = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))["traceEvents"]
+want, slots = int(sys.argv[3]), sys.argv[4]
+fails = []
+if r.get("verified") is not True or r["gpu_shards"] < 8 * want or r["cpu_shards"] != 0:
+    fails.append("verified %r, gpu_shards %r, cpu_shards %r" % (r.get("verified"), r["gpu_shards"], r["cpu_shards"]))
+steps = {}
+for e in ev:
+    if e.get("ph") == "X" and e["name"] in ("kernel_gpu", "out_d2h"):
+        a = e["args"]
+        steps.setdefault(a["step"], {}).setdefault(a["shard"], {})[e["name"]] = e["ts"]
+inflight = []
+for st in sorted(steps):
+    d = steps[st]
+    if len(d) != r["gpu_shards"] or any(len(v) != 2 for v in d.values()):
+        fails.append("step %r: kernel and output spans of %d shards, want %d" % (st, len(d), r["gpu_shards"]))
+        continue
+    inflight.append(max(sum(1 for w in d.values() if w["kernel_gpu"] <= v["kernel_gpu"] < w["out_d2h"])
+                        for v in d.values()))
+if len(inflight) != 3 or any(n != want for n in inflight):
+    fails.append("shards in flight per step %r, want %d in each of 3" % (inflight, want))
+for f in fails:
+    print("FAIL: TIER_GPU_SLOTS=%s:" % slots, f)
+sys.exit(1 if fails else 0)
+PY
+done

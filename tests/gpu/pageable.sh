@@ -22,6 +22,14 @@
 # are kept there.  Exits 1 if a run fails.  PAGEABLE_PARAMS, PAGEABLE_DRAM
 # and PAGEABLE_HBM shrink the run (the emulated HBM tier runs it without a
 # GPU).
+#
+# With PAGEABLE_SLOTS (a list of TIER_GPU_SLOTS counts, the first the one
+# to compare against) it measures the slot count instead of the threads:
+# PAGEABLE_ROUNDS rounds (default 7), the counts' order reversed every other
+# round, one host and one pinned run each (host only without a GPU) with the
+# most threads given, the same lines with "slots N"; then per count and
+# gradients the median step and efficiency, and the median of the per-round
+# ratios of the first count's step to this one's (above 1: faster).
 set -u
 build=${1:?usage: pageable.sh BUILD_DIR [THREADS ...]}
 shift
@@ -36,26 +44,31 @@ mkdir -p "$tmp"
 printf 'gpu:\n  device: auto\n  capacity: %s\ndram:\n  capacity: %s\n' \
 	"${PAGEABLE_HBM:-1GiB}" "$dram" >"$tmp/hbm.yaml"
 fail=0
-one() { # grads threads
+: >"$tmp/runs.jsonl"
+one() { # grads threads [slots]
 	rm -f "$tmp/trace.json"
-	TIER_TRACE=$tmp/trace.json timeout -k 10 "$limit" "$bench" step --json --no-progress \
+	TIER_GPU_SLOTS=${3:-3} TIER_TRACE=$tmp/trace.json timeout -k 10 "$limit" "$bench" step --json --no-progress \
 		--manifest "$tmp/hbm.yaml" --dram "$dram" --params "$params" --steps 6 \
 		--offload-fraction 0 --grads "$1" --threads "$2" >"$tmp/run.json"
 	rc=$?
 	if [ "$rc" -ne 0 ]; then
-		echo "== exit $rc (tier-bench step --grads $1 --threads $2)"
+		echo "== exit $rc (tier-bench step --grads $1 --threads $2, TIER_GPU_SLOTS=${3:-3})"
 		fail=1
 		return
 	fi
 	python3 "$root/scripts/trace-overlap.py" "$tmp/trace.json" --json >"$tmp/overlap.json" ||
 		{ fail=1; return; }
-	python3 - "$tmp/run.json" "$tmp/overlap.json" "$1" "$2" <<'PY'
+	python3 - "$tmp/run.json" "$tmp/overlap.json" "$1" "$2" "${3:-3}" "$round" "$tmp/runs.jsonl" <<'PY'
 import json, sys
 r, o = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))["median"]
+with open(sys.argv[7], "a") as f:
+    f.write(json.dumps({"grads": sys.argv[3], "threads": int(sys.argv[4]), "slots": int(sys.argv[5]),
+                        "round": int(sys.argv[6]), "step_s": r["step_s"],
+                        "efficiency": r["efficiency"], "overlap": o}) + "\n")
 def gb(k):
     return "-" if o[k] is None else "%.1f GB/s" % o[k]
-print("grads %-7s threads %3s  step %7.1f ms  efficiency %.3f  staging %.3f of the step%s"
-      % (sys.argv[3], sys.argv[4], r["step_s"] * 1e3, r["efficiency"], o["staging"],
+print("grads %-7s threads %3s slots %s  step %7.1f ms  efficiency %.3f  staging %.3f of the step%s"
+      % (sys.argv[3], sys.argv[4], sys.argv[5], r["step_s"] * 1e3, r["efficiency"], o["staging"],
          "" if o["staging_GBps"] is None else " at %.1f GB/s" % o["staging_GBps"]))
 link = r.get("link") or {}
 print("    link in %.3f of the step at %s (its rate both ways at once %s), out %.3f at %s (%s);"
@@ -66,13 +79,54 @@ print("    link in %.3f of the step at %s (its rate both ways at once %s), out %
          "-" if o["kernel_us"] is None else "%.0f us" % o["kernel_us"]))
 PY
 	[ -n "${PAGEABLE_KEEP:-}" ] && mkdir -p "$PAGEABLE_KEEP" &&
-		cp "$tmp/trace.json" "$PAGEABLE_KEEP/trace-$1.json"
+		cp "$tmp/trace.json" "$PAGEABLE_KEEP/trace-$1${3:+-slots$3}.json"
 	return 0
 }
+round=0
+most=$(echo "$threads" | tr ' ' '\n' | sort -n | tail -1)
+gpu=0
+command -v nvidia-smi >/dev/null && gpu=1
+if [ -n "${PAGEABLE_SLOTS:-}" ]; then
+	rounds=${PAGEABLE_ROUNDS:-7}
+	grads=host
+	[ "$gpu" = 1 ] && grads="host pinned"
+	while [ "$round" -lt "$rounds" ]; do
+		round=$((round + 1))
+		order=$PAGEABLE_SLOTS
+		[ $((round % 2)) = 0 ] && order=$(echo "$PAGEABLE_SLOTS" | tr ' ' '\n' | tac | tr '\n' ' ')
+		for n in $order; do
+			for g in $grads; do one "$g" "$most" "$n"; done
+		done
+	done
+	python3 - "$tmp/runs.jsonl" "$PAGEABLE_SLOTS" <<'PY' || fail=1
+import json, statistics, sys
+runs = [json.loads(l) for l in open(sys.argv[1])]
+counts = [int(n) for n in sys.argv[2].split()]
+base = counts[0]
+for g in sorted({r["grads"] for r in runs}):
+    for n in counts:
+        mine = [r for r in runs if r["grads"] == g and r["slots"] == n]
+        ratios = []
+        for r in mine:
+            b = [x for x in runs if x["grads"] == g and x["slots"] == base and x["round"] == r["round"]]
+            if b:
+                ratios.append(b[0]["step_s"] / r["step_s"])
+        if not mine:
+            continue
+        print("grads %-7s slots %d: %d runs, step median %.1f ms, efficiency median %.3f (%.3f-%.3f),"
+              " %d slots' step over this one's, median of the rounds %.3f (%.3f-%.3f)"
+              % (g, n, len(mine), statistics.median(r["step_s"] for r in mine) * 1e3,
+                 statistics.median(r["efficiency"] for r in mine),
+                 min(r["efficiency"] for r in mine), max(r["efficiency"] for r in mine),
+                 base, statistics.median(ratios), min(ratios), max(ratios)))
+PY
+	[ -n "${PAGEABLE_KEEP:-}" ] && cp "$tmp/runs.jsonl" "$PAGEABLE_KEEP/runs.jsonl"
+	rm -rf "$tmp"
+	exit $fail
+fi
 for t in $threads; do one host "$t"; done
 for t in $(echo "$threads" | tr ' ' '\n' | sort -rn); do one host "$t"; done
-if command -v nvidia-smi >/dev/null; then
-	most=$(echo "$threads" | tr ' ' '\n' | sort -n | tail -1)
+if [ "$gpu" = 1 ]; then
 	one pinned "$most"
 	one device "$most"
 else
