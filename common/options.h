@@ -56,6 +56,9 @@ enum ts_opt_type {
 	  "write a timeline of optimizer steps (Chrome trace JSON) to this file") \
 	X(GPU_SLOTS, "gpu_slots", TIER_OPT_T_INT, "TIER_GPU_SLOTS", "3", NULL, 1, 8, \
 	  "shards the optimizer's GPU lane keeps in flight, each with a stream and a shard of device and pinned buffers") \
+	X(GPU_GRAD_AHEAD, "gpu_grad_ahead", TIER_OPT_T_ENUM, "TIER_GPU_GRAD_AHEAD", "off", \
+	  "off|on", 0, 0,                                                      \
+	  "on: the GPU lane copies the next shard's host gradient in on a free slot while its state is still coming up") \
 	X(STATS, "stats", TIER_OPT_T_ENUM, "TIER_STATS", "on", "off|on", 0, 0, \
 	  "publish each store's counters in a stats segment for tier-stat")  \
 	X(STATS_DIR, "stats_dir", TIER_OPT_T_STRING, "TIER_STATS_DIR", "", NULL, 0, 0, \

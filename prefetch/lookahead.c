@@ -199,6 +199,16 @@ bool la_ready(struct lookahead *la, unsigned lane)
 	return ready;
 }
 
+struct la_item *la_peek(struct lookahead *la, unsigned lane)
+{
+	struct la_item *it;
+
+	pthread_mutex_lock(&la->lock);
+	it = la->aborted ? NULL : next_of(la, lane);
+	pthread_mutex_unlock(&la->lock);
+	return it;
+}
+
 static void unaccount(struct lookahead *la, struct la_item *it)
 {
 	la->inflight[TIER_DRAM] -= it->bytes;

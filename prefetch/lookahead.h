@@ -125,6 +125,14 @@ int la_take(struct lookahead *la, unsigned lane, struct la_item **out, uint64_t 
  */
 bool la_ready(struct lookahead *la, unsigned lane);
 
+/*
+ * The item la_take(@lane) would return next, not taken (it may not be
+ * issued or resident yet): for what a lane can do for it ahead, such as
+ * bringing its gradient in.  NULL when the lane has no item left or the
+ * window stopped.
+ */
+struct la_item *la_peek(struct lookahead *la, unsigned lane);
+
 /* Gives a taken item back: releases its pin (@dirty: the bytes changed),
  * and issues more.  0 or the release's error. */
 int la_done(struct lookahead *la, struct la_item *it, bool dirty);

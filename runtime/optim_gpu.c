@@ -67,6 +67,7 @@ int gpu_lane_open(struct tier_optim *o, size_t shard_bytes)
 	int rc;
 
 	o->slot_head = o->slot_count = 0;
+	o->grad_ahead = ts_opt_int(TIER_OPT_GPU_GRAD_AHEAD) == 1;
 	o->nslots = (unsigned)ts_opt_int(TIER_OPT_GPU_SLOTS);
 	if (o->nslots < 1 || o->nslots > GPU_SLOTS_MAX)
 		o->nslots = 3; /* the table keeps its range: not reached */
@@ -79,10 +80,12 @@ int gpu_lane_open(struct tier_optim *o, size_t shard_bytes)
 			continue;
 		}
 		if ((rc = ts_cuda_stream_open(o->gpu, &sl->stream)) ||
-		    (rc = ts_cuda_event_open(&sl->ev)) ||
-		    (rc = ts_cuda_timer_open(&sl->tev[0])) || (rc = ts_cuda_timer_open(&sl->tev[1])) ||
-		    (rc = ts_cuda_timer_open(&sl->tev[2])) || (rc = ts_cuda_timer_open(&sl->tev[3])) ||
-		    (rc = ts_cuda_alloc(shard_bytes, &sl->dgrad)) ||
+		    (rc = ts_cuda_event_open(&sl->ev)))
+			return rc;
+		for (unsigned k = 0; k < TEV_N; k++)
+			if ((rc = ts_cuda_timer_open(&sl->tev[k])))
+				return rc;
+		if ((rc = ts_cuda_alloc(shard_bytes, &sl->dgrad)) ||
 		    (rc = ts_cuda_alloc(shard_bytes, &sl->dout)) ||
 		    (rc = ts_cuda_host_alloc(shard_bytes, &sl->pgrad)) ||
 		    (rc = ts_cuda_host_alloc(shard_bytes, &sl->pout)))
@@ -102,7 +105,7 @@ void gpu_lane_close(struct tier_optim *o)
 		} else {
 			ts_cuda_stream_close(sl->stream);
 			ts_cuda_event_close(sl->ev);
-			for (unsigned k = 0; k < 4; k++)
+			for (unsigned k = 0; k < TEV_N; k++)
 				ts_cuda_event_close(sl->tev[k]);
 			ts_cuda_free(sl->dgrad);
 			ts_cuda_free(sl->dout);
@@ -197,20 +200,20 @@ static void lane_span(struct tier_optim *o, const struct shard *sh, enum trace_s
 static void slot_spans(struct tier_optim *o, const struct gpu_slot *sl)
 {
 	const struct shard *sh = sl->it->user;
-	float ms[4] = { 0 };
-	uint64_t at[4];
+	float ms[TEV_N] = { 0 };
+	uint64_t at[TEV_N];
 
-	for (unsigned k = 1; k < 4; k++)
-		if (ts_cuda_event_elapsed(sl->tev[0], sl->tev[k], &ms[k]))
+	for (unsigned k = 1; k < TEV_N; k++)
+		if (ts_cuda_event_elapsed(sl->tev[TEV_START], sl->tev[k], &ms[k]))
 			return;
-	at[0] = sl->tq;
-	for (unsigned k = 1; k < 4; k++)
+	at[TEV_START] = sl->tq;
+	for (unsigned k = 1; k < TEV_N; k++)
 		at[k] = sl->tq + (uint64_t)((double)(ms[k] > 0 ? ms[k] : 0) * 1e6);
 	if (sl->in_len)
-		lane_span(o, sh, TRACE_GRAD_IN, at[0], at[1], sl->in_len);
-	lane_span(o, sh, TRACE_KERNEL, at[1], at[2], 0);
+		lane_span(o, sh, TRACE_GRAD_IN, at[TEV_START], at[TEV_GRAD], sl->in_len);
+	lane_span(o, sh, TRACE_KERNEL, at[TEV_KSTART], at[TEV_KERNEL], 0);
 	if (sl->link_out_len)
-		lane_span(o, sh, TRACE_OUT, at[2], at[3], sl->link_out_len);
+		lane_span(o, sh, TRACE_OUT, at[TEV_KERNEL], at[TEV_OUT], sl->link_out_len);
 }
 
 /* Traced: the start of slot @sl's work on its stream, after any staging
@@ -221,7 +224,7 @@ static int slot_timer_start(struct tier_optim *o, struct gpu_slot *sl)
 
 	if (!o->trace)
 		return 0;
-	if ((rc = ts_cuda_event_record(sl->tev[0], sl->stream)))
+	if ((rc = ts_cuda_event_record(sl->tev[TEV_START], sl->stream)))
 		return rc;
 	sl->tq = ts_now_ns();
 	sl->timed = true;
@@ -239,35 +242,124 @@ static int host_pinned(const void *p, bool *pinned)
 	return 0;
 }
 
+/* Shard @sh's gradient, where the trainer left it: *src, @glen bytes; 1
+ * when it is in host memory (it goes over the link), else 0. */
+static int grad_of(const struct tier_optim *o, const struct shard *sh, const void **src,
+		   size_t *glen)
+{
+	const struct param *pp = &o->params[sh->param];
+	size_t gsz = tier_dtype_size(pp->grad.dtype);
+
+	*src = (const char *)pp->grad.ptr + sh->off * gsz;
+	*glen = sh->n * gsz;
+	return pp->grad.mem == TIER_MEM_HOST;
+}
+
+/*
+ * Queues the host gradient of @it's shard into slot @sl's device buffer
+ * (emulated: copies it), through the slot's pinned staging when it is
+ * pageable; traced, between the slot's start and after-gradient events.
+ * The slot's earlier work has ended.
+ */
+static int slot_grad_in(struct tier_optim *o, struct gpu_slot *sl, const struct la_item *it)
+{
+	const struct shard *sh = it->user;
+	const void *src;
+	size_t glen;
+	bool pinned;
+	int rc;
+
+	(void)grad_of(o, sh, &src, &glen);
+	sl->in_len = glen;
+	if (o->dev_host) {
+		/* the emulated link: the same copy, by the CPU */
+		uint64_t k0 = ts_now_ns();
+
+		stage(o, sh, sl->dgrad, src, glen, false);
+		lane_span(o, sh, TRACE_GRAD_IN, k0, ts_now_ns(), glen);
+		return 0;
+	}
+	if ((rc = host_pinned(src, &pinned)))
+		return rc;
+	if (!pinned) {
+		/* the slot's last DMA from it has ended */
+		stage(o, sh, sl->pgrad, src, glen, false);
+		src = sl->pgrad;
+	}
+	if ((rc = slot_timer_start(o, sl)) ||
+	    (rc = ts_cuda_copy_async(sl->dgrad, src, glen, sl->stream)))
+		return rc;
+	if (sl->timed && (rc = ts_cuda_event_record(sl->tev[TEV_GRAD], sl->stream)))
+		return rc;
+	return 0;
+}
+
+/*
+ * TIER_GPU_GRAD_AHEAD: while the lane's next item is not resident, its
+ * host gradient goes in on the next free slot, the one the item will be
+ * queued on (ending slots does not change which: the head and the count
+ * move together), so the link carries it while the state comes up.  The
+ * slot's event closes the copy: a gradient queued ahead and not used (the
+ * step stopped) is waited for at the end of the lane.  A copy that cannot
+ * be queued is left to the item's own queueing, which then fails the same
+ * way and fails the step.
+ */
+static void grad_ahead(struct tier_optim *o)
+{
+	struct gpu_slot *sl;
+	struct la_item *it;
+	const void *src;
+	size_t glen;
+
+	if (!o->grad_ahead || o->slot_count == o->nslots)
+		return;
+	sl = &o->slot[(o->slot_head + o->slot_count) % o->nslots];
+	if (!(it = la_peek(&o->la, 1)) || sl->pre == it)
+		return;
+	if (sl->pre && !o->dev_host)
+		(void)ts_cuda_event_sync(sl->ev); /* one for another item: ended first */
+	sl->pre = NULL;
+	sl->timed = false;
+	if (!o->params[((struct shard *)it->user)->param].pushed ||
+	    !grad_of(o, it->user, &src, &glen))
+		return; /* no gradient this step, or one read where it is */
+	if (slot_grad_in(o, sl, it) || (!o->dev_host && ts_cuda_event_record(sl->ev, sl->stream))) {
+		ts_err_clear();
+		sl->timed = false;
+		return;
+	}
+	sl->pre = it;
+}
+
 /* Queues @it's work on slot @sl (the item already in sl->it). */
 static int slot_queue(struct tier_optim *o, struct gpu_slot *sl)
 {
 	struct la_item *it = sl->it;
 	struct shard *sh = it->user;
 	struct param *pp = &o->params[sh->param];
-	size_t glen = sh->n * tier_dtype_size(pp->grad.dtype);
 	size_t olen = pp->out.ptr ? sh->n * tier_dtype_size(pp->out.dtype) : 0;
 	bool host_grad = pp->grad.mem == TIER_MEM_HOST, host_out = olen && pp->out.mem == TIER_MEM_HOST;
+	bool ahead = sl->pre == it; /* its gradient is in dgrad already */
 	struct tier_adam_params ap;
 	struct tier_adam_tensors t;
 	bool pinned;
 	int rc;
 
 	optim_item_args(o, it, &ap, &t);
+	sl->pre = NULL;
 	sl->out_dst = NULL;
-	sl->in_len = host_grad ? glen : 0;
 	sl->link_out_len = host_out ? olen : 0;
-	sl->timed = false;
+	if (!ahead) {
+		sl->in_len = 0;
+		sl->timed = false;
+		if (host_grad && (rc = slot_grad_in(o, sl, it)))
+			return rc;
+	}
 	if (o->dev_host) {
-		/* the emulated link: the same copies, by the CPU */
 		uint64_t k0;
 
-		if (host_grad) {
-			k0 = ts_now_ns();
-			stage(o, sh, sl->dgrad, t.grad, glen, false);
-			lane_span(o, sh, TRACE_GRAD_IN, k0, ts_now_ns(), glen);
+		if (host_grad)
 			t.grad = sl->dgrad;
-		}
 		if (host_out) {
 			sl->out_dst = t.param_out;
 			sl->out_len = olen;
@@ -282,30 +374,18 @@ static int slot_queue(struct tier_optim *o, struct gpu_slot *sl)
 
 	struct adamw_chunk c = adamw_chunk_of(&t);
 
-	if (host_grad) {
-		const void *src = t.grad;
-
-		if ((rc = host_pinned(t.grad, &pinned)))
-			return rc;
-		if (!pinned) {
-			/* the slot's last DMA from it has ended */
-			stage(o, sh, sl->pgrad, t.grad, glen, false);
-			src = sl->pgrad;
-		}
-		if ((rc = slot_timer_start(o, sl)) ||
-		    (rc = ts_cuda_copy_async(sl->dgrad, src, glen, sl->stream)))
-			return rc;
+	if (host_grad)
 		c.grad = sl->dgrad;
-	} else if ((rc = slot_timer_start(o, sl))) {
+	else if ((rc = slot_timer_start(o, sl)) ||
+		 (sl->timed && (rc = ts_cuda_event_record(sl->tev[TEV_GRAD], sl->stream))))
 		return rc;
-	}
-	if (sl->timed && (rc = ts_cuda_event_record(sl->tev[1], sl->stream)))
+	if (sl->timed && (rc = ts_cuda_event_record(sl->tev[TEV_KSTART], sl->stream)))
 		return rc;
 	if (host_out)
 		c.param_out = sl->dout;
 	if ((rc = adamw_cuda_step(&ap, o->md, t.grad_dtype, t.out_dtype, &c, 1, sl->stream)))
 		return rc;
-	if (sl->timed && (rc = ts_cuda_event_record(sl->tev[2], sl->stream)))
+	if (sl->timed && (rc = ts_cuda_event_record(sl->tev[TEV_KERNEL], sl->stream)))
 		return rc;
 	if (host_out) {
 		if ((rc = host_pinned(t.param_out, &pinned)))
@@ -317,7 +397,7 @@ static int slot_queue(struct tier_optim *o, struct gpu_slot *sl)
 			sl->out_len = olen;
 		}
 	}
-	if (sl->timed && (rc = ts_cuda_event_record(sl->tev[3], sl->stream)))
+	if (sl->timed && (rc = ts_cuda_event_record(sl->tev[TEV_OUT], sl->stream)))
 		return rc;
 	return ts_cuda_event_record(sl->ev, sl->stream);
 }
@@ -370,16 +450,23 @@ void optim_gpu_lane(struct tier_optim *o)
 	struct lane *ln = &o->lane[1];
 	uint64_t t0 = ts_now_ns();
 
+	for (unsigned i = 0; i < o->nslots; i++)
+		o->slot[i].pre = NULL;
 	for (;;) {
 		struct la_item *it;
 		struct gpu_slot *sl;
 		uint64_t now;
 		int rc;
 
-		/* the next item not up yet: end what is in flight first */
-		while (o->slot_count && !la_ready(&o->la, 1))
+		/* the next item not up yet: its gradient may go in meanwhile,
+		 * and what is in flight ends first */
+		while (!la_ready(&o->la, 1)) {
+			grad_ahead(o);
+			if (!o->slot_count)
+				break;
 			if (slot_end(o))
 				goto drain;
+		}
 		rc = optim_take(o, 1, &it, &now);
 		if (rc == 2)
 			continue; /* no gradient: given back */
@@ -407,5 +494,15 @@ drain:
 	 * whose work ran is given back as updated, the others clean */
 	while (o->slot_count)
 		(void)slot_end(o);
+	/* a gradient queued ahead for an item that never came (the step
+	 * stopped): its copy ends before the slot's buffers are used again */
+	for (unsigned i = 0; i < o->nslots; i++) {
+		struct gpu_slot *sl = &o->slot[i];
+
+		if (sl->pre && !o->dev_host)
+			(void)ts_cuda_event_sync(sl->ev);
+		sl->pre = NULL;
+		sl->timed = false;
+	}
 	ln->busy_ns = ts_now_ns() - t0;
 }

@@ -86,6 +86,7 @@ struct lane {
  * out.
  */
 #define GPU_SLOTS_MAX 8
+enum { TEV_START, TEV_GRAD, TEV_KERNEL, TEV_OUT, TEV_KSTART, TEV_N };
 struct gpu_slot {
 	void *stream, *ev;       /* CUDA: its stream and end event (emulated: NULL) */
 	void *dgrad, *dout;      /* device buffers of one shard: a host gradient
@@ -93,15 +94,18 @@ struct gpu_slot {
 				  * (emulated: host memory) */
 	void *pgrad, *pout;      /* CUDA: pinned staging for pageable host buffers */
 	struct la_item *it;      /* the item in flight (NULL: free) */
+	struct la_item *pre;     /* free, with this item's gradient already
+				  * queued into dgrad (TIER_GPU_GRAD_AHEAD) */
 	bool failed;             /* its work could not all be queued */
 	void *out_dst;           /* a pageable host copy: pout goes there when */
 	size_t out_len;          /* the slot ends, out_len bytes */
 	uint64_t t0, t1;         /* queued at t0; emulated: the update ended at t1 */
 	/* Traced (o->trace), CUDA: timing events on the stream at the work's
-	 * start, after the gradient in, the kernel and the copy out (the
-	 * trace's grad_in, kernel_gpu, out_d2h spans), the host clock at the
-	 * start, and the bytes in and out (0: none on the link) */
-	void *tev[4];
+	 * start, after the gradient in, after the kernel, after the copy out
+	 * and before the kernel (the trace's grad_in, kernel_gpu, out_d2h
+	 * spans), the host clock at the start, and the bytes in and out (0:
+	 * none on the link) */
+	void *tev[TEV_N];
 	bool timed;
 	uint64_t tq;
 	size_t in_len, link_out_len;
@@ -177,6 +181,7 @@ struct tier_optim {
 	void *stream;            /* CUDA: the gradient check's and the exchanges' stream */
 	struct gpu_slot slot[GPU_SLOTS_MAX]; /* the lane's shards in flight: */
 	unsigned nslots;                 /* slot[0..nslots) open (TIER_GPU_SLOTS), */
+	bool grad_ahead;                 /* TIER_GPU_GRAD_AHEAD */
 	unsigned slot_head, slot_count;  /* the oldest, and how many */
 	void *host_grad, *host_out; /* CUDA: pinned staging for device buffers on the CPU lane */
 	pthread_t thread;

@@ -41,6 +41,9 @@
  *    there), tier_store_validate(), the outputs bit for bit; the state
  *    read back bit for bit after the first and the last step (an error in
  *    any step stays in it);
+ *  - the GPU lane's options (optim_lane_options): matrix cases with shards
+ *    on the emulated HBM tier again with TIER_GPU_GRAD_AHEAD=on and
+ *    TIER_GPU_SLOTS of 1, 2, 3, 5 and 8, bit for bit as above;
  *  - overflow (optim_overflow): steps with +inf, -inf or nan at chosen
  *    positions (a one-element parameter, the middle of a parameter, the
  *    last element) in fp32/bf16/fp16 gradients, fp32 and q8 moments,
@@ -127,6 +130,7 @@
 #include <time.h>
 
 #include "common/fault.h"
+#include "common/options.h"
 #include "kernels/adam_math.h"
 #include "t_helpers.h"
 #include "tierstore.h"
@@ -1106,13 +1110,11 @@ static void mworld_open(struct world *w, const struct mcase *c, const char *sub)
 	VALID(w->s);
 }
 
-/* _i = case */
-START_TEST(optim_matrix)
+/* Runs matrix case @c with @seed. */
+static void run_mcase(const struct mcase *c, uint64_t seed)
 {
-	const struct mcase *c = &mcases[_i];
 	struct world w;
 	uint32_t nshards;
-	uint64_t seed = 77 + (uint64_t)_i;
 
 	if (c->delay && !ts_fault_available()) {
 		fprintf(stderr, "%s: no fault sites in this build; skipped\n", c->name);
@@ -1203,6 +1205,51 @@ START_TEST(optim_matrix)
 	if (c->dynamic)
 		ck_assert_msg(w.scale > c->loss_scale, "the dynamic scale never grew (%g)", w.scale);
 	world_close(&w);
+}
+
+/* _i = case */
+START_TEST(optim_matrix)
+{
+	run_mcase(&mcases[_i], 77 + (uint64_t)_i);
+}
+END_TEST
+
+/*
+ * The GPU lane's run-time options (common/options.h): the matrix's cases
+ * with shards on the emulated HBM tier again, with gradients queued ahead
+ * of their state (TIER_GPU_GRAD_AHEAD; tests/test_step.sh shows that they
+ * are, in the trace) and other slot counts (TIER_GPU_SLOTS), bit for bit
+ * against the same reference.
+ */
+static const struct {
+	const char *mcase, *ahead, *slots;
+} lane_cases[] = {
+	{ "hbm", "on", "3" },
+	{ "hbm-tight", "on", "3" },
+	{ "hbm-tight", "on", "1" },
+	{ "hbm-tight", "off", "8" },
+	{ "stream-shuffled", "on", "2" },
+	{ "device-buffers-gpu", "on", "5" },
+	{ "q8-moments", "on", "3" },
+};
+
+/* _i = lane case */
+START_TEST(optim_lane_options)
+{
+	size_t j = 0;
+
+	while (j < ARRAY_SIZE(mcases) && strcmp(mcases[j].name, lane_cases[_i].mcase))
+		j++;
+	ck_assert_msg(j < ARRAY_SIZE(mcases), "no matrix case %s", lane_cases[_i].mcase);
+	ck_assert_int_eq(setenv("TIER_GPU_GRAD_AHEAD", lane_cases[_i].ahead, 1), 0);
+	ck_assert_int_eq(setenv("TIER_GPU_SLOTS", lane_cases[_i].slots, 1), 0);
+	ts_options_reload();
+	ck_assert_int_eq(ts_opt_int(TIER_OPT_GPU_SLOTS), atoi(lane_cases[_i].slots));
+	ck_assert_int_eq(ts_opt_int(TIER_OPT_GPU_GRAD_AHEAD), !strcmp(lane_cases[_i].ahead, "on"));
+	run_mcase(&mcases[j], 77 + (uint64_t)j);
+	unsetenv("TIER_GPU_GRAD_AHEAD");
+	unsetenv("TIER_GPU_SLOTS");
+	ts_options_reload();
 }
 END_TEST
 
@@ -2610,6 +2657,9 @@ static Suite *optim_suite(void)
 
 	tc = new_case(s, "matrix", 120);
 	tcase_add_loop_test(tc, optim_matrix, 0, (int)ARRAY_SIZE(mcases));
+
+	tc = new_case(s, "lane-options", 120);
+	tcase_add_loop_test(tc, optim_lane_options, 0, (int)ARRAY_SIZE(lane_cases));
 
 	tc = new_case(s, "overflow", 120);
 	tcase_add_loop_test(tc, optim_overflow, 0, (int)ARRAY_SIZE(ocases));

@@ -207,6 +207,8 @@ static const struct env_ok env_ok_cases[] = {
 	{ "TIER_SIMD", "avx2,clmul", TIER_OPT_SIMD, K_STR, 0, 0, 0, "avx2,clmul" },
 	{ "TIER_GPU_SLOTS", "1", TIER_OPT_GPU_SLOTS, K_INT, 1, 0, 0, NULL },
 	{ "TIER_GPU_SLOTS", "8", TIER_OPT_GPU_SLOTS, K_INT, 8, 0, 0, NULL },
+	{ "TIER_GPU_GRAD_AHEAD", "on", TIER_OPT_GPU_GRAD_AHEAD, K_INT, 1, 0, 0, NULL },
+	{ "TIER_GPU_GRAD_AHEAD", "off", TIER_OPT_GPU_GRAD_AHEAD, K_INT, 0, 0, 0, NULL },
 };
 
 START_TEST(env_valid)
@@ -280,6 +282,7 @@ static const struct env_bad env_bad_cases[] = {
 	{ "TIER_YAML_NODE_LIMIT", "15", TIER_OPT_YAML_NODE_LIMIT, "[16, 10000000]" },
 	{ "TIER_GPU_SLOTS", "0", TIER_OPT_GPU_SLOTS, "expected an integer in [1, 8]" },
 	{ "TIER_GPU_SLOTS", "9", TIER_OPT_GPU_SLOTS, "expected an integer in [1, 8]" },
+	{ "TIER_GPU_GRAD_AHEAD", "yes", TIER_OPT_GPU_GRAD_AHEAD, "expected one of off|on" },
 	{ "TIER_DRAM_SHARE", "150%", TIER_OPT_DRAM_SHARE, "over 100%" },
 	{ "TIER_DRAM_SHARE", "150", TIER_OPT_DRAM_SHARE, "over 100%" },
 	{ "TIER_DRAM_SHARE", "0", TIER_OPT_DRAM_SHARE, "greater than zero" },
@@ -507,6 +510,7 @@ static const struct default_row default_rows[] = {
 	{ TIER_OPT_SIMD, "simd", "TIER_SIMD", "string", "auto" },
 	{ TIER_OPT_TRACE, "trace", "TIER_TRACE", "string", "\"\"" },
 	{ TIER_OPT_GPU_SLOTS, "gpu_slots", "TIER_GPU_SLOTS", "int", "3" },
+	{ TIER_OPT_GPU_GRAD_AHEAD, "gpu_grad_ahead", "TIER_GPU_GRAD_AHEAD", "enum", "off" },
 	{ TIER_OPT_STATS, "stats", "TIER_STATS", "enum", "on" },
 	{ TIER_OPT_STATS_DIR, "stats_dir", "TIER_STATS_DIR", "string", "\"\"" },
 	{ TIER_OPT_STATS_INTERVAL, "stats_interval", "TIER_STATS_INTERVAL", "int", "250" },

@@ -6,8 +6,9 @@
 # is valid with properly nested spans for every shard and stage
 # (tests/trace_check.py), and the mixed measurement and bound.  Before
 # that, tier-bench io --mix, and --checkpoint-every: its checkpoints and
-# full copy in the JSON, its sentence in the text, its refusals.  $1 is
-# tier-bench, $2 trace_check.py.
+# full copy in the JSON, its sentence in the text, its refusals.  After,
+# the GPU lane's run-time options (TIER_GPU_SLOTS, TIER_GPU_GRAD_AHEAD) as
+# the trace shows them.  $1 is tier-bench, $2 trace_check.py.
 set -u
 TB=$1
 CHECK=$2
@@ -551,6 +552,44 @@ if len(inflight) != 3 or any(n != want for n in inflight):
     fails.append("shards in flight per step %r, want %d in each of 3" % (inflight, want))
 for f in fails:
     print("FAIL: TIER_GPU_SLOTS=%s:" % slots, f)
+sys.exit(1 if fails else 0)
+PY
+done
+
+# TIER_GPU_GRAD_AHEAD: with the state slow to come up (an HBM tier of a
+# few shards behind a 20 MB/s link, slower than the lane even under the
+# sanitizers), "on" brings a shard's gradient in
+# while the lane waits for its state: most gradients start before their
+# shard is taken (its update_gpu span); "off" never does.  The bits are
+# the same (--verify).
+for ahead in off on; do
+	rm -f "$T/ahead.json"
+	if ! TIER_GPU_GRAD_AHEAD=$ahead TIER_TRACE="$T/ahead.json" "$TB" step --manifest "$T/slots.yaml" \
+		--params 1000000 --steps 3 --offload-fraction 0 --hbm-capacity 2MiB --hbm-bandwidth 2e7 \
+		--update-runs 1 --verify --json --no-progress >"$T/out.json" 2>"$T/err"; then
+		echo "FAIL: TIER_GPU_GRAD_AHEAD=$ahead tier-bench step exited $?"; sed 's/^/  /' "$T/err"
+		exit 1
+	fi
+	python3 - "$T/out.json" "$T/ahead.json" "$ahead" <<'PY' || exit 1
+import json, sys
+r, ev = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))["traceEvents"]
+ahead = sys.argv[3] == "on"
+first = {}
+for e in ev:
+    if e.get("ph") == "X" and e["name"] in ("grad_in", "update_gpu"):
+        a = e["args"]
+        first.setdefault((a["step"], a["shard"]), {})[e["name"]] = e["ts"]
+n = r["gpu_shards"] * 3
+early = sum(1 for v in first.values() if v["grad_in"] < v["update_gpu"])
+fails = []
+if r.get("verified") is not True:
+    fails.append("not verified: %r" % r.get("verified"))
+if len(first) != n or any(len(v) != 2 for v in first.values()):
+    fails.append("grad_in and update_gpu spans of %d shards, want %d" % (len(first), n))
+if (ahead and early < n // 2) or (not ahead and early):
+    fails.append("%d of %d gradients in before their shard was taken" % (early, n))
+for f in fails:
+    print("FAIL: TIER_GPU_GRAD_AHEAD=%s:" % sys.argv[3], f)
 sys.exit(1 if fails else 0)
 PY
 done

@@ -23,13 +23,15 @@
 # and PAGEABLE_HBM shrink the run (the emulated HBM tier runs it without a
 # GPU).
 #
-# With PAGEABLE_SLOTS (a list of TIER_GPU_SLOTS counts, the first the one
-# to compare against) it measures the slot count instead of the threads:
-# PAGEABLE_ROUNDS rounds (default 7), the counts' order reversed every other
-# round, one host and one pinned run each (host only without a GPU) with the
-# most threads given, the same lines with "slots N"; then per count and
-# gradients the median step and efficiency, and the median of the per-round
-# ratios of the first count's step to this one's (above 1: faster).
+# With PAGEABLE_SLOTS it measures the GPU lane's variants instead of the
+# threads: a list of TIER_GPU_SLOTS counts, each alone or as N:on for
+# TIER_GPU_GRAD_AHEAD=on (e.g. "3 3:on 6"), the first the one to compare
+# against.  PAGEABLE_ROUNDS rounds (default 7), the variants' order
+# reversed every other round, one host and one pinned run each (host only
+# without a GPU) with the most threads given, the same lines with the
+# variant; then per variant and gradients the median step and efficiency,
+# and the median of the per-round ratios of the first variant's step to
+# this one's (above 1: faster).
 set -u
 build=${1:?usage: pageable.sh BUILD_DIR [THREADS ...]}
 shift
@@ -45,29 +47,32 @@ printf 'gpu:\n  device: auto\n  capacity: %s\ndram:\n  capacity: %s\n' \
 	"${PAGEABLE_HBM:-1GiB}" "$dram" >"$tmp/hbm.yaml"
 fail=0
 : >"$tmp/runs.jsonl"
-one() { # grads threads [slots]
+one() { # grads threads [variant: slots, or slots:on]
 	rm -f "$tmp/trace.json"
-	TIER_GPU_SLOTS=${3:-3} TIER_TRACE=$tmp/trace.json timeout -k 10 "$limit" "$bench" step --json --no-progress \
+	v=${3:-3}
+	ahead=off
+	case $v in *:on) ahead=on ;; esac
+	TIER_GPU_SLOTS=${v%%:*} TIER_GPU_GRAD_AHEAD=$ahead TIER_TRACE=$tmp/trace.json timeout -k 10 "$limit" "$bench" step --json --no-progress \
 		--manifest "$tmp/hbm.yaml" --dram "$dram" --params "$params" --steps 6 \
 		--offload-fraction 0 --grads "$1" --threads "$2" >"$tmp/run.json"
 	rc=$?
 	if [ "$rc" -ne 0 ]; then
-		echo "== exit $rc (tier-bench step --grads $1 --threads $2, TIER_GPU_SLOTS=${3:-3})"
+		echo "== exit $rc (tier-bench step --grads $1 --threads $2, variant $v)"
 		fail=1
 		return
 	fi
 	python3 "$root/scripts/trace-overlap.py" "$tmp/trace.json" --json >"$tmp/overlap.json" ||
 		{ fail=1; return; }
-	python3 - "$tmp/run.json" "$tmp/overlap.json" "$1" "$2" "${3:-3}" "$round" "$tmp/runs.jsonl" <<'PY'
+	python3 - "$tmp/run.json" "$tmp/overlap.json" "$1" "$2" "$v" "$round" "$tmp/runs.jsonl" <<'PY'
 import json, sys
 r, o = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))["median"]
 with open(sys.argv[7], "a") as f:
-    f.write(json.dumps({"grads": sys.argv[3], "threads": int(sys.argv[4]), "slots": int(sys.argv[5]),
+    f.write(json.dumps({"grads": sys.argv[3], "threads": int(sys.argv[4]), "variant": sys.argv[5],
                         "round": int(sys.argv[6]), "step_s": r["step_s"],
                         "efficiency": r["efficiency"], "overlap": o}) + "\n")
 def gb(k):
     return "-" if o[k] is None else "%.1f GB/s" % o[k]
-print("grads %-7s threads %3s slots %s  step %7.1f ms  efficiency %.3f  staging %.3f of the step%s"
+print("grads %-7s threads %3s variant %-4s  step %7.1f ms  efficiency %.3f  staging %.3f of the step%s"
       % (sys.argv[3], sys.argv[4], sys.argv[5], r["step_s"] * 1e3, r["efficiency"], o["staging"],
          "" if o["staging_GBps"] is None else " at %.1f GB/s" % o["staging_GBps"]))
 link = r.get("link") or {}
@@ -79,7 +84,7 @@ print("    link in %.3f of the step at %s (its rate both ways at once %s), out %
          "-" if o["kernel_us"] is None else "%.0f us" % o["kernel_us"]))
 PY
 	[ -n "${PAGEABLE_KEEP:-}" ] && mkdir -p "$PAGEABLE_KEEP" &&
-		cp "$tmp/trace.json" "$PAGEABLE_KEEP/trace-$1${3:+-slots$3}.json"
+		cp "$tmp/trace.json" "$PAGEABLE_KEEP/trace-$1${3:+-$(echo "$3" | tr : -)}.json"
 	return 0
 }
 round=0
@@ -101,20 +106,20 @@ if [ -n "${PAGEABLE_SLOTS:-}" ]; then
 	python3 - "$tmp/runs.jsonl" "$PAGEABLE_SLOTS" <<'PY' || fail=1
 import json, statistics, sys
 runs = [json.loads(l) for l in open(sys.argv[1])]
-counts = [int(n) for n in sys.argv[2].split()]
+counts = sys.argv[2].split()
 base = counts[0]
 for g in sorted({r["grads"] for r in runs}):
     for n in counts:
-        mine = [r for r in runs if r["grads"] == g and r["slots"] == n]
+        mine = [r for r in runs if r["grads"] == g and r["variant"] == n]
         ratios = []
         for r in mine:
-            b = [x for x in runs if x["grads"] == g and x["slots"] == base and x["round"] == r["round"]]
+            b = [x for x in runs if x["grads"] == g and x["variant"] == base and x["round"] == r["round"]]
             if b:
                 ratios.append(b[0]["step_s"] / r["step_s"])
         if not mine:
             continue
-        print("grads %-7s slots %d: %d runs, step median %.1f ms, efficiency median %.3f (%.3f-%.3f),"
-              " %d slots' step over this one's, median of the rounds %.3f (%.3f-%.3f)"
+        print("grads %-7s variant %-4s: %d runs, step median %.1f ms, efficiency median %.3f (%.3f-%.3f),"
+              " %s's step over this one's, median of the rounds %.3f (%.3f-%.3f)"
               % (g, n, len(mine), statistics.median(r["step_s"] for r in mine) * 1e3,
                  statistics.median(r["efficiency"] for r in mine),
                  min(r["efficiency"] for r in mine), max(r["efficiency"] for r in mine),

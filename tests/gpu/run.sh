@@ -51,11 +51,17 @@ for g in device pinned host; do
 	case $g in device) st=update_gpu,kernel_gpu ;; *) st=update_gpu,kernel_gpu,grad_in,out_d2h ;; esac
 	step python3 "$root/tests/trace_check.py" "$TIER_TEST_TMPDIR/trace-$g.json" --steps 4 --stages $st
 done
-# The lane with one slot and with the most (TIER_GPU_SLOTS), bit for bit.
-for sg in 1:host 8:pinned; do
-	TIER_GPU_SLOTS=${sg%%:*} step "$build/tools/tier-bench" step \
-		--manifest "$TIER_TEST_TMPDIR/hbm.yaml" --dram 2GiB --params 134217728 --steps 3 \
-		--offload-fraction 0 --grads ${sg#*:} --verify --no-progress
+# The lane with one slot and with the most (TIER_GPU_SLOTS), and with the
+# gradients queued ahead of their state (TIER_GPU_GRAD_AHEAD, traced: the
+# spans of slots used ahead), bit for bit.
+for v in 1:off:host 8:off:pinned 3:on:host 2:on:pinned; do
+	g=${v##*:}
+	a=${v#*:}
+	TIER_GPU_SLOTS=${v%%:*} TIER_GPU_GRAD_AHEAD=${a%%:*} TIER_TRACE="$TIER_TEST_TMPDIR/trace-v.json" \
+		step "$build/tools/tier-bench" step --manifest "$TIER_TEST_TMPDIR/hbm.yaml" --dram 2GiB \
+		--params 134217728 --steps 3 --offload-fraction 0 --grads $g --verify --no-progress
+	step python3 "$root/tests/trace_check.py" "$TIER_TEST_TMPDIR/trace-v.json" --steps 3 \
+		--stages update_gpu,kernel_gpu,grad_in,out_d2h
 done
 TIER_DATA="$TIER_TEST_TMPDIR/data" step "$build/tools/tier-bench" step --params 67108864 \
 	--dram 256MiB --steps 4 --offload-fraction auto --verify --no-progress
