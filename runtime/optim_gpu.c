@@ -242,19 +242,6 @@ static int host_pinned(const void *p, bool *pinned)
 	return 0;
 }
 
-/* Shard @sh's gradient, where the trainer left it: *src, @glen bytes; 1
- * when it is in host memory (it goes over the link), else 0. */
-static int grad_of(const struct tier_optim *o, const struct shard *sh, const void **src,
-		   size_t *glen)
-{
-	const struct param *pp = &o->params[sh->param];
-	size_t gsz = tier_dtype_size(pp->grad.dtype);
-
-	*src = (const char *)pp->grad.ptr + sh->off * gsz;
-	*glen = sh->n * gsz;
-	return pp->grad.mem == TIER_MEM_HOST;
-}
-
 /*
  * Queues the host gradient of @it's shard into slot @sl's device buffer
  * (emulated: copies it), through the slot's pinned staging when it is
@@ -264,12 +251,12 @@ static int grad_of(const struct tier_optim *o, const struct shard *sh, const voi
 static int slot_grad_in(struct tier_optim *o, struct gpu_slot *sl, const struct la_item *it)
 {
 	const struct shard *sh = it->user;
-	const void *src;
-	size_t glen;
+	const struct param *pp = &o->params[sh->param];
+	size_t gsz = tier_dtype_size(pp->grad.dtype), glen = sh->n * gsz;
+	const void *src = (const char *)pp->grad.ptr + sh->off * gsz;
 	bool pinned;
 	int rc;
 
-	(void)grad_of(o, sh, &src, &glen);
 	sl->in_len = glen;
 	if (o->dev_host) {
 		/* the emulated link: the same copy, by the CPU */
@@ -308,8 +295,7 @@ static void grad_ahead(struct tier_optim *o)
 {
 	struct gpu_slot *sl;
 	struct la_item *it;
-	const void *src;
-	size_t glen;
+	const struct param *pp;
 
 	if (!o->grad_ahead || o->slot_count == o->nslots)
 		return;
@@ -320,8 +306,8 @@ static void grad_ahead(struct tier_optim *o)
 		(void)ts_cuda_event_sync(sl->ev); /* one for another item: ended first */
 	sl->pre = NULL;
 	sl->timed = false;
-	if (!o->params[((struct shard *)it->user)->param].pushed ||
-	    !grad_of(o, it->user, &src, &glen))
+	pp = &o->params[((const struct shard *)it->user)->param];
+	if (!pp->pushed || pp->grad.mem != TIER_MEM_HOST)
 		return; /* no gradient this step, or one read where it is */
 	if (slot_grad_in(o, sl, it) || (!o->dev_host && ts_cuda_event_record(sl->ev, sl->stream))) {
 		ts_err_clear();
@@ -450,8 +436,6 @@ void optim_gpu_lane(struct tier_optim *o)
 	struct lane *ln = &o->lane[1];
 	uint64_t t0 = ts_now_ns();
 
-	for (unsigned i = 0; i < o->nslots; i++)
-		o->slot[i].pre = NULL;
 	for (;;) {
 		struct la_item *it;
 		struct gpu_slot *sl;
@@ -495,14 +479,14 @@ drain:
 	while (o->slot_count)
 		(void)slot_end(o);
 	/* a gradient queued ahead for an item that never came (the step
-	 * stopped): its copy ends before the slot's buffers are used again */
+	 * stopped): its copy ends before the slot's buffers are used again,
+	 * and the next step's items (the same array) are not taken for it */
 	for (unsigned i = 0; i < o->nslots; i++) {
 		struct gpu_slot *sl = &o->slot[i];
 
 		if (sl->pre && !o->dev_host)
 			(void)ts_cuda_event_sync(sl->ev);
 		sl->pre = NULL;
-		sl->timed = false;
 	}
 	ln->busy_ns = ts_now_ns() - t0;
 }
