@@ -54,6 +54,8 @@ enum damage {
 	D_TRUNC0,     /* path 0 cut to 100000 bytes: tables and data gone */
 	D_TRUNC1,     /* path 1 cut into its data */
 	D_IN_USE,     /* the store still open */
+	D_DATA_OLD,   /* a byte of obj2's extent that only generation 1 names */
+	D_LEGACY,     /* path 0's header as an earlier build wrote it */
 	D_MISSING,    /* a file that does not exist named too */
 	D_TOO_FEW,    /* one file of a store of several */
 };
@@ -69,25 +71,30 @@ static const struct fcase {
 	uint32_t problems;      /* UINT32_MAX: some */
 	uint64_t bad;           /* units_bad; UINT64_MAX: some */
 	const char *line;       /* in a line said (a problem line when problems) */
+	int reach;              /* commits_reachable; -1: as many as kept */
 } g_cases[] = {
-	{ "sound, one path", 1, 2, false, D_NONE, 0, 2, 0, 0, "table sound, its stripe units verified" },
-	{ "sound, three paths", 3, 3, false, D_NONE, 0, 3, 0, 0, "path 2 of 3" },
-	{ "no commit", 1, 0, false, D_NONE, 0, 0, 0, 0, "no commit" },
-	{ "no checksums", 1, 1, true, D_NONE, 0, 1, 0, 0, "no checksums" },
+	{ "sound, one path", 1, 2, false, D_NONE, 0, 2, 0, 0, "table sound, its stripe units verified", -1 },
+	{ "sound, three paths", 3, 3, false, D_NONE, 0, 3, 0, 0, "path 2 of 3", -1 },
+	{ "no commit", 1, 0, false, D_NONE, 0, 0, 0, 0, "no commit", -1 },
+	{ "no checksums", 1, 1, true, D_NONE, 0, 1, 0, 0, "no checksums", -1 },
 	{ "a flipped data byte", 1, 2, false, D_DATA, -EBADMSG, 2, 1, 1,
-	  "object 'obj0' stripe unit 0 (nvme0 file offset 65536, 65536 bytes): crc32c" },
+	  "object 'obj0' stripe unit 0 (nvme0 file offset 65536, 65536 bytes): crc32c", 0 },
 	{ "a flipped data byte, three paths", 3, 2, false, D_DATA, -EBADMSG, 2, 1, 1,
-	  "object 'obj0' stripe unit 0 (nvme0" },
-	{ "the newest slot damaged", 1, 2, false, D_SLOT_NEW, -EBADMSG, 1, 1, 0, "damaged" },
-	{ "both slots damaged", 1, 2, false, D_SLOT_BOTH, -EBADMSG, 0, 3, 0, "no commit" },
+	  "object 'obj0' stripe unit 0 (nvme0", 0 },
+	{ "the newest slot damaged", 1, 2, false, D_SLOT_NEW, -EBADMSG, 1, 1, 0, "damaged", -1 },
+	{ "both slots damaged", 1, 2, false, D_SLOT_BOTH, -EBADMSG, 0, 3, 0, "no commit", -1 },
 	{ "the newest table damaged", 1, 2, false, D_TABLE_NEW, -EBADMSG, 1, 1, 0,
-	  "generation 2's table at nvme0 file offset" },
-	{ "path 0 truncated", 1, 2, false, D_TRUNC0, -EBADMSG, 0, 2, 0, "(truncated)" },
+	  "generation 2's table at nvme0 file offset", -1 },
+	{ "path 0 truncated", 1, 2, false, D_TRUNC0, -EBADMSG, 0, 2, 0, "(truncated)", -1 },
 	{ "path 1 truncated", 2, 1, false, D_TRUNC1, -EBADMSG, 1, UINT32_MAX, UINT64_MAX,
-	  "the file was truncated" },
-	{ "in use", 1, 1, false, D_IN_USE, -EBUSY, 0, 0, 0, NULL },
-	{ "a missing file", 1, 1, false, D_MISSING, -ENOENT, 0, 0, 0, NULL },
-	{ "a file not named", 3, 1, false, D_TOO_FEW, -EINVAL, 0, 0, 0, NULL },
+	  "the file was truncated", 0 },
+	{ "in use", 1, 1, false, D_IN_USE, -EBUSY, 0, 0, 0, NULL, -1 },
+	{ "a missing file", 1, 1, false, D_MISSING, -ENOENT, 0, 0, 0, NULL, -1 },
+	{ "a file not named", 3, 1, false, D_TOO_FEW, -EINVAL, 0, 0, 0, NULL, -1 },
+	{ "an older commit's data flipped", 1, 2, false, D_DATA_OLD, -EBADMSG, 2, 1, 1,
+	  "generation 1: object 'obj2' stripe unit 0", 1 },
+	{ "no checksums, an earlier build opened the files", 1, 2, true, D_LEGACY, 0, 2, 0, 0,
+	  "not reachable: an earlier build of tierstore opened the files since", 1 },
 };
 
 static struct tier_manifest *manifest_for(const struct fcase *c)
@@ -213,6 +220,24 @@ START_TEST(check_files)
 		 * for a 64 KiB unit), and no commit moved it */
 		flip_byte(files[0], 64 * KiB + 10);
 		break;
+	case D_DATA_OLD:
+		/* obj2 was placed third (two 64 KiB units an object); the
+		 * second commit moved it, so its old extent is generation 1's */
+		flip_byte(files[0], 64 * KiB + 256 * KiB + 10);
+		break;
+	case D_LEGACY: {
+		struct ts_nvme_header h;
+		int fd = open(files[0], O_RDWR);
+
+		ck_assert_int_ge(fd, 0);
+		ck_assert_int_eq(pread(fd, &h, sizeof(h), 0), (ssize_t)sizeof(h));
+		ck_assert_uint_ne(h.flags & TIER_NVME_HDR_HOLDS_KEPT, 0);
+		h.flags &= ~TIER_NVME_HDR_HOLDS_KEPT;
+		nvme_header_seal(&h);
+		ck_assert_int_eq(pwrite(fd, &h, sizeof(h), 0), (ssize_t)sizeof(h));
+		close(fd);
+		break;
+	}
 	case D_SLOT_NEW:
 		flip_byte(files[0], TIER_NVME_SLOT_OFF(c->ncommits % 2) + 100);
 		break;
@@ -278,13 +303,18 @@ START_TEST(check_files)
 				ck_assert_uint_eq(r.units_checked, 0);
 				ck_assert_uint_gt(r.units_unchecked, 0);
 			} else if (c->damage != D_TRUNC1) {
-				/* 2 units an object, every one with a checksum */
-				ck_assert_uint_eq(r.units_checked, 2 * NOBJ);
+				/* 2 units an object, every one with a checksum;
+				 * with two commits kept, also the older commit's
+				 * extent of the object the newer one rewrote */
+				ck_assert_uint_eq(r.units_checked, 2 * NOBJ + (r.commits_ok > 1 ? 2 : 0));
 				ck_assert_uint_eq(r.units_unchecked, 0);
 			}
 		}
 		if (c->rc == 0 && c->ncommits)
 			ck_assert_uint_eq(r.commits_ok, r.commits_kept);
+		ck_assert_msg(r.commits_reachable == (c->reach < 0 ? r.commits_ok : (uint32_t)c->reach),
+			      "%s: %u reachable commits, expected %d:\n%s", c->what, r.commits_reachable,
+			      c->reach, said->text);
 	} else {
 		ck_assert_msg(strstr(tier_last_error(), files[nfiles - 1]) ||
 			      strstr(tier_last_error(), files[0]),

@@ -65,6 +65,7 @@ struct run {
 	unsigned keep;
 	unsigned every;         /* checkpoint every this many steps */
 	unsigned steps;         /* N */
+	bool nocsum;            /* checksum: none */
 };
 
 #define NPARAMS T_TRAIN_NPARAMS
@@ -81,8 +82,8 @@ static struct tier_manifest *manifest(const char *sub, const struct run *r)
 	n += (size_t)snprintf(text + n, sizeof(text) - n,
 			      "name: ckpt\ngpu:\n  device: none\ndram:\n  capacity: 4MiB\n"
 			      "optimizer:\n  moment_dtype: %s\n  shard_size: 256KiB\n"
-			      "nvme:\n  stripe_unit: 64KiB\n  checksum: crc32c\n  keep_commits: %u\n  paths:\n",
-			      r->moment, r->keep ? r->keep : 2);
+			      "nvme:\n  stripe_unit: 64KiB\n  checksum: %s\n  keep_commits: %u\n  paths:\n",
+			      r->moment, r->nocsum ? "none" : "crc32c", r->keep ? r->keep : 2);
 	for (unsigned i = 0; i < r->npaths; i++)
 		n += (size_t)snprintf(text + n, sizeof(text) - n,
 				      "    - path: %s/%s/p%u/\n      capacity: 128MiB\n      create: true\n",
@@ -251,14 +252,14 @@ static void reference(const struct run *r, struct state *st)
 /* ------------------------------------------------- interrupted, resumed */
 
 static const struct run resume_runs[] = {
-	{ "fp32", "fp32", 1, 0, 1, 0, false, 2, 3, 14 },
-	{ "bf16", "bf16", 2, 0, 1, 0, false, 2, 3, 14 },
-	{ "q8", "q8", 2, 0, 1, 0, false, 2, 3, 14 },
-	{ "q8 GPU lane", "q8", 2, 2 * MiB, 0.5, 0.5, true, 1, 4, 12 },
-	{ "clip", "fp32", 1, 0, 1, 0.5, false, 2, 3, 14 },
-	{ "dynamic scale", "fp32", 1, 0, 1, 0, true, 2, 3, 14 },
-	{ "GPU lane", "fp32", 3, 2 * MiB, 0.5, 0, false, 1, 2, 12 },
-	{ "auto split", "bf16", 2, 2 * MiB, TIER_OFFLOAD_AUTO, 0.5, false, 3, 4, 12 },
+	{ "fp32", "fp32", 1, 0, 1, 0, false, 2, 3, 14, false },
+	{ "bf16", "bf16", 2, 0, 1, 0, false, 2, 3, 14, false },
+	{ "q8", "q8", 2, 0, 1, 0, false, 2, 3, 14, false },
+	{ "q8 GPU lane", "q8", 2, 2 * MiB, 0.5, 0.5, true, 1, 4, 12, false },
+	{ "clip", "fp32", 1, 0, 1, 0.5, false, 2, 3, 14, false },
+	{ "dynamic scale", "fp32", 1, 0, 1, 0, true, 2, 3, 14, false },
+	{ "GPU lane", "fp32", 3, 2 * MiB, 0.5, 0, false, 1, 2, 12, false },
+	{ "auto split", "bf16", 2, 2 * MiB, TIER_OFFLOAD_AUTO, 0.5, false, 3, 4, 12, false },
 };
 
 START_TEST(test_resume_exact)
@@ -306,10 +307,10 @@ END_TEST
 #include "runtime/safetensors.h"
 
 static const struct run export_runs[] = {
-	{ "fp32", "fp32", 1, 0, 1, 0.5, false, 2, 0, 15 },
-	{ "bf16", "bf16", 2, 0, 1, 0, true, 2, 0, 15 },
-	{ "q8", "q8", 2, 0, 1, 0, true, 2, 0, 15 },
-	{ "q8 GPU lane", "q8", 1, 2 * MiB, 0.5, 0.5, false, 2, 0, 15 },
+	{ "fp32", "fp32", 1, 0, 1, 0.5, false, 2, 0, 15, false },
+	{ "bf16", "bf16", 2, 0, 1, 0, true, 2, 0, 15, false },
+	{ "q8", "q8", 2, 0, 1, 0, true, 2, 0, 15, false },
+	{ "q8 GPU lane", "q8", 1, 2 * MiB, 0.5, 0.5, false, 2, 0, 15, false },
 };
 
 /* Another node: three paths, another stripe unit and shard size. */
@@ -436,7 +437,7 @@ START_TEST(test_import_refused)
 		{ NULL, NULL, "exp_avg.head", -ENOENT, "no tensor 'exp_avg.head'" },
 		{ "nparams", "2", NULL, -EBADMSG, "tensors of no parameter" },
 	};
-	const struct run r = { "refused", "fp32", 1, 0, 1, 0, false, 2, 0, 2 };
+	const struct run r = { "refused", "fp32", 1, 0, 1, 0, false, 2, 0, 2, false };
 	struct tier_manifest *m = manifest("src", &r), *m2 = other_manifest(&r);
 	struct tier_store *s;
 	struct tier_optim *o;
@@ -566,7 +567,7 @@ static void start_over(void)
 	t_rmtree(p);
 }
 
-static const struct run crash_run = { "crash", "fp32", 2, 0, 1, 0.75, false, 2, 3, 24 };
+static const struct run crash_run = { "crash", "fp32", 2, 0, 1, 0.75, false, 2, 3, 24, false };
 
 /* 50 kills per case; under a sanitizer, which runs it several times
  * slower, 6 (the release builds of CI run the 50). TIER_CRASH_KILLS sets
@@ -742,6 +743,309 @@ START_TEST(test_killed)
 }
 END_TEST
 
+/* ------------------------------------- kill, restart, step, kill, roll back */
+
+#include "tiers/nvme_format.h"
+
+/*
+ * The kept commits of the run's files, newest first (read from path 0's
+ * newer valid slot), and where the newest one's object table lies.
+ */
+static unsigned kept_gens(const struct tier_manifest *m, uint64_t *gens, uint64_t *table_off)
+{
+	struct tier_manifest_path mp;
+	struct ts_nvme_slot a, b, *s;
+	int fd;
+
+	ck_assert_int_eq(tier_manifest_path(m, 0, &mp), 0);
+	fd = open(mp.file, O_RDONLY);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pread(fd, &a, sizeof(a), TIER_NVME_SLOT_OFF(0)), (ssize_t)sizeof(a));
+	ck_assert_int_eq(pread(fd, &b, sizeof(b), TIER_NVME_SLOT_OFF(1)), (ssize_t)sizeof(b));
+	close(fd);
+	if (nvme_slot_check(&a) != 0 && nvme_slot_check(&b) != 0)
+		return 0;
+	s = nvme_slot_check(&a) != 0 ? &b : nvme_slot_check(&b) != 0 ? &a : a.seq > b.seq ? &a : &b;
+	for (unsigned i = 0; i < s->ncommits; i++)
+		gens[i] = s->c[i].gen;
+	*table_off = s->c[0].table_off;
+	return s->ncommits;
+}
+
+/* tier-stat --check-files on the run's files: every kept commit sound,
+ * its data verified where it has checksums, and reachable. */
+static void check_files_all_sound(const struct tier_manifest *m, const struct run *r,
+				  unsigned kept, const char *when)
+{
+	struct tier_manifest_path mp[4];
+	const char *files[4];
+	struct tier_nvme_check_report rep;
+	int rc;
+
+	for (unsigned i = 0; i < r->npaths; i++) {
+		ck_assert_int_eq(tier_manifest_path(m, i, &mp[i]), 0);
+		files[i] = mp[i].file;
+	}
+	rc = tier_nvme_check_files(files, r->npaths, NULL, NULL, &rep);
+	ck_assert_msg(rc == 0, "%s: check-files: %s", when, tier_last_error());
+	ck_assert_uint_eq(rep.commits_kept, kept);
+	ck_assert_uint_eq(rep.commits_ok, kept);
+	ck_assert_uint_eq(rep.commits_reachable, kept);
+	ck_assert_uint_eq(rep.units_bad, 0);
+	if (!r->nocsum)
+		ck_assert_uint_gt(rep.units_checked, 0);
+}
+
+/* Reads lines from @fd until one starts with @tag; false at EOF. */
+static bool wait_line(int fd, char tag)
+{
+	char c, first = 0;
+	bool bol = true;
+
+	while (read(fd, &c, 1) == 1) {
+		if (bol)
+			first = c;
+		bol = c == '\n';
+		if (bol && first == tag)
+			return true;
+	}
+	return false;
+}
+
+/* The restarted child: resumes at the files' commit, says "R", then steps
+ * to the end saying "S" after each, checkpointing every @every steps. */
+static void child_restart(const struct run *r, const struct tier_manifest *m, int fd, unsigned every)
+{
+	struct run r2 = *r;
+	struct tier_store *s;
+	struct tier_optim *o;
+	int rc;
+
+	r2.every = every;
+	rc = store_open(m, r, &s);
+	if (!rc)
+		rc = optim_open(s, r, &o);
+	if (!rc && write(fd, "R\n", 2) != 2)
+		rc = -EIO;
+	while (!rc && tier_optim_step_count(o) < r->steps) {
+		rc = steps(o, &r2, (unsigned)tier_optim_step_count(o) + 1, -1, false);
+		if (!rc && write(fd, "S\n", 2) != 2)
+			rc = -EIO;
+	}
+	if (rc) {
+		fprintf(stderr, "child: %s\n", tier_last_error());
+		_exit(3);
+	}
+	_exit(0);
+}
+
+/* Opens the files (at @gen, 0: the newest), resumes, runs to the end
+ * without a checkpoint and compares with @ref; returns the step resumed
+ * at. */
+static uint64_t resume_check(const struct tier_manifest *m, const struct run *r, uint64_t gen,
+			     uint64_t expect_gen, const struct state *ref, const char *what)
+{
+	struct tier_store_params sp;
+	struct tier_store *s;
+	struct tier_optim *o;
+	struct tier_commit_info ci;
+	struct run r2 = *r;
+	struct state got;
+	uint64_t at;
+	int rc;
+
+	tier_store_params_init(&sp);
+	sp.generation = gen;
+	rc = tier_store_open(m, &sp, &s);
+	ck_assert_msg(rc == 0, "%s: open at generation %" PRIu64 ": %s", what, gen, tier_last_error());
+	ck_assert_int_eq(tier_store_committed(s, &ci), 0);
+	ck_assert_msg(ci.generation == expect_gen, "%s: opened at generation %" PRIu64 ", expected %" PRIu64,
+		      what, ci.generation, expect_gen);
+	rc = tier_optim_resume(s, NULL, &o);
+	ck_assert_msg(rc == 0, "%s: resume at generation %" PRIu64 ": %s", what, ci.generation,
+		      tier_last_error());
+	at = tier_optim_step_count(o);
+	r2.every = 0;
+	rc = steps(o, &r2, r->steps, -1, false);
+	ck_assert_msg(rc == 0, "%s: generation %" PRIu64 " to the end: %s", what, ci.generation,
+		      tier_last_error());
+	read_state(o, &got);
+	expect_equal(&got, ref, what);
+	free(got.b);
+	ck_assert_int_eq(tier_optim_destroy(o), 0);
+	ck_assert_int_eq(tier_store_close(s), 0);
+	return at;
+}
+
+static void sleep_ns(uint64_t ns)
+{
+	struct timespec ts = { (time_t)(ns / 1000000000u), (long)(ns % 1000000000u) };
+
+	nanosleep(&ts, NULL);
+}
+
+/* Kills @pid (unless it ended first) and reaps it; true if killed. */
+static bool kill_reap(pid_t pid)
+{
+	int st;
+
+	kill(pid, SIGKILL);
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	if (WIFSIGNALED(st))
+		return true;
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "a child failed on its own (status %d)", st);
+	return false;
+}
+
+/* checksum, keep_commits: each with the fixed seeds below. */
+static const struct run rollback_runs[] = {
+	{ "crc32c keep 1", "fp32", 2, 0, 1, 0.75, false, 1, 3, 18, false },
+	{ "crc32c keep 2", "fp32", 2, 0, 1, 0.75, false, 2, 3, 18, false },
+	{ "crc32c keep 3", "fp32", 2, 0, 1, 0.75, false, 3, 3, 18, false },
+	{ "none keep 1", "fp32", 2, 0, 1, 0.75, false, 1, 3, 18, true },
+	{ "none keep 2", "fp32", 2, 0, 1, 0.75, false, 2, 3, 18, true },
+	{ "none keep 3", "fp32", 2, 0, 1, 0.75, false, 3, 3, 18, true },
+};
+
+/*
+ * Seed bit 0: the restart checkpoints (or only steps); bit 1: the newest
+ * table is damaged before the kept commits are opened (the open falls
+ * back on its own), else each is opened by generation.  The seeds also
+ * place the kills.
+ */
+static const unsigned rollback_seeds[] = { 0x11, 0x52, 0x93, 0xd4, 0x2a7, 0x6e0 };
+
+START_TEST(test_rollback_killed)
+{
+	const struct run *r = &rollback_runs[_i];
+	struct tier_manifest *m;
+	struct state ref;
+	uint64_t full_ns, step_ns;
+	unsigned opened = 0, trials = 0;
+	char sub[32];
+
+	snprintf(sub, sizeof(sub), "rb%d", _i);
+	m = manifest(sub, r);
+	reference(r, &ref);
+	{
+		struct timespec a, b;
+		pid_t pid;
+		int st;
+
+		clock_gettime(CLOCK_MONOTONIC, &a);
+		pid = fork();
+		ck_assert_int_ge(pid, 0);
+		if (pid == 0)
+			child(r, m, -1, 0, 0);
+		ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "an uninterrupted child failed");
+		clock_gettime(CLOCK_MONOTONIC, &b);
+		full_ns = (uint64_t)(b.tv_sec - a.tv_sec) * 1000000000ull + (uint64_t)(b.tv_nsec - a.tv_nsec);
+		step_ns = full_ns / r->steps;
+	}
+	for (size_t k = 0; k < ARRAY_SIZE(rollback_seeds); k++) {
+		unsigned seed = rollback_seeds[k] * 2654435761u + (unsigned)_i;
+		bool restart_ckpt = rollback_seeds[k] & 1, damage = rollback_seeds[k] & 2;
+		uint64_t gens[TIER_NVME_MAX_KEEP], toff = 0;
+		char dir[4200];
+		unsigned kept;
+		int pfd[2];
+		pid_t pid;
+
+		snprintf(dir, sizeof(dir), "%s/%s", g_dir, sub);
+		t_rmtree(dir);
+		/* 1. A run killed at a random moment once it has made two
+		 * checkpoints: commits older than the newest are kept. */
+		ck_assert_int_eq(pipe2(pfd, O_CLOEXEC), 0);
+		pid = fork();
+		ck_assert_int_ge(pid, 0);
+		if (pid == 0) {
+			close(pfd[0]);
+			child(r, m, pfd[1], 0, 0);
+		}
+		close(pfd[1]);
+		{
+			char line[64];
+			unsigned reports = 0;
+			FILE *f = fdopen(pfd[0], "r");
+
+			while (reports < 2 && fgets(line, sizeof(line), f))
+				reports++;
+			sleep_ns((seed >> 4) % (2 * r->every * step_ns + 1));
+			kill_reap(pid);
+			fclose(f);
+		}
+		/* 2. Restarted: it resumes, steps (and checkpoints, or not),
+		 * and is killed again after its first step. */
+		ck_assert_int_eq(pipe2(pfd, O_CLOEXEC), 0);
+		pid = fork();
+		ck_assert_int_ge(pid, 0);
+		if (pid == 0) {
+			close(pfd[0]);
+			child_restart(r, m, pfd[1], restart_ckpt ? r->every : 0);
+		}
+		close(pfd[1]);
+		ck_assert_msg(wait_line(pfd[0], 'R'), "seed %#x: the restart did not resume", rollback_seeds[k]);
+		if (wait_line(pfd[0], 'S'))
+			sleep_ns((seed >> 12) % (2 * r->every * step_ns + 1));
+		kill_reap(pid);
+		close(pfd[0]);
+
+		/* 3. Every kept commit is sound, and each reopens and resumes
+		 * bit for bit: newest first, each rollback dropping only the
+		 * ones already checked. */
+		kept = kept_gens(m, gens, &toff);
+		ck_assert_uint_ge(kept, 1);
+		ck_assert_uint_eq(kept, r->keep < gens[0] ? r->keep : gens[0]);
+		check_files_all_sound(m, r, kept, "after kill, restart, kill");
+		for (unsigned i = 0; i < kept; i++) {
+			char what[128];
+
+			snprintf(what, sizeof(what), "%s, seed %#x, generation %" PRIu64 " of %u kept", r->name,
+				 rollback_seeds[k], gens[i], kept);
+			if (i == 0 && damage) {
+				/* The newest table damaged: the open falls back to
+				 * the next kept commit, or (keep 1) refuses and
+				 * changes nothing. */
+				struct tier_manifest_path mp;
+				struct tier_store *s;
+				uint64_t g2[TIER_NVME_MAX_KEEP], t2;
+				int fd, rc;
+				unsigned char c;
+
+				ck_assert_int_eq(tier_manifest_path(m, 0, &mp), 0);
+				fd = open(mp.file, O_RDWR);
+				ck_assert_int_ge(fd, 0);
+				/* data_off: 64 KiB units, the area after 12 KiB. */
+				ck_assert_int_eq(pread(fd, &c, 1, (off_t)(64 * KiB + toff + 40)), 1);
+				c ^= 0x5a;
+				ck_assert_int_eq(pwrite(fd, &c, 1, (off_t)(64 * KiB + toff + 40)), 1);
+				close(fd);
+				if (kept == 1) {
+					rc = store_open(m, r, &s);
+					ck_assert_int_eq(rc, -EBADMSG);
+					ck_assert_ptr_nonnull(strstr(tier_last_error(), "nothing was changed"));
+					ck_assert_uint_eq(kept_gens(m, g2, &t2), 1);
+					ck_assert_uint_eq(g2[0], gens[0]);
+					break;
+				}
+				resume_check(m, r, 0, gens[1], &ref, what);
+				opened++;
+				i++; /* the open fell back to it */
+				continue;
+			}
+			resume_check(m, r, i == 0 ? 0 : gens[i], gens[i], &ref, what);
+			opened++;
+		}
+		trials++;
+	}
+	fprintf(stderr, "%s: %u trials of kill, restart, step, kill; %u kept commits reopened and resumed bit for bit\n",
+		r->name, trials, opened);
+	free(ref.b);
+	tier_manifest_free(m);
+}
+END_TEST
+
 static Suite *ckpt_suite(void)
 {
 	Suite *s = suite_create("ckpt");
@@ -760,6 +1064,13 @@ static Suite *ckpt_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_loop_test(tc, test_export_import, 0, (int)ARRAY_SIZE(export_runs));
 	tcase_add_test(tc, test_import_refused);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("rollback");
+	tcase_set_timeout(tc, 600);
+	tcase_add_unchecked_fixture(tc, t_case_setup, t_case_teardown);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_loop_test(tc, test_rollback_killed, 0, (int)ARRAY_SIZE(rollback_runs));
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("killed");

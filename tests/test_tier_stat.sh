@@ -225,8 +225,8 @@ YAML
 	F="$T/cf/tierstore-checked.dat"
 	check "commit_tool: 3 objects, 2 commits" 0 env TIER_STATS=off "$CT" "$T/cf.yaml" 3 2
 	check "--check-files: sound" 0 "$TS" --check-files "$F"
-	grep_in "--check-files: sound: summary" "$T/out" "store 'checked' (1 file): generation 2 (.*), 2 of 2 kept commits sound, 3 objects"
-	grep_in "--check-files: sound: units" "$T/out" "6 verified, 0 bad, 0 unchecked; sound$"
+	grep_in "--check-files: sound: summary" "$T/out" "store 'checked' (1 file): generation 2 (.*), 2 of 2 kept commits sound, 2 reachable (2, 1), 3 objects"
+	grep_in "--check-files: sound: units" "$T/out" "8 verified, 0 bad, 0 unchecked; sound$"
 	if grep -q "PROBLEM" "$T/out"; then
 		echo "FAIL: --check-files: sound: a PROBLEM line"; fail=$((fail + 1))
 	fi
@@ -236,15 +236,16 @@ YAML
 	}
 	flip "$F" 65546
 	check "--check-files: a flipped data byte" 1 "$TS" --check-files "$F"
-	grep_in "--check-files: data: the unit" "$T/out" "^PROBLEM: object 'obj0' stripe unit 0 (nvme0 file offset 65536, 65536 bytes): crc32c [0-9a-f]*, expected [0-9a-f]*$"
-	grep_in "--check-files: data: summary" "$T/out" "6 verified, 1 bad, 0 unchecked; PROBLEMS FOUND$"
+	grep_in "--check-files: data: the unit" "$T/out" "^PROBLEM: generation 2: object 'obj0' stripe unit 0 (nvme0 file offset 65536, 65536 bytes): crc32c [0-9a-f]*, expected [0-9a-f]*$"
+	grep_in "--check-files: data: summary" "$T/out" "8 verified, 1 bad, 0 unchecked; PROBLEMS FOUND$"
 	grep_in "--check-files: data: stderr" "$T/err" "1 problem(s) found in the files of store 'checked'"
+	grep_in "--check-files: data: none reachable" "$T/out" "2 of 2 kept commits sound, 0 reachable, "
 	cp "$T/cf.orig" "$F"
 	# the newest commit's slot: slot (write number % 2), write 2 in slot 0
 	flip "$F" 4200
 	check "--check-files: the newest slot damaged" 1 "$TS" --check-files "$F"
 	grep_in "--check-files: slot: named" "$T/out" "^PROBLEM: commit slot 0 (nvme0 file offset 4096): damaged"
-	grep_in "--check-files: slot: the other used" "$T/out" "generation 1 (.*), 1 of 1 kept commit sound, 3 objects"
+	grep_in "--check-files: slot: the other used" "$T/out" "generation 1 (.*), 1 of 1 kept commit sound, 1 reachable (1), 3 objects"
 	cp "$T/cf.orig" "$F"
 	flip "$F" 8300
 	check "--check-files: the older slot damaged" 1 "$TS" --check-files "$F"

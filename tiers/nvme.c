@@ -133,7 +133,7 @@ static void fill_header(struct tier_nvme *t, struct nvme_path *p, struct ts_nvme
 	h->data_offset = p->data_off;
 	h->capacity = capacity;
 	h->checksum = t->csum ? 1 : 0;
-	h->flags = clean ? TIER_NVME_HDR_CLEAN : 0;
+	h->flags = (clean ? TIER_NVME_HDR_CLEAN : 0) | TIER_NVME_HDR_HOLDS_KEPT;
 	if ((t->flags & TIER_NVME_SCRATCH) && p->created)
 		h->flags |= TIER_NVME_HDR_SCRATCH;
 	h->owner_pid = (uint32_t)getpid();

@@ -95,13 +95,18 @@ static int open_files(struct chk *c)
 		if (flock(fd, LOCK_SH | LOCK_NB) != 0) {
 			int e = errno;
 
+			/* A store just killed holds its lock a little longer. */
+			if (e == EWOULDBLOCK && nvme_file_lock_released(fd) &&
+			    flock(fd, LOCK_SH | LOCK_NB) == 0)
+				e = 0;
 			if (e == EWOULDBLOCK) {
 				close(fd);
 				return ts_err(-EBUSY, "%s: in use by a running store; check the files of a closed store",
 					      c->files[i]);
 			}
-			say(c, false, "%s: no file locks here (%s): cannot tell whether a running store uses it",
-			    c->files[i], tier_strerror(-e));
+			if (e)
+				say(c, false, "%s: no file locks here (%s): cannot tell whether a running store uses it",
+				    c->files[i], tier_strerror(-e));
 		}
 		rc = read_at(fd, &h, sizeof(h), 0);
 		if (rc == 0)
@@ -141,34 +146,139 @@ static int open_files(struct chk *c)
 	return 0;
 }
 
+/* An extent a commit names: its table's or an object's. */
+struct cext {
+	uint64_t path, off, len;
+	bool bad;                 /* a unit in it failed its check */
+};
+
+static int cext_cmp(const void *a, const void *b)
+{
+	const struct cext *x = a, *y = b;
+
+	if (x->path != y->path)
+		return x->path < y->path ? -1 : 1;
+	if (x->off != y->off)
+		return x->off < y->off ? -1 : 1;
+	return x->len < y->len ? -1 : x->len > y->len;
+}
+
 struct units {
 	struct chk *c;
 	const struct ts_nvme_table *t;
-	bool verify;
+	uint64_t gen;
+	bool newest;              /* the newest sound commit: counted in the report */
+	uint64_t bad;             /* this commit's findings: bad units, extents */
+	/* The extents of the newer sound commits, sorted; this one's after. */
+	struct cext *x;
+	size_t nx, cap, nnewer;
 };
 
-/* One object of the newest table: its extents in the files, each unit's crc. */
+static int cext_add(struct units *u, uint64_t p, uint64_t off, uint64_t len)
+{
+	if (u->nx == u->cap) {
+		size_t cap = u->cap ? u->cap * 2 : 256;
+		struct cext *n = realloc(u->x, cap * sizeof(*n));
+
+		if (!n)
+			return ts_err(-ENOMEM, "tier_nvme_check_files: out of memory");
+		u->x = n;
+		u->cap = cap;
+	}
+	u->x[u->nx++] = (struct cext){ p, off, len, false };
+	return 0;
+}
+
+/*
+ * An extent of this commit either is one a newer commit names too (an
+ * object not written since) or overlaps none of theirs; one that overlaps
+ * was written over after this commit was made.
+ */
+static long check_overlap(struct units *u, unsigned p, uint64_t off, uint64_t len, const char *what,
+			  int wl, const char *wn)
+{
+	struct cext k = { p, off, len, false };
+	size_t lo = 0, hi = u->nnewer;
+	long same = -1;
+
+	while (lo < hi) { /* the first newer extent at or after (p, off) */
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (cext_cmp(&u->x[mid], &(struct cext){ p, off, 0, false }) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	for (size_t i = lo; i > 0 && u->x[i - 1].path == p; i--) {
+		const struct cext *e = &u->x[i - 1];
+
+		if (e->off + e->len <= off)
+			break;
+		if (cext_cmp(e, &k) != 0)
+			goto overlap;
+	}
+	for (size_t i = lo; i < u->nnewer && u->x[i].path == p && u->x[i].off < off + len; i++) {
+		if (cext_cmp(&u->x[i], &k) != 0)
+			goto overlap;
+		same = (long)i;
+	}
+	return same;
+overlap:
+	u->bad++;
+	say(u->c, true, "generation %" PRIu64 ": %s%.*s's extent at nvme%u data offset %" PRIu64 " (%" PRIu64
+	    " bytes) overlaps an extent of a newer commit: it was written over",
+	    u->gen, what, wl, wn, p, off, len);
+	return -1;
+}
+
+/* One object of a sound table: its extents in the files, each unit's crc. */
 static int check_obj(void *arg, const struct nvme_tobj *e)
 {
 	struct units *u = arg;
 	struct chk *c = u->c;
 	uint32_t unit = u->t->stripe_unit, P = c->npaths;
+	long at[TIERS_MAX_NVME_PATHS];  /* the extent's entry in u->x */
+	bool shared[TIERS_MAX_NVME_PATHS] = { false };
+	int rc;
 
-	for (unsigned p = 0; p < P; p++)
-		if (e->ext_len[p] &&
-		    c->h[p].data_offset + e->ext_off[p] + e->ext_len[p] > c->size[p])
-			say(c, true, "object '%.*s': its extent on nvme%u ends at file offset %" PRIu64
+	for (unsigned p = 0; p < P; p++) {
+		long same;
+
+		at[p] = -1;
+		if (!e->ext_len[p])
+			continue;
+		if (c->h[p].data_offset + e->ext_off[p] + e->ext_len[p] > c->size[p]) {
+			u->bad++;
+			say(c, true, "generation %" PRIu64 ": object '%.*s': its extent on nvme%u ends at file offset %" PRIu64
 			    ", past the end of %s (%" PRIu64 " bytes): the file was truncated",
-			    (int)e->name_len, e->name, p, c->h[p].data_offset + e->ext_off[p] + e->ext_len[p],
-			    c->name[p], c->size[p]);
-	c->r->objects++;
-	c->r->data_bytes += e->size;
-	for (uint64_t k = 0; k < e->nunits && u->verify; k++) {
+			    u->gen, (int)e->name_len, e->name, p,
+			    c->h[p].data_offset + e->ext_off[p] + e->ext_len[p], c->name[p], c->size[p]);
+		}
+		same = check_overlap(u, p, e->ext_off[p], e->ext_len[p], "object '", (int)e->name_len,
+				     e->name);
+		if (same >= 0) {
+			/* A newer commit names it too: its units were read
+			 * there, and what they showed holds here. */
+			shared[p] = true;
+			u->bad += u->x[same].bad;
+			continue;
+		}
+		rc = cext_add(u, p, e->ext_off[p], e->ext_len[p]);
+		if (rc)
+			return rc;
+		at[p] = (long)u->nx - 1;
+	}
+	if (u->newest) {
+		c->r->objects++;
+		c->r->data_bytes += e->size;
+	}
+	for (uint64_t k = 0; k < e->nunits; k++) {
 		unsigned p = (unsigned)((k + e->rot) % P);
 		uint64_t off = c->h[p].data_offset + e->ext_off[p] + (k / P) * unit;
 		uint32_t len = (uint32_t)(k == e->nunits - 1 ? e->size - k * unit : unit), want, got;
-		int rc;
 
+		if (shared[p])
+			continue;
 		if (!e->crc || !((e->ok[k / 8] >> (k % 8)) & 1)) {
 			c->r->units_unchecked++;
 			continue;
@@ -176,19 +286,25 @@ static int check_obj(void *arg, const struct nvme_tobj *e)
 		memcpy(&want, e->crc + 4 * k, 4);
 		rc = read_at(c->fd[p], c->unit_buf, len, off);
 		if (rc) {
-			say(c, true, "object '%.*s' stripe unit %" PRIu64 " (nvme%u file offset %" PRIu64 "): %s",
-			    (int)e->name_len, e->name, k, p, off,
+			say(c, true, "generation %" PRIu64 ": object '%.*s' stripe unit %" PRIu64 " (nvme%u file offset %" PRIu64 "): %s",
+			    u->gen, (int)e->name_len, e->name, k, p, off,
 			    rc == -ENODATA ? "past the end of the file" : tier_strerror(rc));
 			c->r->units_bad++;
+			u->bad++;
+			if (at[p] >= 0)
+				u->x[at[p]].bad = true;
 			continue;
 		}
 		got = ts_crc32c(0, c->unit_buf, len);
 		c->r->units_checked++;
 		if (got != want) {
 			c->r->units_bad++;
-			say(c, true, "object '%.*s' stripe unit %" PRIu64 " (nvme%u file offset %" PRIu64
+			u->bad++;
+			if (at[p] >= 0)
+				u->x[at[p]].bad = true;
+			say(c, true, "generation %" PRIu64 ": object '%.*s' stripe unit %" PRIu64 " (nvme%u file offset %" PRIu64
 			    ", %u bytes): crc32c %08x, expected %08x",
-			    (int)e->name_len, e->name, k, p, off, len, got, want);
+			    u->gen, (int)e->name_len, e->name, k, p, off, len, got, want);
 		}
 	}
 	return 0;
@@ -202,13 +318,21 @@ static void fmt_time(uint64_t ns, char *buf, size_t n)
 	strftime(buf, n, "%Y-%m-%d %H:%M:%S", localtime_r(&s, &tm));
 }
 
-/* The kept commits: each table read and checked; the newest that loads
- * has its units verified. */
+/*
+ * The kept commits, newest first: each table read and checked, every
+ * stripe unit it names verified against its crc32c, and its extents
+ * checked against the newer commits'.  Says which a rollback can reach.
+ */
 static int check_commits(struct chk *c)
 {
 	struct ts_nvme_slot sl[2], *s = NULL;
-	int rs[2];
-	bool newest_done = false;
+	struct units u = { .c = c };
+	char reach[512] = "";
+	/* Files an earlier build opened since: it held the newest commit's
+	 * extents only, and without checksums nothing shows an older one
+	 * whole (docs/nvme-format.md, "Reopening"). */
+	bool suspect = !(c->h[0].flags & TIER_NVME_HDR_HOLDS_KEPT) && c->h[0].checksum == 0;
+	int rs[2], rc = 0;
 
 	for (int i = 0; i < 2; i++) {
 		rs[i] = read_at(c->fd[0], &sl[i], sizeof(sl[i]), TIER_NVME_SLOT_OFF(i));
@@ -237,13 +361,13 @@ static int check_commits(struct chk *c)
 		return 0;
 	}
 	c->r->commits_kept = s->ncommits;
-	for (unsigned i = 0; i < s->ncommits; i++) {
+	for (unsigned i = 0; i < s->ncommits && !rc; i++) {
 		const struct ts_nvme_commit *cm = &s->c[i];
 		uint64_t dev = (cm->table_len + 4095) / 4096 * 4096;
 		char *buf = NULL, when[32], who[64];
 		const struct ts_nvme_table *t = NULL;
-		struct units u = { c, NULL, false };
-		int rc;
+		uint64_t nobjs;
+		bool reachable;
 
 		snprintf(who, sizeof(who), "generation %" PRIu64 "'s table", cm->gen);
 		fmt_time(cm->time_ns, when, sizeof(when));
@@ -258,6 +382,7 @@ static int check_commits(struct chk *c)
 			    c->h[0].data_offset + cm->table_off,
 			    rc == -ENODATA ? "past the end of the file (truncated)" : tier_strerror(rc));
 			free(buf);
+			rc = 0;
 			continue;
 		}
 		if (ts_crc32c(0, buf, cm->table_len) != cm->table_crc) {
@@ -266,29 +391,55 @@ static int check_commits(struct chk *c)
 			free(buf);
 			continue;
 		}
-		u.verify = !newest_done;
 		rc = nvme_table_walk(buf, cm->table_len, who, NULL, NULL, &t, NULL, NULL);
-		if (rc == 0 && u.verify) {
-			u.t = t;
-			rc = nvme_table_walk(buf, cm->table_len, who, check_obj, &u, NULL, NULL, NULL);
-		}
 		if (rc) {
 			say(c, true, "%s", tier_last_error());
 			free(buf);
+			rc = 0;
 			continue;
 		}
+		u.t = t;
+		nobjs = t->nobjs;
+		u.gen = cm->gen;
+		u.newest = c->r->commits_ok == 0;
+		u.bad = 0;
+		u.nnewer = u.nx;
+		check_overlap(&u, 0, cm->table_off, dev, "the object table", 0, "");
+		rc = cext_add(&u, 0, cm->table_off, dev);
+		if (!rc)
+			rc = nvme_table_walk(buf, cm->table_len, who, check_obj, &u, NULL, NULL, NULL);
+		free(buf);
+		if (rc == -ENOMEM)
+			break;
+		if (rc) {
+			say(c, true, "%s", tier_last_error());
+			u.nx = u.nnewer;
+			rc = 0;
+			continue;
+		}
+		qsort(u.x, u.nx, sizeof(*u.x), cext_cmp);
 		c->r->commits_ok++;
-		say(c, false, "generation %" PRIu64 " (%s): %" PRIu64 " objects, %" PRIu64 " bytes, table of %" PRIu64 " bytes: %s",
-		    cm->gen, when, t->nobjs, cm->data_bytes, cm->table_len,
-		    u.verify ? "table sound, its stripe units verified" : "table sound");
-		if (u.verify) {
-			newest_done = true;
+		reachable = !u.bad && !(suspect && i > 0);
+		if (reachable) {
+			c->r->commits_reachable++;
+			snprintf(reach + strlen(reach), sizeof(reach) - strlen(reach), "%s%" PRIu64,
+				 c->r->commits_reachable > 1 ? ", " : "", cm->gen);
+		}
+		say(c, false, "generation %" PRIu64 " (%s): %" PRIu64 " objects, %" PRIu64 " bytes, table of %" PRIu64 " bytes: table sound, %s; %s",
+		    cm->gen, when, nobjs, cm->data_bytes, cm->table_len,
+		    c->h[0].checksum ? "its stripe units verified" : "its extents checked (no checksums)",
+		    reachable ? (i == 0 ? "the store opens at it" : "a rollback can reach it")
+			      : u.bad ? "damaged: no open reaches it"
+				      : "not reachable: an earlier build of tierstore opened the files since, and without checksums its data cannot be shown whole");
+		if (u.newest) {
 			c->r->generation = cm->gen;
 			c->r->time_ns = cm->time_ns;
 		}
-		free(buf);
 	}
-	return 0;
+	if (!rc)
+		snprintf(c->r->reachable, sizeof(c->r->reachable), "%s", reach);
+	free(u.x);
+	return rc;
 }
 
 int tier_nvme_check_files(const char *const *files, size_t n,

@@ -308,23 +308,78 @@ static size_t obj_entry_bytes(const struct tier_nvme *t, const struct tier_nvme_
 	return (b + 7) & ~(size_t)7;
 }
 
-static size_t table_bytes(const struct tier_nvme *t, size_t meta_len)
+static size_t table_bytes(const struct tier_nvme *t, size_t nheld, size_t meta_len)
 {
 	size_t b = sizeof(struct ts_nvme_table);
 
 	for (const struct tier_nvme_obj *o = t->objs; o; o = o->next)
 		b += obj_entry_bytes(t, o);
-	b += t->nheld * sizeof(struct ts_nvme_table_held);
+	b += nheld * sizeof(struct ts_nvme_table_held);
 	return b + meta_len;
 }
 
+/* The oldest generation the ring keeps once commit @gen is added to it. */
+static uint64_t ring_oldest_with(const struct tier_nvme *t, uint64_t gen)
+{
+	uint32_t older = t->slot->ncommits;
+
+	if (older > t->keep - 1)
+		older = t->keep - 1;
+	return older ? t->slot->c[older - 1].gen : gen;
+}
+
 /*
- * Serializes the table of generation @gen into @buf (@len bytes, zeroed):
+ * The extents the table of a new commit lists as held: every extent that
+ * a commit its ring keeps (generation @oldest or newer) names and its own
+ * objects do not.  Those are the extents held already that a kept commit
+ * still names, and the committed extents of the objects copied on write
+ * since the last commit (generation t->gen), which the commit leaves.  A
+ * later open takes exactly these, so no write after it can reuse an
+ * extent an older kept commit needs.  t->lock held.
+ */
+static int table_held(const struct tier_nvme *t, uint64_t oldest, struct ts_nvme_table_held **out,
+		      size_t *n)
+{
+	size_t cap = t->nheld, k = 0;
+	struct ts_nvme_table_held *h;
+
+	for (const struct tier_nvme_obj *o = t->objs; o; o = o->next)
+		if (o->frozen && atomic_load(&o->cow))
+			cap += t->npaths;
+	*out = NULL;
+	*n = 0;
+	if (!cap)
+		return 0;
+	h = ts_calloc(cap, sizeof(*h));
+	if (!h)
+		return -ENOMEM;
+	for (size_t i = 0; i < t->nheld; i++)
+		if (t->held[i].last_gen >= oldest)
+			h[k++] = (struct ts_nvme_table_held){ t->held[i].path, 0, t->held[i].off,
+							      t->held[i].len, t->held[i].last_gen };
+	if (t->gen >= oldest)
+		for (const struct tier_nvme_obj *o = t->objs; o; o = o->next) {
+			if (!o->frozen || !atomic_load(&o->cow))
+				continue;
+			for (unsigned p = 0; p < t->npaths; p++)
+				if (o->ext_len[p])
+					h[k++] = (struct ts_nvme_table_held){ p, 0, o->ext_off[p],
+									      o->ext_len[p], t->gen };
+		}
+	*out = h;
+	*n = k;
+	return 0;
+}
+
+/*
+ * Serializes the table of generation @gen into @buf (zeroed, large enough):
  * the objects with their extents as the commit leaves them (new_off for
- * those copied on write), the extents held for older commits, @meta.
+ * those copied on write), the @nheld extents held for older commits
+ * (table_held), @meta.
  */
 static void table_fill(struct tier_nvme *t, char *buf, uint64_t gen, uint64_t now,
-		       const void *meta, size_t meta_len)
+		       const struct ts_nvme_table_held *held, size_t nheld, const void *meta,
+		       size_t meta_len)
 {
 	struct ts_nvme_table *h = (void *)buf;
 	char *q = buf + sizeof(*h);
@@ -339,7 +394,7 @@ static void table_fill(struct tier_nvme *t, char *buf, uint64_t gen, uint64_t no
 	h->npaths = t->npaths;
 	h->stripe_unit = t->unit;
 	h->checksum = t->csum ? 1 : 0;
-	h->nheld = t->nheld;
+	h->nheld = nheld;
 	h->meta_len = meta_len;
 	h->next_rot = t->next_rot;
 	for (const struct tier_nvme_obj *o = t->objs; o; o = o->next, n++) {
@@ -371,12 +426,9 @@ static void table_fill(struct tier_nvme *t, char *buf, uint64_t gen, uint64_t no
 		q = start + obj_entry_bytes(t, o);
 	}
 	h->nobjs = n;
-	for (size_t i = 0; i < t->nheld; i++) {
-		struct ts_nvme_table_held e = { t->held[i].path, 0, t->held[i].off, t->held[i].len,
-						t->held[i].last_gen };
-
-		memcpy(q, &e, sizeof(e));
-		q += sizeof(e);
+	if (nheld) {
+		memcpy(q, held, nheld * sizeof(*held));
+		q += nheld * sizeof(*held);
 	}
 	if (meta_len)
 		memcpy(q, meta, meta_len);
@@ -492,6 +544,8 @@ int tier_nvme_commit(struct tier_nvme *t, const void *meta, size_t meta_len, uin
 	NVME_ARG(t);
 	struct nvme_path *p0 = &t->paths[0];
 	struct ts_nvme_slot *s = NULL;
+	struct ts_nvme_table_held *held = NULL;
+	size_t nheld = 0;
 	char *buf = NULL, *copy = NULL;
 	void *meta_copy = NULL;
 	uint64_t gen, now, toff = 0, tlen, tdev = 0, data = 0;
@@ -530,7 +584,11 @@ int tier_nvme_commit(struct tier_nvme *t, const void *meta, size_t meta_len, uin
 			goto out;
 	}
 	/* 2. The table, in a fresh extent of path 0. */
-	tlen = table_bytes(t, meta_len);
+	if (table_held(t, ring_oldest_with(t, gen), &held, &nheld) != 0) {
+		rc = ts_err(-ENOMEM, "nvme: out of memory for a commit's table");
+		goto out;
+	}
+	tlen = table_bytes(t, nheld, meta_len);
 	tdev = nvme_round_up(tlen, p0->block);
 	buf = aligned_alloc_zero(tdev);
 	meta_copy = meta_len ? malloc(meta_len) : NULL;
@@ -552,7 +610,7 @@ int tier_nvme_commit(struct tier_nvme *t, const void *meta, size_t meta_len, uin
 	rc = nvme_file_grow(p0, toff + tdev, "the object table");
 	if (rc)
 		goto out;
-	table_fill(t, buf, gen, now, meta, meta_len);
+	table_fill(t, buf, gen, now, held, nheld, meta, meta_len);
 	rc = file_io(p0, true, buf, tdev, p0->data_off + toff, TIER_FAULT_COMMIT_TABLE,
 		     "writing the object table");
 	if (rc)
@@ -641,6 +699,7 @@ out:
 	pthread_mutex_unlock(&t->lock);
 	free(buf);
 	free(copy);
+	free(held);
 	free(s);
 	free(meta_copy);
 	return rc;
@@ -788,11 +847,13 @@ static int reset_allocs(struct tier_nvme *t)
 }
 
 /*
- * Loads the commit @c (its table) into @t: objects, held extents, record.
- * On failure @t's objects and allocators are left as they were found (all
- * free) and the detail says why.
+ * Loads the commit @c (its table) into @t: objects, the extents it holds
+ * for kept commits of generation @oldest or newer, record.  On failure
+ * @t's objects and allocators are left as they were found (all free) and
+ * the detail says why.
  */
-static int load_commit(struct tier_nvme *t, const struct ts_nvme_commit *c, struct load *l)
+static int load_commit(struct tier_nvme *t, const struct ts_nvme_commit *c, uint64_t oldest,
+		       struct load *l)
 {
 	struct nvme_path *p0 = &t->paths[0];
 	const struct ts_nvme_table *h = NULL;
@@ -842,6 +903,8 @@ static int load_commit(struct tier_nvme *t, const struct ts_nvme_commit *c, stru
 		struct ts_nvme_table_held e;
 
 		memcpy(&e, &held[i], sizeof(e));
+		if (e.last_gen < oldest)
+			continue; /* named only by commits the ring no longer keeps */
 		if (e.path >= t->npaths) {
 			rc = ts_err(-EBADMSG, "%s: a held extent on path %u", who, e.path);
 			goto fail;
@@ -886,6 +949,251 @@ fail:
 		if (r2)
 			return r2;
 	}
+	return rc;
+}
+
+/* Undoes a load_commit that succeeded: no objects, all free. */
+static int unload(struct tier_nvme *t)
+{
+	free_objs(t->objs);
+	t->objs = NULL;
+	t->nheld = 0;
+	free(t->meta);
+	t->meta = NULL;
+	t->meta_len = 0;
+	return reset_allocs(t);
+}
+
+/*
+ * Reads every stripe unit of the loaded commit @gen that has a checksum
+ * and checks it: a rollback goes back to a commit only once its data is
+ * shown whole (without checksums only its table can be).  -EBADMSG names
+ * the first unit that is not.
+ */
+static int verify_units(struct tier_nvme *t, uint64_t gen)
+{
+	size_t blen = nvme_round_up(t->unit, t->block);
+	char *buf;
+	int rc = 0;
+
+	if (!t->csum)
+		return 0;
+	buf = aligned_alloc_zero(blen);
+	if (!buf)
+		return ts_err(-ENOMEM, "nvme: out of memory verifying generation %" PRIu64, gen);
+	for (struct tier_nvme_obj *o = t->objs; o && !rc; o = o->next) {
+		for (uint64_t u = 0; u < o->nunits && !rc; u++) {
+			unsigned p = (unsigned)((u + o->rot) % t->npaths);
+			struct nvme_path *path = &t->paths[p];
+			uint32_t len = (uint32_t)(u == o->nunits - 1 ? o->size - u * t->unit : t->unit);
+			uint64_t off = path->data_off + unit_slot(t, o, u, o->ext_off);
+			uint32_t got;
+
+			if (!o->crc_ok[u])
+				continue;
+			rc = ts_fault_check(TIER_FAULT_COMMIT_LOAD);
+			if (rc)
+				rc = ts_err(rc, "nvme%u (%s): reading generation %" PRIu64 "'s data at file offset %" PRIu64 ": %s",
+					    p, path->file, gen, off, tier_strerror(rc));
+			else
+				rc = file_io(path, false, buf, nvme_round_up(len, path->block), off,
+					     TIER_FAULT_NONE, "verifying a kept commit's data");
+			if (rc)
+				break;
+			got = ts_crc32c(0, buf, len);
+			if (got != o->crc[u])
+				rc = ts_err(-EBADMSG, "generation %" PRIu64 ": object '%s' stripe unit %" PRIu64 " at nvme%u (%s) file offset %" PRIu64 " is damaged (crc32c %08x, expected %08x)",
+					    gen, o->name, u, p, path->file, off, got, o->crc[u]);
+		}
+	}
+	free(buf);
+	return rc;
+}
+
+/* An extent taken for a kept commit, ordered for lookup. */
+struct xt {
+	uint64_t path, off, len;
+};
+
+static int xt_cmp(const void *a, const void *b)
+{
+	const struct xt *x = a, *y = b;
+
+	if (x->path != y->path)
+		return x->path < y->path ? -1 : 1;
+	if (x->off != y->off)
+		return x->off < y->off ? -1 : 1;
+	return x->len < y->len ? -1 : x->len > y->len;
+}
+
+struct hold {
+	struct load *l;
+	struct xt *set;           /* taken so far, sorted */
+	size_t nset, cap;
+	size_t first_new;         /* set[first_new..] are this commit's, unsorted */
+};
+
+static int hold_add(struct hold *h, uint64_t p, uint64_t off, uint64_t len)
+{
+	if (h->nset == h->cap) {
+		size_t cap = h->cap ? h->cap * 2 : 256;
+		struct xt *n = ts_realloc(h->set, cap * sizeof(*n));
+
+		if (!n)
+			return ts_err(-ENOMEM, "nvme: out of memory");
+		h->set = n;
+		h->cap = cap;
+	}
+	h->set[h->nset++] = (struct xt){ p, off, len };
+	return 0;
+}
+
+/* Takes [off, off + len) of path @p for the commit being held, unless a
+ * newer commit names the very same extent (an object not moved since). */
+static int hold_one(struct hold *h, unsigned p, uint64_t off, uint64_t len, const char *what)
+{
+	struct xt k = { p, off, len };
+	int rc;
+
+	if (bsearch(&k, h->set, h->first_new, sizeof(k), xt_cmp))
+		return 0;
+	for (size_t i = h->first_new; i < h->nset; i++)
+		if (xt_cmp(&k, &h->set[i]) == 0)
+			return ts_err(-EBADMSG, "%s: %s names an extent of nvme%u twice", h->l->who, what, p);
+	rc = take(h->l, p, off, len, what);
+	if (rc)
+		return rc == -ENOMEM ? rc : -EBADMSG;
+	return hold_add(h, p, off, len);
+}
+
+static int hold_obj(void *arg, const struct nvme_tobj *e)
+{
+	struct hold *h = arg;
+	char what[300];
+
+	snprintf(what, sizeof(what), "object '%.*s'", (int)e->name_len, e->name);
+	for (unsigned p = 0; p < h->l->t->npaths; p++) {
+		int rc;
+
+		if (!e->ext_len[p])
+			continue;
+		if (e->ext_off[p] % h->l->t->align)
+			return ts_err(-EBADMSG, "%s: %s has an extent on nvme%u that does not fit its size",
+				      h->l->who, what, p);
+		rc = hold_one(h, p, e->ext_off[p], e->ext_len[p], what);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/*
+ * Holds every extent of the kept commit @c, older than the loaded one:
+ * its table and its objects' extents, each held until @c leaves the ring.
+ * 0; -EBADMSG when @c cannot be held whole (its table damaged, or an
+ * extent outside the files or overlapping one in use: then the commit was
+ * overwritten), with what it took given back; another errno (an I/O
+ * error) fails the open.
+ */
+static int hold_commit(struct tier_nvme *t, struct hold *h, const struct ts_nvme_commit *c)
+{
+	struct nvme_path *p0 = &t->paths[0];
+	uint64_t dev = nvme_round_up(c->table_len, p0->block);
+	size_t nheld0 = t->nheld;
+	char who[96], *buf = NULL;
+	int rc;
+
+	snprintf(who, sizeof(who), "generation %" PRIu64 "'s object table", c->gen);
+	h->l->who = who;
+	h->first_new = h->nset;
+	if (c->table_len < sizeof(struct ts_nvme_table) || c->table_len > (1ull << 40)) {
+		rc = ts_err(-EBADMSG, "%s: a length of %" PRIu64 " bytes is not possible", who, c->table_len);
+		goto out;
+	}
+	buf = aligned_alloc_zero(dev);
+	if (!buf) {
+		rc = ts_err(-ENOMEM, "nvme: out of memory for %s (%" PRIu64 " bytes)", who, dev);
+		goto out;
+	}
+	rc = hold_one(h, 0, c->table_off, dev, who);
+	if (rc)
+		goto out;
+	rc = ts_fault_check(TIER_FAULT_COMMIT_LOAD);
+	if (rc)
+		rc = ts_err(rc, "nvme0 (%s): reading %s: %s", p0->file, who, tier_strerror(rc));
+	else
+		rc = file_io(p0, false, buf, dev, p0->data_off + c->table_off, TIER_FAULT_NONE,
+			     "reading an object table");
+	if (rc)
+		goto out;
+	if (ts_crc32c(0, buf, c->table_len) != c->table_crc) {
+		rc = ts_err(-EBADMSG, "%s at nvme0 (%s) file offset %" PRIu64 " is damaged (crc32c mismatch)",
+			    who, p0->file, p0->data_off + c->table_off);
+		goto out;
+	}
+	rc = nvme_table_walk(buf, c->table_len, who, hold_obj, h, NULL, NULL, NULL);
+	for (size_t i = h->first_new; i < h->nset && !rc; i++)
+		rc = held_add(t, (uint32_t)h->set[i].path, h->set[i].off, h->set[i].len, c->gen);
+	if (!rc)
+		qsort(h->set, h->nset, sizeof(*h->set), xt_cmp);
+out:
+	if (rc) {
+		char saved[TIER_ERR_MAX];
+
+		snprintf(saved, sizeof(saved), "%s", tier_last_error());
+		for (size_t i = h->first_new; i < h->nset; i++)
+			extents_free(&t->paths[h->set[i].path].alloc, h->set[i].off, h->set[i].len);
+		t->nheld = nheld0;
+		h->nset = h->first_new;
+		ts_err(rc, "%s", saved);
+	}
+	h->first_new = h->nset;
+	free(buf);
+	return rc;
+}
+
+/*
+ * After the commit @ring->c[at] loaded: holds the extents of every older
+ * commit of the ring, so no write of this open reuses one.  An older
+ * commit that cannot be held whole leaves the ring (*dropped counts it),
+ * with a warning saying why; the ring is compacted in place.
+ */
+static int hold_older(struct tier_nvme *t, struct ts_nvme_slot *ring, unsigned at, struct load *l,
+		      unsigned *dropped)
+{
+	struct hold h = { .l = l };
+	unsigned k = at + 1;
+	int rc = 0;
+
+	*dropped = 0;
+	/* What the loaded commit takes: its objects, its table, its held. */
+	for (struct tier_nvme_obj *o = t->objs; o && !rc; o = o->next)
+		for (unsigned p = 0; p < t->npaths && !rc; p++)
+			if (o->ext_len[p])
+				rc = hold_add(&h, p, o->ext_off[p], o->ext_len[p]);
+	for (size_t i = 0; i < t->nheld && !rc; i++)
+		rc = hold_add(&h, t->held[i].path, t->held[i].off, t->held[i].len);
+	if (rc)
+		goto out;
+	qsort(h.set, h.nset, sizeof(*h.set), xt_cmp);
+	h.first_new = h.nset;
+	for (unsigned i = at + 1; i < ring->ncommits; i++) {
+		rc = hold_commit(t, &h, &ring->c[i]);
+		if (rc == -EBADMSG) {
+			TIER_WARN(TIER_SS_NVME, "nvme0 (%s): generation %" PRIu64 " leaves the kept commits: %s",
+				  t->paths[0].file, ring->c[i].gen, tier_last_error());
+			(*dropped)++;
+			rc = 0;
+			continue;
+		}
+		if (rc)
+			goto out;
+		ring->c[k++] = ring->c[i];
+	}
+	memset(&ring->c[k], 0, sizeof(ring->c[0]) * (TIER_NVME_MAX_KEEP - k));
+	ring->ncommits = k;
+out:
+	free(h.set);
 	return rc;
 }
 
@@ -981,11 +1289,12 @@ static int load_fresh(struct tier_nvme *t)
 int nvme_commit_load(struct tier_nvme *t, uint64_t want)
 {
 	struct nvme_path *p0 = &t->paths[0];
-	struct ts_nvme_slot *a = NULL, *b = NULL, *s;
+	struct ts_nvme_slot *a = NULL, *b = NULL, *s, *n;
 	char why[TIER_ERR_MAX * 2] = "";
 	struct load l = { .t = t };
 	int ra, rb, rc = 0;
-	unsigned i;
+	unsigned i, dropped = 0;
+	bool suspect;
 
 	t->slot = aligned_alloc_zero(sizeof(*t->slot));
 	if (!t->slot)
@@ -1061,7 +1370,19 @@ int nvme_commit_load(struct tier_nvme *t, uint64_t want)
 		t->paths[i].file_end = (uint64_t)st.st_size > t->paths[i].data_off ? (uint64_t)st.st_size
 										 : t->paths[i].data_off;
 	}
-	/* The newest commit that loads, or the one asked for. */
+	/*
+	 * Files last opened by an earlier build, which held only the newest
+	 * commit's extents and so may have written over an older one's:
+	 * with checksums a rollback shows whether it did; without, nothing
+	 * can, so only the newest commit is offered, and it alone is kept.
+	 */
+	suspect = !(p0->hdr_flags & TIER_NVME_HDR_HOLDS_KEPT) && !t->csum && s->ncommits > 1;
+	/*
+	 * The newest commit that loads, or the one asked for.  One older than
+	 * the newest (a rollback) must also show its data whole before the
+	 * newer ones are dropped; when it cannot, nothing is changed.  Only a
+	 * damaged commit is passed over: an I/O error fails the open.
+	 */
 	rc = -ENOENT;
 	for (i = 0; i < s->ncommits; i++) {
 		const struct ts_nvme_commit *c = &s->c[i];
@@ -1069,11 +1390,34 @@ int nvme_commit_load(struct tier_nvme *t, uint64_t want)
 
 		if (want && c->gen != want)
 			continue;
-		rc = load_commit(t, c, &l);
+		if (i > 0 && suspect) {
+			rc = ts_err(-EBADMSG, "generation %" PRIu64 " cannot be shown whole: since it was committed, an earlier build of tierstore opened the files, which may have reused its extents, and with checksum: none its data cannot be verified",
+				    c->gen);
+		} else {
+			rc = load_commit(t, c, s->c[s->ncommits - 1].gen, &l);
+			if (rc == 0 && i > 0 && (rc = verify_units(t, c->gen)) != 0) {
+				char saved[TIER_ERR_MAX];
+				int r2;
+
+				snprintf(saved, sizeof(saved), "%s", tier_last_error());
+				r2 = unload(t);
+				if (r2) {
+					rc = r2;
+					goto out;
+				}
+				ts_err(rc, "%s", saved);
+			}
+		}
 		if (rc == 0)
 			break;
-		if (rc == -ENOMEM)
+		if (rc != -EBADMSG) {
+			char saved[TIER_ERR_MAX];
+
+			snprintf(saved, sizeof(saved), "%s", tier_last_error());
+			rc = ts_err(rc, "nvme0 (%s): loading generation %" PRIu64 ": %s; nothing was changed",
+				    p0->file, c->gen, saved);
 			goto out;
+		}
 		snprintf(why + wl, sizeof(why) - wl, "%s%s", wl ? "; " : "", tier_last_error());
 		if (want)
 			break;
@@ -1087,45 +1431,63 @@ int nvme_commit_load(struct tier_nvme *t, uint64_t want)
 					 k ? ", " : "", s->c[k].gen);
 			rc = ts_err(-ENOENT, "nvme0 (%s): generation %" PRIu64 " is not among the kept commits (%s)",
 				    p0->file, want, have);
+		} else if (want) {
+			rc = ts_err(-EBADMSG, "nvme0 (%s): cannot roll back to generation %" PRIu64 ": %s; nothing was changed, and the newer commits are kept",
+				    p0->file, want, why);
 		} else {
-			rc = ts_err(-EBADMSG, "nvme0 (%s): no kept commit of store '%s' can be loaded: %s",
+			rc = ts_err(-EBADMSG, "nvme0 (%s): no kept commit of store '%s' can be loaded: %s; nothing was changed",
 				    p0->file, p0->hdr_name, why);
 		}
 		goto out;
 	}
-	memcpy(t->slot, s, sizeof(*s));
+	/*
+	 * The ring from here: the loaded commit, then the older ones that can
+	 * be held whole (their extents taken, so nothing this open writes
+	 * reuses one).  Newer commits go (a rollback), and so do older ones
+	 * that cannot be held, or that no build can vouch for (suspect).
+	 */
+	n = t->slot;
+	memcpy(n, s, sizeof(*s));
+	memmove(&n->c[0], &n->c[i], sizeof(n->c[0]) * (n->ncommits - i));
+	n->ncommits -= i;
+	memset(&n->c[n->ncommits], 0, sizeof(n->c[0]) * (TIER_NVME_MAX_KEEP - n->ncommits));
+	if (suspect) {
+		TIER_WARN(TIER_SS_NVME, "nvme0 (%s): an earlier build of tierstore opened these files since generation %" PRIu64 " and may have reused the extents of the %u older kept commit(s); with checksum: none they cannot be verified, so only generation %" PRIu64 " is kept",
+			  p0->file, n->c[1].gen, n->ncommits - 1, n->c[0].gen);
+		memset(&n->c[1], 0, sizeof(n->c[0]) * (TIER_NVME_MAX_KEEP - 1));
+		n->ncommits = 1;
+	}
+	rc = hold_older(t, n, 0, &l, &dropped);
+	if (rc)
+		goto out;
 	t->seq = s->seq;
 	t->next_gen = s->next_gen;
-	t->gen = s->c[i].gen;
+	t->gen = n->c[0].gen;
 	t->restored = true;
-	if (i > 0) {
-		/*
-		 * Rolled back: the newer commits go from the ring, durably,
-		 * before anything can overwrite an extent only they name.
-		 */
-		struct ts_nvme_slot *n = t->slot;
-		char when[32];
-
-		memmove(&n->c[0], &n->c[i], sizeof(n->c[0]) * (n->ncommits - i));
-		n->ncommits -= i;
-		memset(&n->c[n->ncommits], 0, sizeof(n->c[0]) * (TIER_NVME_MAX_KEEP - n->ncommits));
+	if (i > 0 || suspect || dropped) {
+		/* Durably, before anything can overwrite an extent only the
+		 * dropped commits name. */
 		n->seq = t->seq + 1;
 		rc = slot_write(t, n);
 		if (rc) {
 			char saved[TIER_ERR_MAX];
 
 			snprintf(saved, sizeof(saved), "%s", tier_last_error());
-			rc = ts_err(rc, "nvme0 (%s): rolling back to generation %" PRIu64 ": %s", p0->file,
-				    t->gen, saved);
+			rc = ts_err(rc, "nvme0 (%s): %s generation %" PRIu64 ": %s", p0->file,
+				    i > 0 ? "rolling back to" : "keeping the commits from", t->gen, saved);
 			goto out;
 		}
 		t->seq = n->seq;
+	}
+	if (i > 0) {
+		char when[32];
+
 		fmt_gen_time(n->c[0].time_ns, when, sizeof(when));
 		if (want)
-			TIER_INFO(TIER_SS_NVME, "nvme: opened at generation %" PRIu64 " (%s), as asked; the %u newer commit(s) are dropped",
+			TIER_INFO(TIER_SS_NVME, "nvme: opened at generation %" PRIu64 " (%s), as asked, its data verified; the %u newer commit(s) are dropped",
 				  t->gen, when, i);
 		else
-			TIER_WARN(TIER_SS_NVME, "nvme0 (%s): %s; rolled back to generation %" PRIu64 " (%s)",
+			TIER_WARN(TIER_SS_NVME, "nvme0 (%s): %s; rolled back to generation %" PRIu64 " (%s), its data verified",
 				  p0->file, why, t->gen, when);
 	}
 	{

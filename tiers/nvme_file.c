@@ -188,6 +188,13 @@ static long lock_holder_settled(const struct stat *st)
 	return holder_gone(pid) ? 0 : pid;
 }
 
+bool nvme_file_lock_released(int fd)
+{
+	struct stat st;
+
+	return fstat(fd, &st) == 0 && lock_holder_settled(&st) == 0;
+}
+
 /* -EBUSY naming the holder, with @who ("nvme0 (/x/y.dat)"). */
 static int busy_error(const struct stat *st, const char *who)
 {
@@ -354,6 +361,7 @@ static int adopt_header(struct nvme_path *p, const struct stat *st, const char *
 		p->hdr_npaths = h->npaths;
 		p->hdr_unit = h->stripe_unit;
 		p->hdr_csum = h->checksum;
+		p->hdr_flags = h->flags;
 		memcpy(p->hdr_name, h->store_name, 64);
 		p->hdr_name[64] = '\0';
 		p->created_ns = h->created_ns;

@@ -48,6 +48,11 @@ _Static_assert(sizeof(struct ts_nvme_header) == TIER_NVME_HEADER_SIZE,
 
 #define TIER_NVME_HDR_CLEAN 1u      /* closed cleanly */
 #define TIER_NVME_HDR_SCRATCH 2u    /* made by a scratch store, which removes it at close */
+/* Written by a build that holds every extent of every kept commit while
+ * the store is open.  An earlier build held only the newest commit's, and
+ * its writes may have reused extents that only older kept commits name:
+ * a path 0 header without this bit makes those commits suspect. */
+#define TIER_NVME_HDR_HOLDS_KEPT 4u
 
 /* Fills the crc; the header is then ready to write. */
 void nvme_header_seal(struct ts_nvme_header *h);

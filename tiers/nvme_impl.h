@@ -114,7 +114,7 @@ struct nvme_path {
 	 * decide whether the files hold a committed store (nvme_commit.c). */
 	bool had_header;
 	uint8_t hdr_uuid[16];
-	uint32_t hdr_index, hdr_npaths, hdr_unit, hdr_csum;
+	uint32_t hdr_index, hdr_npaths, hdr_unit, hdr_csum, hdr_flags;
 	char hdr_name[65];
 	struct ts_extents alloc;
 	struct io_uring ring;
@@ -237,6 +237,11 @@ int nvme_file_header_write(struct tier_nvme *t, struct nvme_path *p, bool clean)
 
 /* Reads path @p's header into @h (4 KiB aligned): 0, -ENOMSG (short), -errno. */
 int nvme_file_header_read(struct nvme_path *p, struct ts_nvme_header *h);
+
+/* Whether the lock on @fd's file that another holds belongs to a process
+ * that is gone (killed: the kernel lets go a little after it), waiting
+ * for that as an open does; false while a live process holds it. */
+bool nvme_file_lock_released(int fd);
 
 /* tiers/nvme_file.c */
 

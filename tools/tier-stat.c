@@ -121,8 +121,10 @@ static int do_check_files(char *const *files, int n)
 	}
 	printf("store '%s' (%u file%s): ", r.store_name, r.npaths, r.npaths == 1 ? "" : "s");
 	if (r.generation)
-		printf("generation %" PRIu64 " (%s), %u of %u kept commit%s sound, ", r.generation,
-		       when, r.commits_ok, r.commits_kept, r.commits_kept == 1 ? "" : "s");
+		printf("generation %" PRIu64 " (%s), %u of %u kept commit%s sound, %u reachable%s%s%s, ",
+		       r.generation, when, r.commits_ok, r.commits_kept, r.commits_kept == 1 ? "" : "s",
+		       r.commits_reachable, *r.reachable ? " (" : "", r.reachable,
+		       *r.reachable ? ")" : "");
 	else
 		printf("%s, ", r.commits_kept || r.problems ? "no sound commit" : "no commit");
 	printf("%" PRIu64 " objects, %s; stripe units: %" PRIu64 " verified, %" PRIu64 " bad, %" PRIu64

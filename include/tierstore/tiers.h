@@ -235,6 +235,14 @@ struct tier_nvme_check_report {
 	uint64_t units_bad;       /* of them, mismatched or unreadable */
 	uint64_t units_unchecked; /* without a checksum (never written, or checksum: none) */
 	uint32_t problems;        /* findings that are faults */
+	uint32_t commits_reachable; /* kept commits whose table is sound and whose
+				       data verifies (each unit's crc32c; without
+				       checksums, their extents lie in the files
+				       and overlap no newer commit's, and the files
+				       were last opened by a build that keeps them):
+				       an open can reach each, the newest as it is
+				       and the others by rolling back */
+	char reachable[256];      /* their generations, newest first ("12, 11") */
 };
 
 /*
