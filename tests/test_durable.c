@@ -25,6 +25,7 @@
 #include "kernels/crc32c.h"
 #include "tiers/nvme.h"
 #include "tiers/nvme_format.h"
+#include "tiers/nvme_impl.h"
 #include "t_helpers.h"
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
@@ -326,6 +327,154 @@ START_TEST(test_commit_reopen)
 	} else {
 		ck_assert_int_eq(open_store_gen(m, 1, &s), -ENOENT);
 		ck_assert_ptr_nonnull(strstr(tier_last_error(), "not among the kept commits (2)"));
+	}
+	tier_manifest_free(m);
+}
+END_TEST
+
+/* ------------------------------------------------ a rollback is safe */
+
+struct find_ext {
+	const char *name;
+	uint64_t off;
+};
+
+static int find_ext_fn(void *arg, const struct nvme_tobj *o)
+{
+	struct find_ext *f = arg;
+
+	if (o->name_len == strlen(f->name) && memcmp(o->name, f->name, o->name_len) == 0)
+		f->off = o->ext_off[0];
+	return 0;
+}
+
+/* Data offset of object @name's extent in the table of slot entry @c. */
+static uint64_t ext_in_table(const char *file, const struct ts_nvme_commit *c, const char *name)
+{
+	struct find_ext f = { name, UINT64_MAX };
+	char *buf = malloc(c->table_len);
+	int fd = open(file, O_RDONLY);
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pread(fd, buf, c->table_len, (off_t)(data_off(64 * KiB) + c->table_off)),
+			 (ssize_t)c->table_len);
+	close(fd);
+	ck_assert_int_eq(nvme_table_walk(buf, c->table_len, "test", find_ext_fn, &f, NULL, NULL, NULL), 0);
+	free(buf);
+	ck_assert_uint_ne(f.off, UINT64_MAX);
+	return f.off;
+}
+
+/*
+ * Three kept commits, 'big' rewritten by each: a rollback to a commit
+ * whose data is damaged is refused and changes nothing; so is the
+ * automatic fallback when no older commit verifies; after either, the
+ * newest commit opens whole.
+ */
+START_TEST(test_rollback_refused)
+{
+	struct mopt mo = { .npaths = 1, .keep = 3 };
+	struct tier_manifest *m = manifest_for(&mo);
+	struct tier_store *s = open_store(m);
+	struct ts_nvme_slot before, after;
+	const char *f0;
+	uint64_t a, b;
+	int idx, rc;
+
+	for (size_t i = 0; i < ARRAY_SIZE(g_objs); i++)
+		put(s, i, 1);
+	commit(s, "one");
+	put(s, 3, 2);
+	commit(s, "two");
+	put(s, 3, 3);
+	commit(s, "three");
+	close_store(s);
+	f0 = file_of(m, 0);
+	read_slot(f0, &before, &idx);
+	ck_assert_uint_eq(before.ncommits, 3);
+	a = ext_in_table(f0, &before.c[2], "big");
+	b = ext_in_table(f0, &before.c[1], "big");
+	ck_assert_uint_ne(a, b);
+	ck_assert_uint_ne(b, ext_in_table(f0, &before.c[0], "big"));
+
+	/* Generation 1's own copy of 'big' damaged: no rollback to it. */
+	flip_byte(f0, data_off(64 * KiB) + a + 100);
+	rc = open_store_gen(m, 1, &s);
+	ck_assert_int_eq(rc, -EBADMSG);
+	ck_assert_msg(strstr(tier_last_error(), "cannot roll back to generation 1") &&
+		      strstr(tier_last_error(), "object 'big' stripe unit 0") &&
+		      strstr(tier_last_error(), "nothing was changed"), "%s", tier_last_error());
+	read_slot(f0, &after, &idx);
+	ck_assert_mem_eq(&after, &before, sizeof(before));
+	/* Generation 2 verifies: the rollback to it goes through. */
+	s = NULL;
+	rc = open_store_gen(m, 2, &s);
+	ck_assert_msg(rc == 0, "%s", tier_last_error());
+	expect(s, 3, 2, "rolled back to 2");
+	expect(s, 0, 1, "rolled back to 2");
+	close_store(s);
+	read_slot(f0, &after, &idx);
+	ck_assert_uint_eq(after.ncommits, 2);
+	ck_assert_uint_eq(after.c[0].gen, 2);
+	memcpy(&before, &after, sizeof(before));
+
+	/* Generation 2's table damaged, and generation 1 does not verify:
+	 * the fallback finds nothing whole, and changes nothing. */
+	flip_byte(f0, data_off(64 * KiB) + before.c[0].table_off + 50);
+	rc = open_store_gen(m, 0, &s);
+	ck_assert_int_eq(rc, -EBADMSG);
+	ck_assert_msg(strstr(tier_last_error(), "generation 2's object table") &&
+		      strstr(tier_last_error(), "object 'big' stripe unit 0") &&
+		      strstr(tier_last_error(), "nothing was changed"), "%s", tier_last_error());
+	read_slot(f0, &after, &idx);
+	ck_assert_mem_eq(&after, &before, sizeof(before));
+	/* Repaired, the newest opens as it was. */
+	flip_byte(f0, data_off(64 * KiB) + before.c[0].table_off + 50);
+	s = open_store(m);
+	ck_assert_uint_eq(generation(s), 2);
+	expect(s, 3, 2, "the newest after the refusals");
+	close_store(s);
+	tier_manifest_free(m);
+}
+END_TEST
+
+/*
+ * Written after a reopen and never committed (as a run killed after its
+ * restart leaves them): the writes take no extent an older kept commit
+ * names, so every kept commit still reopens whole.
+ */
+START_TEST(test_reopen_write_keeps_older)
+{
+	struct mopt mo = { .npaths = 2, .keep = (unsigned)_i + 2, .nocsum = _i == 1 };
+	struct tier_manifest *m = manifest_for(&mo);
+	struct tier_store *s = open_store(m);
+	unsigned keep = mo.keep;
+
+	for (unsigned g = 1; g <= keep; g++) {
+		for (size_t i = 0; i < ARRAY_SIZE(g_objs); i++)
+			put(s, i, g);
+		commit(s, NULL);
+	}
+	close_store(s);
+	/* Three restarts, each writing everything and stopping uncommitted. */
+	for (unsigned k = 0; k < 3; k++) {
+		s = open_store(m);
+		ck_assert_uint_eq(generation(s), keep);
+		for (size_t i = 0; i < ARRAY_SIZE(g_objs); i++)
+			put(s, i, 100 + k);
+		close_store(s);
+	}
+	/* Each kept commit, newest first (each rollback drops only newer ones). */
+	for (unsigned g = keep; g >= 1; g--) {
+		char what[64];
+
+		ck_assert_int_eq(open_store_gen(m, g, &s), 0);
+		snprintf(what, sizeof(what), "generation %u after restarts", g);
+		for (size_t i = 0; i < ARRAY_SIZE(g_objs); i++)
+			expect(s, i, (int)g, what);
+		for (size_t i = 0; i < ARRAY_SIZE(g_objs); i++)
+			put(s, i, 200);
+		close_store(s);
 	}
 	tier_manifest_free(m);
 }
@@ -895,6 +1044,8 @@ static Suite *durable_suite(void)
 	tcase_add_test(tc, test_commit_busy);
 	tcase_add_test(tc, test_space_warning);
 	tcase_add_test(tc, test_no_nvme);
+	tcase_add_test(tc, test_rollback_refused);
+	tcase_add_loop_test(tc, test_reopen_write_keeps_older, 0, 3);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("damage");
