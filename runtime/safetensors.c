@@ -14,6 +14,10 @@
  * The writer never holds tensor data: st_writer_open() writes the header
  * into PATH.tmp-<pid> and sizes the file, callers pwrite into it, and
  * st_writer_finish() publishes it with fsync + rename + directory fsync.
+ * The writer holds an exclusive flock on its temporary file from before
+ * its name appears until it is renamed; a PATH.tmp-<pid> that nobody
+ * holds was left by a writer that died (killed mid-export), and the next
+ * st_writer_open() or st_reader_open() of PATH removes it.
  */
 #include "config.h"
 
@@ -25,6 +29,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -910,6 +916,45 @@ void st_reader_close(struct st_reader *r)
 	free(r);
 }
 
+/*
+ * Removes the temporary files a killed writer of @path left: entries of
+ * its folder named "<name>.tmp-<digits>" that are regular files and that
+ * no writer holds (a live one holds its file's flock).  Best effort: what
+ * cannot be looked at is left alone.
+ */
+static void sweep_dead_tmp(const char *path)
+{
+	const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+	size_t blen = strlen(base);
+	char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+	DIR *d;
+	struct dirent *e;
+
+	if (!dir || !blen)
+		goto out_free;
+	d = opendir(dir);
+	if (!d)
+		goto out_free;
+	while ((e = readdir(d))) {
+		const char *q = e->d_name + blen;
+		int fd;
+		struct stat st;
+
+		if (strncmp(e->d_name, base, blen) != 0 || strncmp(q, ".tmp-", 5) != 0 || !q[5] ||
+		    strspn(q + 5, "0123456789") != strlen(q + 5))
+			continue;
+		fd = openat(dirfd(d), e->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && flock(fd, LOCK_EX | LOCK_NB) == 0)
+			unlinkat(dirfd(d), e->d_name, 0);
+		close(fd);
+	}
+	closedir(d);
+out_free:
+	free(dir);
+}
+
 int st_reader_open(const char *path, struct st_reader **out)
 {
 	struct st_reader *r;
@@ -923,6 +968,7 @@ int st_reader_open(const char *path, struct st_reader **out)
 	TS_NONNULL(path);
 	TS_NONNULL(out);
 	*out = NULL;
+	sweep_dead_tmp(path);
 	if (!(r = ts_calloc(1, sizeof(*r))) || !(r->path = ts_strdup(path))) {
 		free(r);
 		return ts_err(-ENOMEM, "%s: out of memory", path);
@@ -1315,6 +1361,40 @@ static char *writer_header(struct st_writer *w, const struct st_desc *d,
 	return b.p;
 }
 
+/* Creates the writer's temporary file, locked before its name appears
+ * (O_TMPFILE, then linked), or locked at once where there is no O_TMPFILE. */
+static int tmp_create(struct st_writer *w)
+{
+	const char *slash = strrchr(w->path, '/');
+	char *dir = slash ? strndup(w->path, slash == w->path ? 1 : (size_t)(slash - w->path))
+			  : strdup(".");
+	char proc[64];
+	int fd = -1;
+
+	if (!dir)
+		return -ENOMEM;
+	fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);
+	free(dir);
+	if (fd >= 0) {
+		snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+		if (flock(fd, LOCK_EX) != 0 || (unlink(w->tmp) != 0 && errno != ENOENT) ||
+		    linkat(AT_FDCWD, proc, AT_FDCWD, w->tmp, AT_SYMLINK_FOLLOW) != 0) {
+			int rc = -errno;
+
+			close(fd);
+			return rc;
+		}
+		w->fd = fd;
+		return 0;
+	}
+	fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+	if (fd < 0)
+		return -errno;
+	flock(fd, LOCK_EX); /* where flock works; elsewhere nothing sweeps */
+	w->fd = fd;
+	return 0;
+}
+
 static void writer_free(struct st_writer *w)
 {
 	if (w->fd >= 0)
@@ -1348,6 +1428,7 @@ int st_writer_open(const char *path, const struct st_desc *d, size_t n,
 	TS_NONNULL(path);
 	TS_NONNULL(out);
 	*out = NULL;
+	sweep_dead_tmp(path);
 	if (n && !d)
 		return ts_err(-EINVAL, "%s: %zu tensors but no descriptors", path, n);
 	if (nmeta && !meta_kv)
@@ -1384,9 +1465,9 @@ int st_writer_open(const char *path, const struct st_desc *d, size_t n,
 		rc = ts_err(-EOVERFLOW, "%s: the file would be over 2^63 bytes", path);
 		goto fail;
 	}
-	w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-	if (w->fd < 0) {
-		rc = ts_err(-errno, "%s: cannot create: %s", w->tmp, strerror(errno));
+	rc = tmp_create(w);
+	if (rc) {
+		rc = ts_err(rc, "%s: cannot create: %s", w->tmp, strerror(-rc));
 		goto fail;
 	}
 	for (int k = 0; k < 8; k++)
@@ -1485,17 +1566,17 @@ int st_writer_finish(struct st_writer *w)
 		st_writer_abort(w);
 		return rc;
 	}
-	rc = close(w->fd);
-	w->fd = -1;
-	if (rc) {
-		rc = ts_err(-errno, "%s: close: %s", w->tmp, strerror(errno));
+	/* Renamed while still locked: a sweep never takes a live file. */
+	if (rename(w->tmp, w->path)) {
+		rc = ts_err(-errno, "%s: rename to %s: %s", w->tmp, w->path, strerror(errno));
 		unlink(w->tmp);
 		writer_free(w);
 		return rc;
 	}
-	if (rename(w->tmp, w->path)) {
-		rc = ts_err(-errno, "%s: rename to %s: %s", w->tmp, w->path, strerror(errno));
-		unlink(w->tmp);
+	rc = close(w->fd);
+	w->fd = -1;
+	if (rc) {
+		rc = ts_err(-errno, "%s: close: %s", w->path, strerror(errno));
 		writer_free(w);
 		return rc;
 	}

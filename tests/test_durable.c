@@ -542,6 +542,7 @@ enum damage {
 	DMG_HEADER,       /* path 1's header: refused */
 	DMG_SWAPPED,      /* the manifest lists the paths the other way round: refused */
 	DMG_PATH0_GONE,   /* path 0's file removed: path 1 is not emptied */
+	DMG_HEADER0,      /* path 0's header: refused, nothing emptied */
 };
 
 static const struct damage_case {
@@ -562,6 +563,7 @@ static const struct damage_case {
 	{ "a path's header damaged", DMG_HEADER, -ENOENT, 0, "header is damaged" },
 	{ "paths listed the other way round", DMG_SWAPPED, -EINVAL, 0, "list the paths in the order" },
 	{ "path 0's file gone", DMG_PATH0_GONE, -EEXIST, 0, "it may hold part of that store's committed state" },
+	{ "path 0's header damaged", DMG_HEADER0, -EBADMSG, 0, "the file holds committed state, so nothing is changed; keep the file" },
 };
 
 static pthread_mutex_t g_log_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -628,6 +630,9 @@ START_TEST(test_damage)
 	}
 	case DMG_HEADER:
 		flip_byte(file_of(m, 1), 40);
+		break;
+	case DMG_HEADER0:
+		flip_byte(file_of(m, 0), 40);
 		break;
 	case DMG_SWAPPED: {
 		char text[2048];

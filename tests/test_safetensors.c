@@ -35,7 +35,11 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/fault.h"
@@ -380,6 +384,80 @@ START_TEST(test_abort_and_replace)
 	ck_assert_int_eq(st_writer_open(path, d1, 1, NULL, 0, &w), -ENOENT);
 	ck_assert_ptr_nonnull(strstr(tier_last_error(), "nodir"));
 	free(path);
+}
+END_TEST
+
+static bool exists(const char *p)
+{
+	struct stat st;
+
+	return stat(p, &st) == 0;
+}
+
+/*
+ * A writer killed mid-export leaves PATH.tmp-PID; the next writer or
+ * reader of PATH removes it, and nothing else: a temporary file a live
+ * writer holds, or names that only look alike, stay.
+ */
+START_TEST(test_killed_writer_swept)
+{
+	static const struct st_desc d[] = { { "t", ST_U8, 1, { 1u << 20 } } };
+	char *path = path_in("k.safetensors"), *held = path_in("k.safetensors.tmp-1"),
+	     *other = path_in("k.safetensors.tmp-x1"), *alike = path_in("kk.safetensors.tmp-7");
+	char dead[4200];
+	struct st_writer *w;
+	struct st_reader *r;
+	int pfd[2], hfd, st, fd;
+	char c;
+	pid_t pid;
+
+	for (int k = 0; k < 2; k++) {
+		ck_assert_int_eq(pipe(pfd), 0);
+		pid = fork();
+		ck_assert_int_ge(pid, 0);
+		if (pid == 0) {
+			if (st_writer_open(path, d, 1, NULL, 0, &w) != 0 || write(pfd[1], "o", 1) != 1)
+				_exit(3);
+			pause();
+			_exit(0);
+		}
+		close(pfd[1]);
+		ck_assert_int_eq(read(pfd[0], &c, 1), 1);
+		close(pfd[0]);
+		kill(pid, SIGKILL);
+		ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+		ck_assert(WIFSIGNALED(st));
+		snprintf(dead, sizeof(dead), "%s.tmp-%ld", path, (long)pid);
+		ck_assert_msg(exists(dead), "the killed writer left no %s", dead);
+		/* A live writer's file (locked by another open of it), and
+		 * names that are not this path's temporaries. */
+		hfd = open(held, O_WRONLY | O_CREAT, 0600);
+		ck_assert_int_ge(hfd, 0);
+		ck_assert_int_eq(flock(hfd, LOCK_EX), 0);
+		fd = open(other, O_WRONLY | O_CREAT, 0600);
+		close(fd);
+		fd = open(alike, O_WRONLY | O_CREAT, 0600);
+		close(fd);
+		if (k == 0) { /* the next export */
+			ck_assert_int_eq(st_writer_open(path, d, 1, NULL, 0, &w), 0);
+			fill(w, 0, 1u << 20);
+			ck_assert_int_eq(st_writer_finish(w), 0);
+		} else { /* the next open (of a file there, or not) */
+			int rc = st_reader_open(path, &r);
+
+			if (rc == 0)
+				st_reader_close(r);
+		}
+		ck_assert_msg(!exists(dead), "%s survived the next %s", dead, k ? "open" : "export");
+		ck_assert(exists(held));
+		ck_assert(exists(other));
+		ck_assert(exists(alike));
+		close(hfd);
+	}
+	free(path);
+	free(held);
+	free(other);
+	free(alike);
 }
 END_TEST
 
@@ -859,6 +937,7 @@ static Suite *safetensors_suite(void)
 	tcase_add_test(tc, test_thousand);
 	tcase_add_test(tc, test_pieces_shuffled);
 	tcase_add_test(tc, test_abort_and_replace);
+	tcase_add_test(tc, test_killed_writer_swept);
 	tcase_add_loop_test(tc, test_writer_args, 0, (int)ARRAY_SIZE(warg_cases));
 	tcase_add_test(tc, test_bounds);
 	tcase_add_test(tc, test_dtypes);

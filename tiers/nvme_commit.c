@@ -1204,9 +1204,11 @@ static int check_members(struct tier_nvme *t, const struct ts_nvme_slot *s)
 		struct nvme_path *p = &t->paths[i];
 
 		if (!p->had_header)
-			return ts_err(-ENOENT, "nvme%u (%s): %s, but %s holds the committed state of store '%s' over %u paths; open it with all of its files",
+			return ts_err(-ENOENT, "nvme%u (%s): %s, but %s holds the committed state of store '%s' over %u paths; %s",
 				      i, p->file, p->created ? "the file was missing" : "the file's header is damaged",
-				      t->paths[0].file, t->paths[0].hdr_name, t->paths[0].hdr_npaths);
+				      t->paths[0].file, t->paths[0].hdr_name, t->paths[0].hdr_npaths,
+				      p->created ? "open it with all of its files"
+						 : "part of that state may be in this file, so nothing is changed; keep the file (tier-stat --check-files says what is damaged)");
 		if (memcmp(p->hdr_uuid, s->store_uuid, 16) != 0)
 			return ts_err(-EINVAL, "nvme%u (%s): belongs to another store ('%s') than %s ('%s'), which holds committed state; the paths must be the files of one store",
 				      i, p->file, p->hdr_name, t->paths[0].file, t->paths[0].hdr_name);
@@ -1252,6 +1254,10 @@ static int fresh_check(struct tier_nvme *t)
 			if (committed)
 				return ts_err(-EINVAL, "nvme%u (%s): is path 0 of store '%s', which holds committed state, but the manifest lists it as path %u; list the paths in the order that wrote them",
 					      i, p->file, p->hdr_name, i);
+		} else if (p0->hdr_damaged) {
+			return ts_err(-EBADMSG, "nvme0 (%s): its header is damaged, and nvme%u (%s) is path %u of %u of store '%s': path 0's file may hold that store's committed state, so neither is changed; keep both files (tier-stat --check-files %s %s says what is damaged)",
+				      p0->file, i, p->file, p->hdr_index, p->hdr_npaths, p->hdr_name,
+				      p0->file, p->file);
 		} else if (!p0->had_header || memcmp(p->hdr_uuid, p0->hdr_uuid, 16) != 0) {
 			return ts_err(-EEXIST, "nvme%u (%s): is path %u of %u of store '%s', whose path 0 is not %s; it may hold part of that store's committed state, so it is not emptied (list the store's paths in their order, or remove the file)",
 				      i, p->file, p->hdr_index, p->hdr_npaths, p->hdr_name, p0->file);
@@ -1300,6 +1306,24 @@ int nvme_commit_load(struct tier_nvme *t, uint64_t want)
 	if (!t->slot)
 		return ts_err(-ENOMEM, "nvme: out of memory");
 	t->next_gen = 1;
+	if (p0->hdr_damaged) {
+		/* Whose the file is cannot be shown; if its slots hold a
+		 * commit, emptying it would lose that. */
+		struct ts_nvme_slot *k = aligned_alloc_zero(sizeof(*k));
+
+		if (!k)
+			return ts_err(-ENOMEM, "nvme: out of memory");
+		for (int j = 0; j < 2; j++)
+			if (pread(p0->fd, k, sizeof(*k), TIER_NVME_SLOT_OFF(j)) == (ssize_t)sizeof(*k) &&
+			    nvme_slot_check(k) == 0) {
+				uint64_t g = k->ncommits ? k->c[0].gen : 0;
+
+				free(k);
+				return ts_err(-EBADMSG, "nvme0 (%s): its header is damaged, and its commit slot %d names generation %" PRIu64 " of a store: the file holds committed state, so nothing is changed; keep the file (tier-stat --check-files says what is damaged)",
+					      p0->file, j, g);
+			}
+		free(k);
+	}
 	if (!p0->had_header) {
 		if (want)
 			return ts_err(-ENOENT, "nvme0 (%s): generation %" PRIu64 " was asked for, and the store has no commit",

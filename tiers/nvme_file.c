@@ -376,6 +376,7 @@ static int adopt_header(struct nvme_path *p, const struct stat *st, const char *
 		/* Reinitialised if the store holds no commit; a committed
 		 * store refuses it (nvme_commit_load). */
 		TIER_WARN(TIER_SS_NVME, "%s: the header is damaged", who);
+		p->hdr_damaged = true;
 		rc = 0;
 	} else if (rc == 0 && !(h->flags & TIER_NVME_HDR_CLEAN)) {
 		char when[32];

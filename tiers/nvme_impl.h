@@ -113,6 +113,7 @@ struct nvme_path {
 	/* The header found in an existing file (nvme_file.c), for the open to
 	 * decide whether the files hold a committed store (nvme_commit.c). */
 	bool had_header;
+	bool hdr_damaged;         /* ours, but its header fails its crc */
 	uint8_t hdr_uuid[16];
 	uint32_t hdr_index, hdr_npaths, hdr_unit, hdr_csum, hdr_flags;
 	char hdr_name[65];
