@@ -327,7 +327,7 @@ static int check_commits(struct chk *c)
 {
 	struct ts_nvme_slot sl[2], *s = NULL;
 	struct units u = { .c = c };
-	char reach[512] = "";
+	char reach[sizeof(c->r->reachable)] = "";
 	/* Files an earlier build opened since: it held the newest commit's
 	 * extents only, and without checksums nothing shows an older one
 	 * whole (docs/nvme-format.md, "Reopening"). */

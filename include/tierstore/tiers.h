@@ -242,7 +242,7 @@ struct tier_nvme_check_report {
 				       were last opened by a build that keeps them):
 				       an open can reach each, the newest as it is
 				       and the others by rolling back */
-	char reachable[256];      /* their generations, newest first ("12, 11") */
+	char reachable[768];      /* their generations, newest first ("12, 11") */
 };
 
 /*
