@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -916,6 +917,20 @@ void st_reader_close(struct st_reader *r)
 	free(r);
 }
 
+/* The folder holding @path into @buf ("." for a bare name): 0, or
+ * -ENAMETOOLONG.  No allocation: the sweep below needs none. */
+static int dir_of(const char *path, char *buf, size_t n)
+{
+	const char *slash = strrchr(path, '/');
+	size_t len = !slash ? 1 : slash == path ? 1 : (size_t)(slash - path);
+
+	if (len >= n)
+		return -ENAMETOOLONG;
+	memcpy(buf, slash ? path : ".", len);
+	buf[len] = '\0';
+	return 0;
+}
+
 /*
  * Removes the temporary files a killed writer of @path left: entries of
  * its folder named "<name>.tmp-<digits>" that are regular files and that
@@ -926,15 +941,12 @@ static void sweep_dead_tmp(const char *path)
 {
 	const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
 	size_t blen = strlen(base);
-	char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+	char dir[PATH_MAX];
 	DIR *d;
 	struct dirent *e;
 
-	if (!dir || !blen)
-		goto out_free;
-	d = opendir(dir);
-	if (!d)
-		goto out_free;
+	if (!blen || dir_of(path, dir, sizeof(dir)) != 0 || !(d = opendir(dir)))
+		return;
 	while ((e = readdir(d))) {
 		const char *q = e->d_name + blen;
 		int fd;
@@ -951,8 +963,6 @@ static void sweep_dead_tmp(const char *path)
 		close(fd);
 	}
 	closedir(d);
-out_free:
-	free(dir);
 }
 
 int st_reader_open(const char *path, struct st_reader **out)
@@ -1365,16 +1375,12 @@ static char *writer_header(struct st_writer *w, const struct st_desc *d,
  * (O_TMPFILE, then linked), or locked at once where there is no O_TMPFILE. */
 static int tmp_create(struct st_writer *w)
 {
-	const char *slash = strrchr(w->path, '/');
-	char *dir = slash ? strndup(w->path, slash == w->path ? 1 : (size_t)(slash - w->path))
-			  : strdup(".");
-	char proc[64];
-	int fd = -1;
+	char dir[PATH_MAX], proc[64];
+	int fd = dir_of(w->path, dir, sizeof(dir));
 
-	if (!dir)
-		return -ENOMEM;
+	if (fd)
+		return fd;
 	fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);
-	free(dir);
 	if (fd >= 0) {
 		snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
 		if (flock(fd, LOCK_EX) != 0 || (unlink(w->tmp) != 0 && errno != ENOENT) ||
@@ -1535,24 +1541,16 @@ int st_writer_pwrite(struct st_writer *w, size_t i, uint64_t off, const void *bu
 /* fsync of the folder holding @path, so that a rename in it lasts. */
 static int fsync_dir(const char *path)
 {
-	const char *slash = strrchr(path, '/');
-	char *dir;
-	int fd, rc = 0;
+	char dir[PATH_MAX];
+	int fd, rc = dir_of(path, dir, sizeof(dir));
 
-	if (!slash)
-		dir = ts_strdup(".");
-	else if (slash == path)
-		dir = ts_strdup("/");
-	else
-		dir = strndup(path, (size_t)(slash - path));
-	if (!dir)
-		return ts_err(-ENOMEM, "%s: out of memory", path);
+	if (rc)
+		return ts_err(rc, "%s: its folder's name is too long", path);
 	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0 || fsync(fd))
 		rc = ts_err(-errno, "%s: fsync of its folder %s: %s", path, dir, strerror(errno));
 	if (fd >= 0)
 		close(fd);
-	free(dir);
 	return rc;
 }
 

@@ -558,6 +558,25 @@ static void read_reports(int fd, uint64_t *step, uint64_t *gen)
 	}
 }
 
+/* How long a child runs from its files' state to the end, undisturbed
+ * (the kills are spread over it; nothing asserts on it). */
+static uint64_t uninterrupted_ns(const struct run *r, const struct tier_manifest *m)
+{
+	struct timespec a, b;
+	pid_t pid;
+	int st;
+
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0)
+		child(r, m, -1, 0, 0);
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "an uninterrupted child failed");
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	return (uint64_t)(b.tv_sec - a.tv_sec) * 1000000000ull + (uint64_t)(b.tv_nsec - a.tv_nsec);
+}
+
 /* Removes the crash run's files. */
 static void start_over(void)
 {
@@ -603,22 +622,8 @@ START_TEST(test_killed)
 	}
 	reference(r, &ref);
 	/* An uninterrupted child's time, to spread the kills over. */
-	{
-		struct timespec a, b;
-		pid_t pid;
-		int st;
-
-		clock_gettime(CLOCK_MONOTONIC, &a);
-		pid = fork();
-		ck_assert_int_ge(pid, 0);
-		if (pid == 0)
-			child(r, m, -1, 0, 0);
-		ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "an uninterrupted child failed");
-		clock_gettime(CLOCK_MONOTONIC, &b);
-		full_ns = (uint64_t)(b.tv_sec - a.tv_sec) * 1000000000ull + (uint64_t)(b.tv_nsec - a.tv_nsec);
-		start_over();
-	}
+	full_ns = uninterrupted_ns(r, m);
+	start_over();
 	while (kills < want) {
 		int pfd[2], st;
 		/* What the files held when this child started: it can only go on. */
@@ -927,22 +932,8 @@ START_TEST(test_rollback_killed)
 	snprintf(sub, sizeof(sub), "rb%d", _i);
 	m = manifest(sub, r);
 	reference(r, &ref);
-	{
-		struct timespec a, b;
-		pid_t pid;
-		int st;
-
-		clock_gettime(CLOCK_MONOTONIC, &a);
-		pid = fork();
-		ck_assert_int_ge(pid, 0);
-		if (pid == 0)
-			child(r, m, -1, 0, 0);
-		ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "an uninterrupted child failed");
-		clock_gettime(CLOCK_MONOTONIC, &b);
-		full_ns = (uint64_t)(b.tv_sec - a.tv_sec) * 1000000000ull + (uint64_t)(b.tv_nsec - a.tv_nsec);
-		step_ns = full_ns / r->steps;
-	}
+	full_ns = uninterrupted_ns(r, m);
+	step_ns = full_ns / r->steps;
 	for (size_t k = 0; k < ARRAY_SIZE(rollback_seeds); k++) {
 		unsigned seed = rollback_seeds[k] * 2654435761u + (unsigned)_i;
 		bool restart_ckpt = rollback_seeds[k] & 1, damage = rollback_seeds[k] & 2;

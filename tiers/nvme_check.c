@@ -146,22 +146,12 @@ static int open_files(struct chk *c)
 	return 0;
 }
 
-/* An extent a commit names: its table's or an object's. */
+/* An extent a commit names (its table's or an object's), ordered by
+ * nvme_ext_cmp through its first member. */
 struct cext {
-	uint64_t path, off, len;
+	struct nvme_ext e;
 	bool bad;                 /* a unit in it failed its check */
 };
-
-static int cext_cmp(const void *a, const void *b)
-{
-	const struct cext *x = a, *y = b;
-
-	if (x->path != y->path)
-		return x->path < y->path ? -1 : 1;
-	if (x->off != y->off)
-		return x->off < y->off ? -1 : 1;
-	return x->len < y->len ? -1 : x->len > y->len;
-}
 
 struct units {
 	struct chk *c;
@@ -185,7 +175,7 @@ static int cext_add(struct units *u, uint64_t p, uint64_t off, uint64_t len)
 		u->x = n;
 		u->cap = cap;
 	}
-	u->x[u->nx++] = (struct cext){ p, off, len, false };
+	u->x[u->nx++] = (struct cext){ { p, off, len }, false };
 	return 0;
 }
 
@@ -197,28 +187,28 @@ static int cext_add(struct units *u, uint64_t p, uint64_t off, uint64_t len)
 static long check_overlap(struct units *u, unsigned p, uint64_t off, uint64_t len, const char *what,
 			  int wl, const char *wn)
 {
-	struct cext k = { p, off, len, false };
+	struct cext k = { { p, off, len }, false };
 	size_t lo = 0, hi = u->nnewer;
 	long same = -1;
 
 	while (lo < hi) { /* the first newer extent at or after (p, off) */
 		size_t mid = lo + (hi - lo) / 2;
 
-		if (cext_cmp(&u->x[mid], &(struct cext){ p, off, 0, false }) < 0)
+		if (nvme_ext_cmp(&u->x[mid], &(struct nvme_ext){ p, off, 0 }) < 0)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
-	for (size_t i = lo; i > 0 && u->x[i - 1].path == p; i--) {
+	for (size_t i = lo; i > 0 && u->x[i - 1].e.path == p; i--) {
 		const struct cext *e = &u->x[i - 1];
 
-		if (e->off + e->len <= off)
+		if (e->e.off + e->e.len <= off)
 			break;
-		if (cext_cmp(e, &k) != 0)
+		if (nvme_ext_cmp(e, &k) != 0)
 			goto overlap;
 	}
-	for (size_t i = lo; i < u->nnewer && u->x[i].path == p && u->x[i].off < off + len; i++) {
-		if (cext_cmp(&u->x[i], &k) != 0)
+	for (size_t i = lo; i < u->nnewer && u->x[i].e.path == p && u->x[i].e.off < off + len; i++) {
+		if (nvme_ext_cmp(&u->x[i], &k) != 0)
 			goto overlap;
 		same = (long)i;
 	}
@@ -417,7 +407,7 @@ static int check_commits(struct chk *c)
 			rc = 0;
 			continue;
 		}
-		qsort(u.x, u.nx, sizeof(*u.x), cext_cmp);
+		qsort(u.x, u.nx, sizeof(*u.x), nvme_ext_cmp);
 		c->r->commits_ok++;
 		reachable = !u.bad && !(suspect && i > 0);
 		if (reachable) {

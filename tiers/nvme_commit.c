@@ -847,6 +847,29 @@ static int reset_allocs(struct tier_nvme *t)
 }
 
 /*
+ * Reads commit @c's object table (@dev bytes, its length rounded up to
+ * path 0's blocks) into @buf, aligned, and checks it against the slot's
+ * crc32c.  -EBADMSG when it is damaged; another errno is an I/O error.
+ */
+static int table_read(struct tier_nvme *t, const struct ts_nvme_commit *c, const char *who,
+		      char *buf, uint64_t dev)
+{
+	struct nvme_path *p0 = &t->paths[0];
+	int rc = ts_fault_check(TIER_FAULT_COMMIT_LOAD);
+
+	if (rc)
+		return ts_err(rc, "nvme0 (%s): reading %s: %s", p0->file, who, tier_strerror(rc));
+	rc = file_io(p0, false, buf, dev, p0->data_off + c->table_off, TIER_FAULT_NONE,
+		     "reading an object table");
+	if (rc)
+		return rc;
+	if (ts_crc32c(0, buf, c->table_len) != c->table_crc)
+		return ts_err(-EBADMSG, "%s at nvme0 (%s) file offset %" PRIu64 " is damaged (crc32c mismatch)",
+			      who, p0->file, p0->data_off + c->table_off);
+	return 0;
+}
+
+/*
  * Loads the commit @c (its table) into @t: objects, the extents it holds
  * for kept commits of generation @oldest or newer, record.  On failure
  * @t's objects and allocators are left as they were found (all free) and
@@ -874,21 +897,10 @@ static int load_commit(struct tier_nvme *t, const struct ts_nvme_commit *c, uint
 	if (!buf)
 		return ts_err(-ENOMEM, "nvme: out of memory for %s (%" PRIu64 " bytes)", who, dev);
 	rc = take(l, 0, c->table_off, dev, who);
+	if (!rc)
+		rc = table_read(t, c, who, buf, dev);
 	if (rc)
 		goto fail;
-	rc = ts_fault_check(TIER_FAULT_COMMIT_LOAD);
-	if (rc)
-		rc = ts_err(rc, "nvme0 (%s): reading %s: %s", p0->file, who, tier_strerror(rc));
-	else
-		rc = file_io(p0, false, buf, dev, p0->data_off + c->table_off, TIER_FAULT_NONE,
-			     "reading an object table");
-	if (rc)
-		goto fail;
-	if (ts_crc32c(0, buf, c->table_len) != c->table_crc) {
-		rc = ts_err(-EBADMSG, "%s at nvme0 (%s) file offset %" PRIu64 " is damaged (crc32c mismatch)",
-			    who, p0->file, p0->data_off + c->table_off);
-		goto fail;
-	}
 	rc = nvme_table_walk(buf, c->table_len, who, load_obj, l, &h, &held, &meta);
 	if (rc)
 		goto fail;
@@ -1010,14 +1022,9 @@ static int verify_units(struct tier_nvme *t, uint64_t gen)
 	return rc;
 }
 
-/* An extent taken for a kept commit, ordered for lookup. */
-struct xt {
-	uint64_t path, off, len;
-};
-
-static int xt_cmp(const void *a, const void *b)
+int nvme_ext_cmp(const void *a, const void *b)
 {
-	const struct xt *x = a, *y = b;
+	const struct nvme_ext *x = a, *y = b;
 
 	if (x->path != y->path)
 		return x->path < y->path ? -1 : 1;
@@ -1028,7 +1035,7 @@ static int xt_cmp(const void *a, const void *b)
 
 struct hold {
 	struct load *l;
-	struct xt *set;           /* taken so far, sorted */
+	struct nvme_ext *set;     /* taken so far, sorted */
 	size_t nset, cap;
 	size_t first_new;         /* set[first_new..] are this commit's, unsorted */
 };
@@ -1037,14 +1044,14 @@ static int hold_add(struct hold *h, uint64_t p, uint64_t off, uint64_t len)
 {
 	if (h->nset == h->cap) {
 		size_t cap = h->cap ? h->cap * 2 : 256;
-		struct xt *n = ts_realloc(h->set, cap * sizeof(*n));
+		struct nvme_ext *n = ts_realloc(h->set, cap * sizeof(*n));
 
 		if (!n)
 			return ts_err(-ENOMEM, "nvme: out of memory");
 		h->set = n;
 		h->cap = cap;
 	}
-	h->set[h->nset++] = (struct xt){ p, off, len };
+	h->set[h->nset++] = (struct nvme_ext){ p, off, len };
 	return 0;
 }
 
@@ -1052,13 +1059,13 @@ static int hold_add(struct hold *h, uint64_t p, uint64_t off, uint64_t len)
  * newer commit names the very same extent (an object not moved since). */
 static int hold_one(struct hold *h, unsigned p, uint64_t off, uint64_t len, const char *what)
 {
-	struct xt k = { p, off, len };
+	struct nvme_ext k = { p, off, len };
 	int rc;
 
-	if (bsearch(&k, h->set, h->first_new, sizeof(k), xt_cmp))
+	if (bsearch(&k, h->set, h->first_new, sizeof(k), nvme_ext_cmp))
 		return 0;
 	for (size_t i = h->first_new; i < h->nset; i++)
-		if (xt_cmp(&k, &h->set[i]) == 0)
+		if (nvme_ext_cmp(&k, &h->set[i]) == 0)
 			return ts_err(-EBADMSG, "%s: %s names an extent of nvme%u twice", h->l->who, what, p);
 	rc = take(h->l, p, off, len, what);
 	if (rc)
@@ -1116,26 +1123,14 @@ static int hold_commit(struct tier_nvme *t, struct hold *h, const struct ts_nvme
 		goto out;
 	}
 	rc = hold_one(h, 0, c->table_off, dev, who);
-	if (rc)
-		goto out;
-	rc = ts_fault_check(TIER_FAULT_COMMIT_LOAD);
-	if (rc)
-		rc = ts_err(rc, "nvme0 (%s): reading %s: %s", p0->file, who, tier_strerror(rc));
-	else
-		rc = file_io(p0, false, buf, dev, p0->data_off + c->table_off, TIER_FAULT_NONE,
-			     "reading an object table");
-	if (rc)
-		goto out;
-	if (ts_crc32c(0, buf, c->table_len) != c->table_crc) {
-		rc = ts_err(-EBADMSG, "%s at nvme0 (%s) file offset %" PRIu64 " is damaged (crc32c mismatch)",
-			    who, p0->file, p0->data_off + c->table_off);
-		goto out;
-	}
-	rc = nvme_table_walk(buf, c->table_len, who, hold_obj, h, NULL, NULL, NULL);
+	if (!rc)
+		rc = table_read(t, c, who, buf, dev);
+	if (!rc)
+		rc = nvme_table_walk(buf, c->table_len, who, hold_obj, h, NULL, NULL, NULL);
 	for (size_t i = h->first_new; i < h->nset && !rc; i++)
 		rc = held_add(t, (uint32_t)h->set[i].path, h->set[i].off, h->set[i].len, c->gen);
 	if (!rc)
-		qsort(h->set, h->nset, sizeof(*h->set), xt_cmp);
+		qsort(h->set, h->nset, sizeof(*h->set), nvme_ext_cmp);
 out:
 	if (rc) {
 		char saved[TIER_ERR_MAX];
@@ -1175,7 +1170,7 @@ static int hold_older(struct tier_nvme *t, struct ts_nvme_slot *ring, unsigned a
 		rc = hold_add(&h, t->held[i].path, t->held[i].off, t->held[i].len);
 	if (rc)
 		goto out;
-	qsort(h.set, h.nset, sizeof(*h.set), xt_cmp);
+	qsort(h.set, h.nset, sizeof(*h.set), nvme_ext_cmp);
 	h.first_new = h.nset;
 	for (unsigned i = at + 1; i < ring->ncommits; i++) {
 		rc = hold_commit(t, &h, &ring->c[i]);

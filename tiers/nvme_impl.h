@@ -168,6 +168,15 @@ struct tier_nvme_obj {
 	_Atomic unsigned char *moved; /* per unit, while cow */
 };
 
+/* An extent of one path, as a commit's table names it. */
+struct nvme_ext {
+	uint64_t path, off, len;
+};
+
+/* qsort/bsearch order of struct nvme_ext (or of a struct that begins with
+ * one): by path, offset, length. */
+int nvme_ext_cmp(const void *a, const void *b);
+
 /* An extent that is out of use but named by a kept commit (nvme_commit.c). */
 struct nvme_held {
 	uint32_t path;
