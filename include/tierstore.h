@@ -193,6 +193,16 @@ TIER_API int tier_manifest_resolve(const char *path, struct tier_manifest **out)
 TIER_API int tier_manifest_default(struct tier_manifest **out);
 
 /*
+ * The embedded default with its NVMe file under @dir instead of
+ * $TIER_DATA: the NVMe capacity is sized from the free space of @dir's
+ * file system, direct I/O probed there.  For a program that gives each
+ * store a directory of its own (the Python TierAdamW without a manifest).
+ * Returns tier_manifest_default()'s returns, or -EINVAL when @dir is NULL
+ * or empty.  Since 0.8.
+ */
+TIER_API int tier_manifest_default_in(const char *dir, struct tier_manifest **out);
+
+/*
  * The YAML text of the embedded default for this machine, before
  * validation.  Caller frees with free().  Returns 0, -ENOMEM or -EIO.
  */

@@ -794,10 +794,9 @@ int tier_manifest_path(const struct tier_manifest *m, unsigned i, struct tier_ma
 
 /* --------------------------------------------------------- the default */
 
-int tier_manifest_default_text(char **out)
+/* The embedded default with its NVMe file under @data ("" for ./tier-data). */
+static int default_text(const char *data, char **out)
 {
-	TS_NONNULL(out);
-	const char *data = ts_opt_str(TIER_OPT_DATA);
 	struct ts_meminfo mem;
 	struct ts_fsinfo fi;
 	char dir[PATH_MAX], probe[PATH_MAX], quoted[2 * PATH_MAX + 8];
@@ -865,6 +864,12 @@ int tier_manifest_default_text(char **out)
 	return 0;
 }
 
+int tier_manifest_default_text(char **out)
+{
+	TS_NONNULL(out);
+	return default_text(ts_opt_str(TIER_OPT_DATA), out);
+}
+
 int tier_manifest_resolve(const char *path, struct tier_manifest **out)
 {
 	TS_NONNULL(out);
@@ -873,17 +878,35 @@ int tier_manifest_resolve(const char *path, struct tier_manifest **out)
 	return *path ? tier_manifest_load(path, out) : tier_manifest_default(out);
 }
 
-int tier_manifest_default(struct tier_manifest **out)
+static int default_parse(const char *data, struct tier_manifest **out)
 {
-	TS_NONNULL(out);
 	char *text;
 	int rc;
 
 	*out = NULL;
-	rc = tier_manifest_default_text(&text);
+	rc = default_text(data, &text);
 	if (rc)
 		return rc;
 	rc = tier_manifest_parse(text, strlen(text), "<default>", 0, out);
 	free(text);
 	return rc;
+}
+
+int tier_manifest_default(struct tier_manifest **out)
+{
+	TS_NONNULL(out);
+	return default_parse(ts_opt_str(TIER_OPT_DATA), out);
+}
+
+int tier_manifest_default_in(const char *dir, struct tier_manifest **out)
+{
+	TS_NONNULL(out);
+	*out = NULL;
+	if (!dir || !*dir)
+		return ts_err(-EINVAL, "tier_manifest_default_in: dir is %s; name the directory of the NVMe file",
+			      dir ? "empty" : "NULL");
+	if (strlen(dir) >= PATH_MAX - 1)
+		return ts_err(-ENAMETOOLONG, "tier_manifest_default_in: dir '%.64s...' is longer than %d bytes",
+			      dir, PATH_MAX - 2);
+	return default_parse(dir, out);
 }

@@ -27,7 +27,7 @@ extern "C" {
 /* ---------------------------------------------------------------- version */
 
 #define TIER_VERSION_MAJOR 0
-#define TIER_VERSION_MINOR 7
+#define TIER_VERSION_MINOR 8
 #define TIER_VERSION_PATCH 0
 /* The header's version as one number: MAJOR * 10000 + MINOR * 100 + PATCH. */
 #define TIER_VERSION_NUMBER \

@@ -1,6 +1,6 @@
 """tierstore: optimizer state in tiers (HBM over pinned DRAM over NVMe).
 
-A ctypes binding of libtierstore (API 0.7) and, in tierstore.torch, the
+A ctypes binding of libtierstore (API 0.8) and, in tierstore.torch, the
 PyTorch optimizer TierAdamW.  docs/python.md describes both.
 
     import tierstore
@@ -8,6 +8,7 @@ PyTorch optimizer TierAdamW.  docs/python.md describes both.
     print(m.emit())                            # the effective configuration
 """
 import ctypes
+import errno
 import os
 
 from . import _lib
@@ -75,10 +76,16 @@ class Manifest:
         return cls(_handle=h)
 
     @classmethod
-    def default(cls):
-        """The embedded default manifest for this machine."""
+    def default(cls, directory=None):
+        """The embedded default manifest for this machine; with directory,
+        its NVMe file under that directory instead of $TIER_DATA (sized
+        from the free space there)."""
         h = ctypes.c_void_p()
-        _lib.call("tier_manifest_default", ctypes.byref(h))
+        if directory is None:
+            _lib.call("tier_manifest_default", ctypes.byref(h))
+        else:
+            _lib.call("tier_manifest_default_in", os.fsencode(directory), ctypes.byref(h),
+                      what=f"the default manifest in {os.fsdecode(directory)!r}")
         return cls(_handle=h)
 
     @property
@@ -159,10 +166,16 @@ class Store:
         return self._h
 
     def close(self):
-        """Writes every dirty byte home and frees the store."""
+        """Writes every dirty byte home and frees the store.  A store with
+        an optimizer still on it is refused (EBUSY) and stays open."""
         if self._h is not None:
             h, self._h = self._h, None
-            _lib.call("tier_store_close", h)
+            try:
+                _lib.call("tier_store_close", h)
+            except TierError as e:
+                if e.errno == errno.EBUSY:
+                    self._h = h
+                raise
 
     def __enter__(self):
         return self

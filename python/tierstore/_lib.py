@@ -1,4 +1,4 @@
-"""ctypes declarations of libtierstore (include/tierstore.h, API 0.7).
+"""ctypes declarations of libtierstore (include/tierstore.h, API 0.8).
 
 The library is the copy bundled next to this package (a wheel built by
 meson-python installs it there), else the file $TIERSTORE_LIBRARY names
@@ -14,7 +14,7 @@ import errno
 import os
 
 API_MAJOR = 0
-API_MINOR = 7
+API_MINOR = 8
 
 # enum tier_dtype
 TIER_FP32, TIER_BF16, TIER_FP16, TIER_Q8 = 0, 1, 2, 3
@@ -324,6 +324,7 @@ _PROTOS = {
     "tier_manifest_parse": (c_int, [c_char_p, c_size_t, c_char_p, c_uint, P(vp)]),
     "tier_manifest_resolve": (c_int, [c_char_p, P(vp)]),
     "tier_manifest_default": (c_int, [P(vp)]),
+    "tier_manifest_default_in": (c_int, [c_char_p, P(vp)]),
     "tier_manifest_emit": (c_int, [vp, vp]),
     "tier_manifest_info": (c_int, [vp, P(ManifestInfo)]),
     "tier_manifest_free": (None, [vp]),

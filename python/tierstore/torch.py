@@ -12,6 +12,9 @@ import errno
 import math
 import numbers
 import os
+import shutil
+import tempfile
+import warnings
 import weakref
 
 import torch
@@ -237,6 +240,117 @@ class _ProcessGroupComm:
             _lib.call("tier_comm_close", h, what=f"TierAdamW: rank {self.rank}: the comm")
 
 
+# What a TierAdamW holds besides torch's own attributes (param_groups,
+# state, defaults).  It lives in one _Core that the optimizer's __dict__
+# points to, and TierAdamW's properties of these names forward to it: a
+# wrapper that copies the optimizer's __dict__ (PyTorch Lightning's
+# LightningOptimizer, a dynamic subclass; copy.copy) shares the core, so
+# the two never disagree about a step, a closed store or a counter.
+_SHARED = ("_opt", "_store", "_comm", "_manifest", "_own_manifest", "_gpu", "_moment",
+           "_closed", "_begun", "_pushed", "_keep", "_staged", "_ids", "_params", "_names",
+           "_frozen", "_empty", "_group_cache", "_hooks", "_overlap_off", "_counter",
+           "_adopt", "_adopt_next", "_overlap", "last_step")
+
+
+class _Core:
+    """The one owner of an optimizer's library handles (the optimizer, its
+    store, the manifest it loaded, the communicator) and of the directory
+    a default store made.  It frees them once: at close(), or when the
+    last object referring to it (the optimizer and whatever wrappers share
+    its core) goes.  Nothing else frees them: TierAdamW has no __del__, so
+    a wrapper dropped by a framework frees nothing."""
+
+    def __init__(self):
+        self._opt = None
+        self._store = None
+        self._comm = None
+        self._manifest = None
+        self._own_manifest = False
+        self._gpu = -1
+        self._moment = None
+        self._closed = False
+        self._begun = False
+        self._pushed = set()
+        self._keep = []
+        self._staged = []         # (parameter, contiguous output) staged this step
+        self._ids = {}            # parameter -> library id
+        self._params = []         # library id -> parameter
+        self._names = {}          # library id -> library name
+        self._frozen = set()      # library ids frozen
+        self._empty = {}          # empty (numel 0) parameter -> its step count
+        self._group_cache = []    # torch group index -> hyperparameters last set
+        self._hooks = []
+        self._overlap_off = 0
+        self._counter = 0
+        self._adopt = None
+        self._adopt_next = 0
+        self._overlap = False
+        self.last_step = None
+        self.data_dir = None      # the directory a default store made (None: none)
+        self.keep_dir = False     # it holds a checkpoint: kept after close
+
+    def release(self):
+        """Destroys the optimizer, closes the store, frees the manifest and
+        the communicator, removes the default store's directory unless it
+        holds a checkpoint.  Raises the first error; a second call does
+        nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        for h in self._hooks:
+            (h[1] if isinstance(h, tuple) else h).remove()
+        self._hooks = []
+        first = None
+        if self._opt is not None:
+            h, self._opt = self._opt, None
+            try:
+                _lib.call("tier_optim_destroy", h)
+            except TierError as e:
+                first = e
+        if self._store is not None:
+            s, self._store = self._store, None
+            try:
+                s.close()
+            except TierError as e:
+                first = first or e
+        if self._own_manifest and self._manifest is not None:
+            self._manifest.free()
+        if self._comm is not None:
+            c, self._comm = self._comm, None
+            try:
+                c.close()
+            except TierError as e:
+                first = first or e
+        self._keep = []
+        self._staged = []
+        if self.data_dir is not None and not self.keep_dir and first is None:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+        if first is not None:
+            raise first
+
+    def __del__(self):
+        try:
+            self.release()
+        except Exception:
+            pass
+
+    def __reduce__(self):
+        raise TypeError("TierAdamW cannot be pickled or deep-copied: its state lives in a "
+                        "store it owns; save state_dict() (torch.save) and load it into a "
+                        "new TierAdamW, or use checkpoint() / export()")
+
+
+def _forward(name):
+    # self._core, not self.__dict__: a proxy whose __getattr__ forwards to
+    # the real optimizer finds the real one's core.
+    def get(self):
+        return getattr(self._core, name)
+
+    def put(self, value):
+        setattr(self._core, name, value)
+    return property(get, put)
+
+
 class TierAdamW(torch.optim.Optimizer):
     r"""AdamW (torch.optim.AdamW's update, decoupled weight decay) whose state
     lives in a tierstore store: HBM over pinned DRAM over NVMe files, so it
@@ -345,27 +459,14 @@ class TierAdamW(torch.optim.Optimizer):
                  offload_fraction=None, max_grad_norm=None,
                  loss_scale=None, dram_capacity=None, shard_size=None, threads=None,
                  overlap_backward=False, scratch=False, process_group=None, _adopt=None):
-        # Set first, so close() and __del__ work whatever fails below.
-        self._opt = None
-        self._store = None
-        self._comm = None
-        self._closed = False
-        self._begun = False
-        self._pushed = set()
-        self._keep = []
-        self._staged = []         # (parameter, host output) staged this step
-        self._ids = {}            # parameter -> library id
-        self._params = []         # library id -> parameter
-        self._names = {}          # library id -> library name
-        self._frozen = set()      # library ids frozen
-        self._group_cache = []    # torch group index -> hyperparameters last set
-        self._hooks = []
-        self._overlap_off = 0
-        self._counter = 0
+        # Set first, so close() works whatever fails below.
+        self._core = _Core()
         self._adopt = _adopt
-        self._adopt_next = 0
         self._overlap = bool(overlap_backward)
-        self.last_step = None
+        if isinstance(params, torch.Tensor):
+            raise TypeError("TierAdamW: params must be an iterable of tensors or of dicts "
+                            f"(param groups), not a tensor (of shape {tuple(params.shape)})")
+        params = _listed(params)
 
         _check_hyper("TierAdamW", lr, betas, eps, weight_decay)
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
@@ -439,10 +540,29 @@ class TierAdamW(torch.optim.Optimizer):
             if self._comm is not None:
                 p.comm = self._comm.handle
         own_manifest = not isinstance(manifest, Manifest)
-        m = Manifest(manifest) if own_manifest else manifest
+        sized = manifest is None and not os.environ.get("TIER_MANIFEST")
+        if not sized:
+            m = Manifest(manifest) if own_manifest else manifest
+        elif os.environ.get("TIER_DATA"):
+            m = Manifest.default()
+        else:
+            self._core.data_dir = _data_dir()
+            m = Manifest.default(self._core.data_dir)
         self._manifest, self._own_manifest = m, own_manifest
-        self._gpu = m.info()["gpu"]
-        self._store = Store(m, dram_capacity=dram_capacity, scratch=scratch)
+        info = m.info()
+        self._gpu = info["gpu"]
+        hbm_capacity = None
+        if sized:
+            # The embedded default, sized from the state it will hold.
+            mom = (p.moment_dtype if p.moment_dtype != _lib.TIER_DTYPE_MANIFEST
+                   else info["moment_dtype"])
+            need = _state_bytes(params, _MOMENT_BYTES[mom])
+            if dram_capacity is None:
+                dram_capacity = min(need, info["dram_capacity"])
+            if self._gpu >= 0 and info["hbm_capacity"]:
+                hbm_capacity = min(need, info["hbm_capacity"])
+        self._store = Store(m, dram_capacity=dram_capacity, hbm_capacity=hbm_capacity,
+                            scratch=scratch)
         h = ctypes.c_void_p()
         if _adopt is None:
             self._call("tier_optim_create", self._store.handle, ctypes.byref(p), ctypes.byref(h))
@@ -488,13 +608,15 @@ class TierAdamW(torch.optim.Optimizer):
     @property
     def handle(self):
         if self._opt is None:
-            raise ValueError("TierAdamW: used after close()")
+            raise ValueError("TierAdamW: the optimizer is closed (close() was called on it or "
+                             "on a wrapper of it)")
         return self._opt
 
     def add_param_group(self, param_group):
         """torch's add_param_group; the group becomes a library group and
         its parameters get state (master = their values, moments zero, step
         count 0).  Between steps only."""
+        self._live("add_param_group")
         if self._begun:
             raise RuntimeError("TierAdamW.add_param_group: inside a step (a backward with "
                                "overlap_backward began one); call step() first")
@@ -541,6 +663,10 @@ class TierAdamW(torch.optim.Optimizer):
         added = []
         try:
             for p in g["params"]:
+                if p.numel() == 0:
+                    # Nothing to update: torch keeps only a step count.
+                    self._empty[p] = 0
+                    continue
                 init = p.detach().to(device="cpu", dtype=torch.float32).contiguous()
                 name = f"param.{self._counter}"
                 pid = _lib.u32()
@@ -579,6 +705,9 @@ class TierAdamW(torch.optim.Optimizer):
         self._group_cache[gi] = _hyper(g)
         n = lib.tier_optim_nparams(self.handle)
         for j, p in enumerate(g["params"]):
+            if p.numel() == 0:
+                self._empty[p] = 0     # never in the store (_create_group)
+                continue
             pid = self._adopt_next
             if pid >= n:
                 raise ValueError(f"{what}: param group {gi} parameter {j}: the store's "
@@ -620,9 +749,11 @@ class TierAdamW(torch.optim.Optimizer):
         if p.dtype not in _DTYPES:
             raise TypeError(f"TierAdamW: {where} has dtype {p.dtype}; tierstore takes "
                             "float32, bfloat16 or float16 parameters")
-        if p.is_sparse or not p.is_contiguous():
-            raise ValueError(f"TierAdamW: {where} (shape {tuple(p.shape)}) is not contiguous; "
-                             "tierstore writes the updated parameter into its storage")
+        if p.is_sparse:
+            raise ValueError(f"TierAdamW: {where} (shape {tuple(p.shape)}) is sparse; "
+                             "tierstore takes dense parameters")
+        # Not contiguous (channels_last, a transposed weight): each step
+        # goes through a row-major copy (_push).
         self._check_device(p, where)
 
     def _check_device(self, t, where):
@@ -648,6 +779,8 @@ class TierAdamW(torch.optim.Optimizer):
         return info
 
     def _where(self, p):
+        if p in self._empty:
+            return f"an empty parameter (shape {tuple(p.shape)})"
         pid = self._ids[p]
         return f"parameter {pid} ({self._names[pid]}, shape {tuple(p.shape)})"
 
@@ -678,10 +811,8 @@ class TierAdamW(torch.optim.Optimizer):
         if g.numel() != p.numel():
             raise ValueError(f"TierAdamW: the gradient of {where} has {g.numel()} elements, "
                              f"the parameter {p.numel()}")
-        if not g.is_contiguous():
-            raise ValueError(f"TierAdamW: the gradient of {where} is not contiguous")
-        if not p.data.is_contiguous():
-            raise ValueError(f"TierAdamW: {where} is not contiguous (was .data replaced?)")
+        if p.data.is_sparse:
+            raise ValueError(f"TierAdamW: {where} is sparse (was .data replaced?)")
         if g.device != p.device:
             raise ValueError(f"TierAdamW: the gradient of {where} is on {g.device}, the "
                              f"parameter on {p.device}")
@@ -699,6 +830,7 @@ class TierAdamW(torch.optim.Optimizer):
         if g.is_cuda:
             torch.cuda.current_stream(g.device).synchronize()
         out = p.data
+        staged = False
         if g.is_cuda and self._comm is not None:
             # Backend "user" is host memory: the gradient goes through a
             # host copy, and the output lands in a host copy of the
@@ -706,8 +838,18 @@ class TierAdamW(torch.optim.Optimizer):
             # step() copies back.
             g = g.to("cpu")
             out = p.data.to("cpu", copy=True)
-            self._staged.append((p, out))
+            staged = True
             mem = _lib.TIER_MEM_HOST
+        # The library takes elements in row-major order: a gradient or a
+        # parameter stored otherwise (channels_last, transposed) goes
+        # through a row-major copy, the parameter's copied back by step().
+        if not g.is_contiguous():
+            g = g.contiguous()
+        if not out.is_contiguous():
+            out = out.contiguous()
+            staged = True
+        if staged:
+            self._staged.append((p, out))
         gt = _lib.Tensor(g.data_ptr(), _DTYPES[g.dtype], mem, g.numel())
         ot = _lib.Tensor(out.data_ptr(), _DTYPES[p.dtype], mem, p.numel())
         self._keep.append(g)
@@ -719,6 +861,7 @@ class TierAdamW(torch.optim.Optimizer):
     def step(self, closure=None):
         """One AdamW step over every parameter whose .grad is not None.
         Returns the closure's loss (None without one)."""
+        self._live("step")
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -738,12 +881,22 @@ class TierAdamW(torch.optim.Optimizer):
             self._call("tier_optim_end", self.handle, ctypes.byref(res))
             for p, out in self._staged:
                 p.data.copy_(out.view_as(p))
+            if res.applied:
+                for p in self._empty:
+                    if p.grad is not None:
+                        self._empty[p] += 1
         finally:
             # After end, done or failed, no step is begun (a step that failed
             # part way is completed by running it again).
             self._end_bookkeeping()
         self.last_step = res.as_dict()
         return loss
+
+    def zero_grad(self, *args, **kwargs):
+        """torch's zero_grad (its set_to_none default is the installed
+        torch's)."""
+        self._live("zero_grad")
+        return super().zero_grad(*args, **kwargs)
 
     def _end_bookkeeping(self):
         self._begun = False
@@ -790,6 +943,7 @@ class TierAdamW(torch.optim.Optimizer):
         """Within it the streaming form's hooks do nothing (gradient
         accumulation micro-batches); the gradients are pushed by the next
         backward outside it, or by step()."""
+        self._live("no_overlap")
         self._overlap_off += 1
         try:
             yield self
@@ -814,6 +968,7 @@ class TierAdamW(torch.optim.Optimizer):
         'numel'), and 'tierstore' has 'rank' and 'world'.  It loads back
         into the same rank of the same partitioning; consolidate_state_dict()
         gathers the full one onto one rank."""
+        self._live("state_dict")
         if self._begun:
             raise RuntimeError("TierAdamW.state_dict: inside a step; call step() first")
         state = {}
@@ -825,6 +980,16 @@ class TierAdamW(torch.optim.Optimizer):
             packed["params"] = list(range(idx, idx + len(g["params"])))
             groups.append(packed)
             for p in g["params"]:
+                if p in self._empty:
+                    if self._empty[p] > 0:
+                        state[idx] = {"step": torch.tensor(float(self._empty[p])),
+                                      "exp_avg": torch.empty(p.shape, dtype=mdt),
+                                      "exp_avg_sq": torch.empty(p.shape, dtype=mdt),
+                                      "master": torch.empty(p.shape, dtype=torch.float32)}
+                        if self._comm is not None:
+                            state[idx].update(part_off=0, part_numel=0, numel=0)
+                    idx += 1
+                    continue
                 pid = self._ids[p]
                 info = self._info(pid)
                 if info.step > 0:
@@ -858,6 +1023,7 @@ class TierAdamW(torch.optim.Optimizer):
         calls it.  Without a process group, state_dict().  (torch's
         ZeroRedundancyOptimizer keeps the result for a later state_dict();
         this returns it.)"""
+        self._live("consolidate_state_dict")
         sd = self.state_dict()
         if self._comm is None:
             return sd
@@ -885,6 +1051,7 @@ class TierAdamW(torch.optim.Optimizer):
         Partitioned: a full state dict (torch's, an unpartitioned
         TierAdamW's, or consolidate_state_dict()'s), of which each rank
         takes its piece, or the piece this rank's state_dict() saved."""
+        self._live("load_state_dict")
         if self._begun:
             raise RuntimeError("TierAdamW.load_state_dict: inside a step; call step() first")
         groups = self.param_groups
@@ -900,9 +1067,16 @@ class TierAdamW(torch.optim.Optimizer):
         mdt = _MOMENT_TORCH[self._moment]
         for gi, (g, sg) in enumerate(zip(groups, saved)):
             for j, (p, key) in enumerate(zip(g["params"], sg["params"])):
-                pid = self._ids[p]
                 st = state_dict["state"].get(key)
                 where = f"param group {gi} parameter {j}"
+                if p in self._empty:
+                    step = 0 if st is None else st["step"]
+                    step = int(step.item() if isinstance(step, torch.Tensor) else step)
+                    if step < 0:
+                        raise ValueError(f"TierAdamW.load_state_dict: {where}: step {step}")
+                    self._empty[p] = step
+                    continue
+                pid = self._ids[p]
                 # The elements this rank keeps: all, or its piece.
                 if self._comm is None:
                     off, n = 0, p.numel()
@@ -961,12 +1135,15 @@ class TierAdamW(torch.optim.Optimizer):
         steps, which a parameter merely without a gradient still is.  A
         frozen parameter with a gradient at step() is refused.  Between
         steps."""
+        self._live("freeze")
         if self._begun:
             raise RuntimeError("TierAdamW.freeze: inside a step; call step() first")
         if isinstance(params, torch.Tensor):
             params = [params]
         for p in params:
             pid = self._ids.get(p)
+            if pid is None and p in self._empty:
+                continue      # nothing streams for an empty parameter
             if pid is None:
                 raise ValueError("TierAdamW.freeze: a tensor this optimizer does not hold")
             self._call("tier_optim_freeze", self.handle, pid, bool(frozen),
@@ -978,10 +1155,14 @@ class TierAdamW(torch.optim.Optimizer):
 
     def param_step(self, p):
         """Parameter p's own step count (its bias-correction count)."""
+        self._live("param_step")
+        if p in self._empty:
+            return self._empty[p]
         return self._info(self._ids[p]).step
 
     def info(self):
         """struct tier_optim_info as a dict (shard size, window, state bytes...)."""
+        self._live("info")
         out = _lib.OptimInfo()
         self._call("tier_optim_info", self.handle, ctypes.byref(out))
         return out.as_dict()
@@ -992,10 +1173,27 @@ class TierAdamW(torch.optim.Optimizer):
         """Makes the state durable in the store's files, atomically
         (tier_optim_checkpoint); returns the commit's generation.  Costs the
         dirty shards, not a copy of the state.  Between steps."""
+        self._live("checkpoint")
         if self._begun:
             raise RuntimeError("TierAdamW.checkpoint: inside a step; call step() first")
         gen = _lib.u64()
         self._call("tier_optim_checkpoint", self.handle, ctypes.byref(gen))
+        core = self._core
+        if core.data_dir is not None and not core.keep_dir:
+            # The default store's directory now holds data: kept after
+            # close(), with the manifest that reopens it.
+            path = os.path.join(core.data_dir, "manifest.yaml")
+            with open(path, "w") as f:
+                f.write(self._manifest.emit())
+            with open(os.path.join(core.data_dir, "KEEP"), "w") as f:
+                f.write("a checkpoint of a TierAdamW made without a manifest; resume it "
+                        f"with TierAdamW.resume(params, manifest={path!r})\n")
+            core.keep_dir = True
+            warnings.warn(f"TierAdamW.checkpoint: the store (made without a manifest) is in "
+                          f"{core.data_dir}, which is kept after close() because it now holds "
+                          f"a checkpoint: resume with TierAdamW.resume(params, "
+                          f"manifest={path!r}) and remove the directory when done; give a "
+                          "manifest or set TIER_DATA to choose the place", stacklevel=2)
         return gen.value
 
     @classmethod
@@ -1019,6 +1217,7 @@ class TierAdamW(torch.optim.Optimizer):
     def export(self, path):
         """Writes the full state to a safetensors file (tier_optim_export),
         shard by shard: a state larger than DRAM exports too."""
+        self._live("export")
         if self._begun:
             raise RuntimeError("TierAdamW.export: inside a step; call step() first")
         self._call("tier_optim_export", self.handle, os.fsencode(path), what=f"export {path}")
@@ -1039,38 +1238,29 @@ class TierAdamW(torch.optim.Optimizer):
 
     def close(self):
         """Destroys the optimizer, closes the store (its dirty state goes
-        home) and frees the manifest this optimizer loaded.  Raises the
-        first error; a second call does nothing."""
+        home), frees the manifest this optimizer loaded and removes the
+        directory a default store made (unless it holds a checkpoint).
+        Raises the first error; a second call does nothing.  Every other
+        method of a closed optimizer raises ValueError.  Closing through a
+        wrapper that shares this optimizer's core closes this one."""
+        self._core.release()
+
+    @property
+    def closed(self):
+        """True after close()."""
+        return self._closed
+
+    @property
+    def data_dir(self):
+        """The directory the store's NVMe file is in when no manifest was
+        given and $TIER_DATA is not set (made for this optimizer, removed
+        by close() unless checkpoint() wrote into it); None otherwise."""
+        return self._core.data_dir
+
+    def _live(self, what):
         if self._closed:
-            return
-        self._closed = True
-        for h in self._hooks:
-            (h[1] if isinstance(h, tuple) else h).remove()
-        self._hooks = []
-        first = None
-        if self._opt is not None:
-            h, self._opt = self._opt, None
-            try:
-                self._call("tier_optim_destroy", h)
-            except TierError as e:
-                first = e
-        if self._store is not None:
-            s, self._store = self._store, None
-            try:
-                s.close()
-            except TierError as e:
-                first = first or e
-        if getattr(self, "_own_manifest", False):
-            self._manifest.free()
-        if self._comm is not None:
-            c, self._comm = self._comm, None
-            try:
-                c.close()
-            except TierError as e:
-                first = first or e
-        self._keep = []
-        if first is not None:
-            raise first
+            raise ValueError(f"TierAdamW.{what}: the optimizer is closed (close() was "
+                             "called on it or on a wrapper of it)")
 
     def __enter__(self):
         return self
@@ -1078,11 +1268,111 @@ class TierAdamW(torch.optim.Optimizer):
     def __exit__(self, *exc):
         self.close()
 
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
+    # A copy shares the core (a view of the same optimizer that owns
+    # nothing more); a deep copy or a pickle would need a second store.
+    def __copy__(self):
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        return new
+
+    def __deepcopy__(self, memo):
+        self._core.__reduce__()
+
+    def __reduce_ex__(self, protocol):
+        self._core.__reduce__()
+
+
+for _name in _SHARED:
+    setattr(TierAdamW, _name, _forward(_name))
+del _name
+
+
+# Bytes of state per element (master + the two moments; q8's per-block
+# scales rounded up) by moment dtype.
+_MOMENT_BYTES = {_lib.TIER_FP32: 12, _lib.TIER_BF16: 8, _lib.TIER_Q8: 7}
+_MIB = 1 << 20
+
+
+def _state_bytes(params, per_elem):
+    """The DRAM tier a default store needs to hold the state of params
+    resident: each parameter's state as the store allocates it (64-element
+    aligned, in blocks of a power of two up to the largest shard, 64 MiB),
+    plus an eighth (at least 8 MiB) for the lookahead's working room,
+    rounded up to 2 MiB.  At least 16 MiB: four shards of the smallest
+    size with room to spare."""
+    total = 0
+    for x in params:
+        ps = x.get("params", []) if isinstance(x, dict) else [x]
+        for t in ([ps] if isinstance(ps, torch.Tensor) else ps):
+            n = t.numel() if isinstance(t, torch.Tensor) else 0
+            if not n:
+                continue
+            b = -(-n // 64) * 64 * per_elem
+            if b > 64 * _MIB:
+                total += -(-b // (64 * _MIB)) * 64 * _MIB
+            else:
+                total += max(4096, 1 << (b - 1).bit_length())
+    total += max(8 * _MIB, total // 8)
+    total = -(-total // (2 * _MIB)) * 2 * _MIB
+    return max(total, 16 * _MIB)
+
+
+def _data_root():
+    """Where default stores make their directories: $XDG_CACHE_HOME/tierstore
+    (~/.cache/tierstore), else the temporary directory."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    root = os.path.join(base, "tierstore")
+    try:
+        os.makedirs(root, mode=0o700, exist_ok=True)
+        if os.access(root, os.W_OK | os.X_OK):
+            return root
+    except OSError:
+        pass
+    return tempfile.gettempdir()
+
+
+def _data_dir():
+    """A new directory for a default store: ROOT/run-PID-XXXX.  Directories
+    of processes that are gone are removed first, unless they hold a
+    checkpoint (a file KEEP)."""
+    root = _data_root()
+    try:
+        names = os.listdir(root)
+    except OSError:
+        names = []
+    for name in names:
+        parts = name.split("-")
+        if len(parts) != 3 or parts[0] != "run" or not parts[1].isdigit():
+            continue
+        path = os.path.join(root, name)
+        if os.path.exists(os.path.join(path, "KEEP")) or _alive(int(parts[1])):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"run-{os.getpid()}-", dir=root)
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        pass
+    return True
+
+
+def _listed(params):
+    """params as torch's Optimizer takes them, with every iterable made a
+    list (it is read twice: to size the default store, then by torch)."""
+    out = []
+    for x in params:
+        if isinstance(x, dict):
+            x = dict(x)
+            ps = x.get("params")
+            if ps is not None and not isinstance(ps, torch.Tensor):
+                x["params"] = list(ps)
+        out.append(x)
+    return out
 
 
 def _hyper(g):

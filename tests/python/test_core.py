@@ -54,8 +54,24 @@ def test_store_open_close(scratch):
         tierstore.Store(42)
 
 
+def test_default_in_a_directory(scratch):
+    """tier_manifest_default_in: the embedded default with its NVMe file
+    under the directory named, sized from that file system."""
+    d = os.path.join(scratch, "data")
+    m = tierstore.Manifest.default(d)
+    assert f"path: {d}/" in m.emit() or f'path: "{d}/"' in m.emit()
+    assert m.info()["nvme_capacity"] > 0 and m.info()["name"] == "tierstore"
+    m.free()
+    for bad in (b"", None):
+        with pytest.raises(tierstore.TierError, match=r"tier_manifest_default_in: dir is "
+                                                      r"(empty|NULL)") as e:
+            tierstore._lib.call("tier_manifest_default_in", bad,
+                                tierstore._lib.ctypes.byref(tierstore._lib.ctypes.c_void_p()))
+        assert e.value.errno == errno.EINVAL
+
+
 def test_version_features():
-    assert tierstore.version().startswith("0.7.")
+    assert tierstore.version().startswith("0.8.")
     assert "cuda=" in tierstore.build_features()
     n, why = tierstore.gpu_count()
     assert n >= 0 and (n > 0 or why)

@@ -211,9 +211,10 @@ def test_misuse_messages(manifest):
     p64 = torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))
     with pytest.raises(TypeError, match=r"param group 0 parameter 0 has dtype torch.float64"):
         TierAdamW([p64], manifest=manifest)
-    nc = torch.nn.Parameter(torch.zeros(6, 4).t())
-    with pytest.raises(ValueError, match=r"parameter 1 .*not contiguous"):
-        TierAdamW([torch.nn.Parameter(torch.zeros(2)), nc], manifest=manifest)
+    # Not contiguous is taken (test_frameworks.py); sparse is not.
+    sp = torch.nn.Parameter(torch.zeros(6, 4).to_sparse())
+    with pytest.raises(ValueError, match=r"parameter 1 \(shape \(6, 4\)\) is sparse"):
+        TierAdamW([torch.nn.Parameter(torch.zeros(2)), sp], manifest=manifest)
     meta = torch.nn.Parameter(torch.zeros(2, device="meta"))
     with pytest.raises(ValueError, match=r"is on meta; tierstore takes CPU or CUDA"):
         TierAdamW([meta], manifest=manifest)
@@ -226,7 +227,7 @@ def test_misuse_messages(manifest):
         ps = list(m.parameters())
         for p in ps:
             p.grad = torch.zeros_like(p)
-        # a gradient of another dtype (int), of another size, not contiguous
+        # a gradient of another dtype (int), of another size, sparse
         ps[0].grad.data = torch.zeros(ps[0].numel(), dtype=torch.int32)
         with pytest.raises(TypeError, match=r"gradient of parameter 0 \(param.0, shape "
                                             r"\(32, 16\)\) has dtype torch.int32"):
@@ -235,9 +236,10 @@ def test_misuse_messages(manifest):
         with pytest.raises(ValueError, match=r"gradient of parameter 0 .* has 7 elements, "
                                              r"the parameter 512"):
             opt.step()
-        ps[0].grad.data = torch.zeros(16, 32).t()
-        with pytest.raises(ValueError, match=r"gradient of parameter 0 .*not contiguous"):
+        ps[0].grad = torch.zeros(32, 16).to_sparse()
+        with pytest.raises(ValueError, match=r"gradient of parameter 0 .* is sparse"):
             opt.step()
+        ps[0].grad = torch.zeros_like(ps[0])
         # The library checks the size too (tier_tensor.numel): past the
         # binding's check, its refusal names the parameter.
         ps[0].grad.data = torch.zeros(7)
