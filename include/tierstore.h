@@ -288,7 +288,10 @@ TIER_API int tier_store_open(const struct tier_manifest *m, const struct tier_st
 /*
  * Writes every dirty byte down to its home, then frees everything.  An
  * object still pinned is a caller bug: it is reported (-EBUSY) and its
- * data flushed as it stands.  Returns 0 or the first error met.
+ * data flushed as it stands.  Returns 0 or the first error met; -EBUSY
+ * with nothing done (the store stays open) while an optimizer on it
+ * (tier_optim_create, _resume, _import) is alive: tier_optim_destroy it
+ * first.
  */
 TIER_API int tier_store_close(struct tier_store *s);
 
@@ -747,7 +750,8 @@ TIER_API int tier_optim_import(struct tier_store *s, const char *path,
 TIER_API uint64_t tier_optim_step_count(const struct tier_optim *o);
 
 /* Waits for every write-back, writes the trace (TIER_TRACE) and frees the
- * optimizer and its state objects.  Returns 0 or the first error. */
+ * optimizer and its state objects (which tier_obj_destroy refuses while
+ * it lives).  Returns 0 or the first error. */
 TIER_API int tier_optim_destroy(struct tier_optim *o);
 
 /* ---------------------------------------------------------- communicator */

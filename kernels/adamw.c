@@ -86,6 +86,11 @@ int adamw_check(const struct tier_adam_tensors *a)
 				(unsigned long long)a->index0, TIER_Q8_BLOCK);
 	if (a->n == 0)
 		return 0;
+	/* A count no buffer holds (the fp32 param array is the widest): the
+	 * runs would go past any array. */
+	if (a->n > (size_t)PTRDIFF_MAX / sizeof(float))
+		return ts_err(-EOVERFLOW, "adam: n = %zu: the fp32 param array of n elements is more than PTRDIFF_MAX bytes, larger than any buffer",
+				a->n);
 	if (a->moment_dtype == TIER_Q8 && !a->exp_avg_scale)
 		return ts_err(-EINVAL, "adam: exp_avg_scale is NULL with q8 moments, n = %zu", a->n);
 	if (a->moment_dtype == TIER_Q8 && !a->exp_avg_sq_scale)

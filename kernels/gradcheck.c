@@ -35,6 +35,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "common/error.h"
@@ -328,6 +329,10 @@ int gradcheck_run(struct tier_pool *pool, enum gradcheck_isa isa, const void *gr
 				(int)dtype);
 	if (!grad && n > 0)
 		return ts_err(-EINVAL, "tier_grad_check: grad is NULL with n = %zu", n);
+	/* A count no buffer holds: its tiles would read past any gradient. */
+	if (n > (size_t)PTRDIFF_MAX / tier_dtype_size(dtype))
+		return ts_err(-EOVERFLOW, "tier_grad_check: n = %zu: %zu-byte elements make more than PTRDIFF_MAX bytes, larger than any buffer",
+			      n, tier_dtype_size(dtype));
 	if ((unsigned)isa >= GRADCHECK_ISA__COUNT || !gradcheck_isa_supported(isa))
 		return ts_err(-ENOTSUP, "tier_grad_check: version %s not supported on this CPU",
 				gradcheck_isa_name(isa));

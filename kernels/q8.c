@@ -16,11 +16,15 @@
 #include "kernels/adam_math.h"
 #include "tierstore/kernels.h"
 
-static int q8_which(int which, const char *who)
+/* @which, and @n, whose fp32 array (the widest) must fit a buffer. */
+static int q8_args(int which, size_t n, const char *who)
 {
 	if (which != TIER_Q8_EXP_AVG && which != TIER_Q8_EXP_AVG_SQ)
 		return ts_err(-EINVAL, "%s: which %d is not TIER_Q8_EXP_AVG or TIER_Q8_EXP_AVG_SQ",
 			      who, which);
+	if (n > (size_t)PTRDIFF_MAX / sizeof(float))
+		return ts_err(-EOVERFLOW, "%s: n = %zu: the fp32 array of n elements is more than PTRDIFF_MAX bytes, larger than any buffer",
+			      who, n);
 	return 0;
 }
 
@@ -30,7 +34,7 @@ int tier_q8_decode(const void *codes, const float *scales, size_t n, int which, 
 	TS_NONNULL(scales);
 	TS_NONNULL(out);
 	const uint8_t *c = codes;
-	int rc = q8_which(which, "tier_q8_decode");
+	int rc = q8_args(which, n, "tier_q8_decode");
 
 	if (rc)
 		return rc;
@@ -48,7 +52,7 @@ int tier_q8_encode(const float *in, size_t n, int which, void *codes, float *sca
 	TS_NONNULL(codes);
 	TS_NONNULL(scales);
 	uint8_t *c = codes;
-	int rc = q8_which(which, "tier_q8_encode");
+	int rc = q8_args(which, n, "tier_q8_encode");
 
 	if (rc)
 		return rc;

@@ -301,6 +301,7 @@ static void optim_free(struct tier_optim *o)
 	ts_cuda_host_free(o->host_out);
 	pthread_mutex_destroy(&o->lock);
 	pthread_cond_destroy(&o->cond);
+	rstore_drop(o->s); /* last: the store may close once it is done with */
 	o->magic = TS_MAGIC_DEAD;
 	free(o);
 }
@@ -351,6 +352,7 @@ int optim_create(struct tier_store *s, const struct tier_optim_params *p, size_t
 	pthread_mutex_init(&o->lock, NULL);
 	pthread_cond_init(&o->cond, NULL);
 	o->s = s;
+	rstore_hold(s); /* optim_free drops it */
 	o->p = *p;
 	o->world = 1;
 	if ((rc = zero_setup(o, p->comm)))

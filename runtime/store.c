@@ -3,11 +3,15 @@
  * tier_nvme_open and tier_store_open turn it into the tiers' configuration
  * (struct tiers_cfg) and open the NVMe tier and the hierarchy over it
  * (tiers/); tier_store_close stops what runtime/ attached, then closes the
- * store.
+ * store.  It refuses while an optimizer lives on the store: each keeps a
+ * pointer to it (and its shard objects in it), counted here
+ * (rstore_hold, rstore_drop).
  */
 #include "config.h"
 
 #include <errno.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "common/error.h"
@@ -21,6 +25,7 @@
 struct rstore {
 	struct tier_manifest m;   /* the store's manifest, paths left out */
 	struct live *live;
+	_Atomic uint32_t held;    /* optimizers alive on the store */
 };
 
 int tier_nvme_open(const struct tier_manifest *m, unsigned flags, struct tier_nvme **out)
@@ -75,6 +80,7 @@ fail:
 int tier_store_close(struct tier_store *s)
 {
 	struct rstore *r;
+	uint32_t held;
 	int rc;
 
 	if (!s)
@@ -83,6 +89,11 @@ int tier_store_close(struct tier_store *s)
 	if ((rc = store_handle_check(s)))
 		return ts_err(rc, "tier_store_close: s is not an open store (closed, or not a tier_store)");
 	r = store_owner(s);
+	/* An optimizer alive would use the store freed (its destroy frees its
+	 * shard objects in it): nothing is closed. */
+	if (r && (held = atomic_load(&r->held)))
+		return ts_err(-EBUSY, "tier_store_close: the store has %u optimizer%s alive; tier_optim_destroy %s first",
+			      held, held == 1 ? "" : "s", held == 1 ? "it" : "them");
 	if (r)
 		live_stop(r->live); /* first: the publisher reads the store */
 	rc = store_close(s);
@@ -102,4 +113,20 @@ struct live *rstore_live(const struct tier_store *s)
 	const struct rstore *r = store_owner(s);
 
 	return r ? r->live : NULL;
+}
+
+void rstore_hold(struct tier_store *s)
+{
+	struct rstore *r = store_owner(s);
+
+	if (r)
+		atomic_fetch_add(&r->held, 1);
+}
+
+void rstore_drop(struct tier_store *s)
+{
+	struct rstore *r = store_owner(s);
+
+	if (r)
+		atomic_fetch_sub(&r->held, 1);
 }

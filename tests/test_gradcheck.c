@@ -19,7 +19,10 @@
  *  - exact values: every fp16 and every bf16 bit pattern (subnormals, the
  *    largest values, signed zeros), fp32 extremes; f16_to_f32()
  *    against an independent conversion for all 65536 patterns;
- *  - argument errors (-EINVAL with a detail, acc untouched);
+ *  - argument errors (-EINVAL with a detail, acc untouched); counts whose
+ *    bytes overflow size_t or pass PTRDIFF_MAX refused with -EOVERFLOW
+ *    naming n, nothing read or written, by tier_grad_check, gradcheck_run,
+ *    tier_adam_step, tier_adam_roofline, tier_q8_decode and tier_q8_encode;
  *  - TIER_SIMD (kernels/simd.h): a "scalar" entry before any "avx2" or
  *    "auto" forces the scalar version, others leave the automatic choice
  *    (in a child process, as the choice is made once per process);
@@ -38,6 +41,7 @@
 #include <float.h>
 #include <math.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -687,6 +691,119 @@ START_TEST(argument_errors)
 }
 END_TEST
 
+/*
+ * Counts no buffer can hold (issue 41): n elements whose bytes overflow
+ * size_t or pass PTRDIFF_MAX, for each public kernel that takes a count
+ * (and gradcheck_run, which tier_grad_check calls), are refused with
+ * -EOVERFLOW naming the function and n, before a byte is read or written
+ * (the arrays and acc unchanged, also with a pool); the same call with a
+ * count the arrays hold then works.
+ */
+enum count_fn { CF_GRAD, CF_GRAD_SCALAR, CF_ADAM, CF_ROOFLINE, CF_Q8_DECODE, CF_Q8_ENCODE };
+
+struct count_case {
+	const char *fn_name;   /* the detail names it */
+	enum count_fn fn;
+	int dt;                /* the gradient's dtype; adam: the moments' */
+	size_t n;
+	bool pool;
+};
+
+#define PD_MAX ((size_t)PTRDIFF_MAX)
+
+static const struct count_case count_cases[] = {
+	{ "tier_grad_check", CF_GRAD, TIER_FP32, SIZE_MAX, false },
+	{ "tier_grad_check", CF_GRAD, TIER_FP32, SIZE_MAX / 4 + 1, false }, /* x 4 wraps to 0 */
+	{ "tier_grad_check", CF_GRAD, TIER_FP32, PD_MAX / 4 + 1, true },
+	{ "tier_grad_check", CF_GRAD, TIER_BF16, PD_MAX / 2 + 1, false },
+	{ "tier_grad_check", CF_GRAD, TIER_FP16, SIZE_MAX / 2 + 1, true },
+	{ "tier_grad_check", CF_GRAD_SCALAR, TIER_FP32, PD_MAX / 4 + 1, false },
+	{ "adam", CF_ADAM, TIER_FP32, SIZE_MAX / 4 + 1, false },
+	{ "adam", CF_ADAM, TIER_BF16, PD_MAX / 4 + 1, true },
+	{ "adam", CF_ADAM, TIER_Q8, SIZE_MAX, false },
+	{ "adam", CF_ROOFLINE, TIER_FP32, PD_MAX / 4 + 1, false },
+	{ "tier_q8_decode", CF_Q8_DECODE, TIER_Q8, SIZE_MAX / 4 + 1, false },
+	{ "tier_q8_decode", CF_Q8_DECODE, TIER_Q8, PD_MAX / 4 + 1, false },
+	{ "tier_q8_encode", CF_Q8_ENCODE, TIER_Q8, SIZE_MAX / 4 + 1, false },
+	{ "tier_q8_encode", CF_Q8_ENCODE, TIER_Q8, PD_MAX / 4 + 1, false },
+};
+
+#define CNT_ARRAYS 5
+#define CNT_LEN 4096 /* bytes of each array */
+
+static int count_call(const struct count_case *c, struct tier_pool *pool,
+		      unsigned char *a[CNT_ARRAYS], size_t n, struct tier_grad_stats *acc)
+{
+	struct tier_adam_params p;
+	struct tier_adam_tensors t = {
+		.n = n, .param = (float *)(void *)a[0], .exp_avg = a[1], .exp_avg_sq = a[2],
+		.moment_dtype = (enum tier_dtype)c->dt, .grad = a[3], .grad_dtype = TIER_FP32,
+		.out_dtype = TIER_FP32, .exp_avg_scale = (float *)(void *)a[4],
+		.exp_avg_sq_scale = (float *)(void *)(a[4] + CNT_LEN / 2),
+	};
+
+	switch (c->fn) {
+	case CF_GRAD:
+		return tier_grad_check(pool, a[0], (enum tier_dtype)c->dt, n, acc);
+	case CF_GRAD_SCALAR:
+		return gradcheck_run(pool, GRADCHECK_SCALAR, a[0], (enum tier_dtype)c->dt, n, acc);
+	case CF_ADAM:
+		tier_adam_params_init(&p);
+		return tier_adam_step(pool, &p, &t);
+	case CF_ROOFLINE:
+		return tier_adam_roofline(pool, &t);
+	case CF_Q8_DECODE:
+		return tier_q8_decode(a[0], (const float *)(void *)a[1], n, TIER_Q8_EXP_AVG,
+				      (float *)(void *)a[2]);
+	case CF_Q8_ENCODE:
+		return tier_q8_encode((const float *)(void *)a[0], n, TIER_Q8_EXP_AVG_SQ, a[1],
+				      (float *)(void *)a[2]);
+	}
+	return -ENOSYS;
+}
+
+START_TEST(count_overflow)
+{
+	const struct count_case *c = &count_cases[_i];
+	struct tier_grad_stats acc = { 7.0, false };
+	struct tier_pool *pool = NULL;
+	unsigned char *a[CNT_ARRAYS], *copy;
+	char want[64];
+	int rc;
+
+	copy = malloc(CNT_ARRAYS * CNT_LEN);
+	ck_assert_ptr_nonnull(copy);
+	for (int i = 0; i < CNT_ARRAYS; i++) {
+		a[i] = calloc(1, CNT_LEN);
+		ck_assert_ptr_nonnull(a[i]);
+		for (size_t k = 0; k < CNT_LEN / 4; k++) /* small finite floats */
+			((float *)(void *)a[i])[k] = (float)((k + (size_t)i) % 17) * 0x1p-4f;
+		memcpy(copy + (size_t)i * CNT_LEN, a[i], CNT_LEN);
+	}
+	if (c->pool)
+		ck_assert_int_eq(tier_pool_create(2, &pool), 0);
+	rc = count_call(c, pool, a, c->n, &acc);
+	snprintf(want, sizeof(want), "n = %zu", c->n);
+	ck_assert_msg(rc == -EOVERFLOW, "%s, n %zu: %d, want -EOVERFLOW; detail '%s'", c->fn_name,
+		      c->n, rc, tier_last_error());
+	ck_assert_msg(strstr(tier_last_error(), c->fn_name) && strstr(tier_last_error(), want),
+		      "the detail '%s' does not name %s and '%s'", tier_last_error(), c->fn_name,
+		      want);
+	ck_assert(acc.sumsq == 7.0 && !acc.nonfinite);
+	for (int i = 0; i < CNT_ARRAYS; i++)
+		ck_assert_msg(memcmp(a[i], copy + (size_t)i * CNT_LEN, CNT_LEN) == 0,
+			      "%s: array %d changed by a refused call", c->fn_name, i);
+	/* a count the arrays hold */
+	rc = count_call(c, pool, a, 256, &acc);
+	ck_assert_msg(rc == 0, "%s, n 256: %d: %s", c->fn_name, rc, tier_last_error());
+	if (pool)
+		tier_pool_destroy(pool);
+	for (int i = 0; i < CNT_ARRAYS; i++)
+		free(a[i]);
+	free(copy);
+}
+END_TEST
+
 /* -------------------------------------------------------------- TIER_SIMD */
 
 struct simd_case {
@@ -980,6 +1097,7 @@ static Suite *gradcheck_suite(void)
 
 	tc = tcase_create("errors_env");
 	tcase_add_test(tc, argument_errors);
+	tcase_add_loop_test(tc, count_overflow, 0, (int)ARRAY_SIZE(count_cases));
 	tcase_add_loop_test(tc, simd_env_child, 0, (int)ARRAY_SIZE(simd_cases));
 	suite_add_tcase(s, tc);
 

@@ -172,6 +172,8 @@ static void io_cb(void *arg, int result, const char *detail)
 	X(INT, EINV, tier_manifest_resolve, out, tier_manifest_resolve("x.yaml", NULL))  \
 	X(INT, EINV, tier_manifest_default, out, tier_manifest_default(NULL))            \
 	X(INT, EINV, tier_manifest_default_text, out, tier_manifest_default_text(NULL))  \
+	X(INT, EINV, tier_manifest_default_in, dir, tier_manifest_default_in(NULL, &(struct tier_manifest *){ 0 })) \
+	X(INT, EINV, tier_manifest_default_in, out, tier_manifest_default_in("d", NULL)) \
 	X(INT, EINV, tier_manifest_emit, m, tier_manifest_emit(NULL, stdout))            \
 	X(INT, EINV, tier_manifest_emit, out, tier_manifest_emit(f->m, NULL))            \
 	X(PTR, 0, tier_manifest_source, m, tier_manifest_source(NULL))                   \

@@ -109,6 +109,14 @@
  *    threads 100000 / 1025 / UINT32_MAX refused by create and
  *    tier_pool_create naming the value; store objects of 2^63 bytes and
  *    more refused with -ENOSPC;
+ *  - what an optimizer holds (held_refusals): with one alive (created,
+ *    two of them, partitioned over one rank, imported, resumed),
+ *    tier_store_close is -EBUSY saying how many and the store stays open
+ *    and working; tier_obj_destroy of its shard objects (also of a
+ *    parameter in a group added later) is -EBUSY naming the object, which
+ *    stays, and the next step works; a second resume of the same
+ *    checkpoint is refused (-EBUSY); remove_param and destroy still free
+ *    the objects, and the close then works;
  *  - one step at a time (concurrent_begin): two threads calling
  *    tier_optim_begin at once, 100 times: exactly one gets 0, the other
  *    -EBUSY ("already begun"), and the step begun works; two calling
@@ -433,13 +441,15 @@ struct ref_res {
 			      tier_last_error());                                      \
 	} while (0)
 
-static void world_open(struct world *w, const char *sub, const struct scfg *c)
+/* The store of @c's manifest, opened with tier_store_params.flags @flags. */
+static void world_open_flags(struct world *w, const char *sub, const struct scfg *c,
+			     unsigned flags)
 {
 	struct tier_store_params sp = { .size = sizeof(struct tier_store_params),
 		.dram_capacity = c->dram,
 		.hbm_backend = c->hbm ? "host" : "none",
 		.hbm_capacity = c->hbm,
-		.flags = TIER_STORE_SCRATCH,
+		.flags = flags,
 	};
 	char text[2048];
 	int n, rc;
@@ -464,6 +474,12 @@ static void world_open(struct world *w, const char *sub, const struct scfg *c)
 	ck_assert(tier_store_has_level(w->s, TIER_HBM) == (c->hbm != 0));
 	ck_assert(tier_store_home(w->s) == TIER_NVME);
 	VALID(w->s);
+}
+
+/* A scratch store: its files go when it closes. */
+static void world_open(struct world *w, const char *sub, const struct scfg *c)
+{
+	world_open_flags(w, sub, c, TIER_STORE_SCRATCH);
 }
 
 /* Parameters every world uses unless a test sets them: torch's AdamW
@@ -2548,6 +2564,192 @@ START_TEST(count_errors)
 }
 END_TEST
 
+/* ------------------------------------------------------------ what an optimizer holds */
+
+/*
+ * While an optimizer lives, its store and its shard objects are its own
+ * (issue 41): tier_store_close refuses (-EBUSY, saying how many
+ * optimizers, the store left open and working) and tier_obj_destroy
+ * refuses each shard object (-EBUSY naming it, the object left; the next
+ * step, which schedules it, works), whether the shard came with
+ * tier_optim_add_param, with a group added later, from an import or from
+ * a checkpoint (resume), partitioned or not.  The optimizer's own paths
+ * still free them: tier_optim_remove_param, tier_optim_destroy; a resume
+ * refused because another optimizer holds the checkpoint's objects leaves
+ * them that optimizer's.  Then the close works.  _i = how the optimizer
+ * came to be.
+ */
+enum held_how { HELD_CREATE, HELD_TWO, HELD_PARTITIONED, HELD_IMPORT, HELD_RESUME };
+
+struct held_case {
+	const char *what;
+	enum held_how how;
+};
+
+static const struct held_case held_cases[] = {
+	{ "tier_optim_create", HELD_CREATE },
+	{ "two optimizers", HELD_TWO },
+	{ "partitioned (one rank)", HELD_PARTITIONED },
+	{ "tier_optim_import", HELD_IMPORT },
+	{ "tier_optim_resume", HELD_RESUME },
+};
+
+/* A step of @o with every gradient 1/64 (fp32), no outputs: it applies. */
+static void held_step(struct tier_optim *o, const char *what)
+{
+	uint32_t np = tier_optim_nparams(o);
+	struct tier_tensor g[MAXP];
+	struct tier_step_result res;
+	int rc;
+
+	ck_assert_uint_le(np, MAXP);
+	for (uint32_t i = 0; i < np; i++) {
+		size_t n = tier_optim_param_numel(o, i);
+		float *b = malloc(n * 4);
+
+		ck_assert_ptr_nonnull(b);
+		for (size_t k = 0; k < n; k++)
+			b[k] = 0x1p-6f;
+		g[i] = (struct tier_tensor){ .ptr = b, .dtype = TIER_FP32, .mem = TIER_MEM_HOST,
+					     .numel = n };
+	}
+	rc = tier_optim_step(o, TIER_LR_KEEP, g, NULL, &res);
+	for (uint32_t i = 0; i < np; i++)
+		free(g[i].ptr);
+	ck_assert_msg(rc == 0, "%s: step: %d: %s", what, rc, tier_last_error());
+	ck_assert_msg(res.applied, "%s: the step was not applied", what);
+}
+
+/* tier_obj_destroy of the optimizer's object @name: -EBUSY naming it,
+ * the object still there. */
+static void held_obj(struct world *w, const char *name)
+{
+	struct tier_obj *ob = tier_obj_find(w->s, name);
+	char quoted[64];
+
+	ck_assert_msg(ob != NULL, "no object '%s'", name);
+	snprintf(quoted, sizeof(quoted), "'%s'", name);
+	ASSERT_ERR(tier_obj_destroy(w->s, ob), -EBUSY, quoted);
+	ck_assert_msg(strstr(tier_last_error(), quoted) &&
+		      strstr(tier_last_error(), "tier_optim_destroy"),
+		      "destroy of %s: the detail '%s' does not name it and tier_optim_destroy",
+		      quoted, tier_last_error());
+	ck_assert_ptr_eq(tier_obj_find(w->s, name), ob);
+}
+
+/* tier_store_close with @n optimizers alive: -EBUSY saying so. */
+static void held_close(struct world *w, unsigned n)
+{
+	char count[32];
+
+	snprintf(count, sizeof(count), "%u optimizer%s", n, n == 1 ? "" : "s");
+	ASSERT_ERR(tier_store_close(w->s), -EBUSY, "close with an optimizer alive");
+	ck_assert_msg(strstr(tier_last_error(), count) &&
+		      strstr(tier_last_error(), "tier_optim_destroy"),
+		      "close: the detail '%s' does not say '%s' and tier_optim_destroy",
+		      tier_last_error(), count);
+	VALID(w->s); /* still open */
+}
+
+START_TEST(held_refusals)
+{
+	const struct held_case *c = &held_cases[_i];
+	struct scfg sc = { .dram = 512 * KiB, .hbm = 1 * MiB };
+	struct tier_optim_params hp;
+	struct tier_group_params gp;
+	struct tier_optim *o2 = NULL;
+	struct tier_comm *comm = NULL;
+	struct tier_obj *plain;
+	uint32_t gid = 0, id = 0;
+	char path[512];
+	struct world w;
+	int rc;
+
+	world_open_flags(&w, "held", &sc, c->how == HELD_RESUME ? 0 : TIER_STORE_SCRATCH);
+	hp_base(&hp);
+	if (c->how == HELD_PARTITIONED) {
+		struct tier_comm_params cp;
+
+		tier_comm_params_init(&cp);
+		cp.backend = "single";
+		ck_assert_msg(tier_comm_open(&cp, &comm) == 0, "comm: %s", tier_last_error());
+		hp.comm = comm;
+	}
+	world_create(&w, &hp);
+	world_add(&w, "wa", 70000, false, TIER_FP32, -1, 1);
+	world_add(&w, "wb", 4099, false, TIER_FP32, -1, 2);
+	if (c->how == HELD_IMPORT) {
+		snprintf(path, sizeof(path), "%s/held.safetensors", g_dir);
+		rc = tier_optim_export(w.o, path);
+		ck_assert_msg(rc == 0, "export: %d: %s", rc, tier_last_error());
+		ck_assert_int_eq(tier_optim_destroy(w.o), 0);
+		w.o = NULL;
+		rc = tier_optim_import(w.s, path, NULL, &w.o);
+		ck_assert_msg(rc == 0, "import: %d: %s", rc, tier_last_error());
+	} else if (c->how == HELD_RESUME) {
+		struct tier_store_params sp = { .size = sizeof(sp), .dram_capacity = sc.dram,
+						.hbm_backend = "host", .hbm_capacity = sc.hbm };
+
+		held_step(w.o, c->what);
+		rc = tier_optim_checkpoint(w.o, NULL);
+		ck_assert_msg(rc == 0, "checkpoint: %d: %s", rc, tier_last_error());
+		ck_assert_int_eq(tier_optim_destroy(w.o), 0);
+		w.o = NULL;
+		ck_assert_int_eq(tier_store_close(w.s), 0);
+		rc = tier_store_open(w.man, &sp, &w.s);
+		ck_assert_msg(rc == 0, "reopen: %d: %s", rc, tier_last_error());
+		rc = tier_optim_resume(w.s, NULL, &w.o);
+		ck_assert_msg(rc == 0, "resume: %d: %s", rc, tier_last_error());
+		/* a second resume finds the objects held: refused, and they stay
+		 * the first optimizer's */
+		ASSERT_ERR(tier_optim_resume(w.s, NULL, &o2), -EBUSY, "a second resume");
+		ck_assert_ptr_null(o2);
+	} else if (c->how == HELD_TWO) {
+		rc = tier_optim_create(w.s, &hp, &o2);
+		ck_assert_msg(rc == 0, "second create: %d: %s", rc, tier_last_error());
+		rc = tier_optim_add_param(o2, "other", 5000, NULL, NULL);
+		ck_assert_msg(rc == 0, "second add: %d: %s", rc, tier_last_error());
+	}
+	/* a group added later, and a parameter in it */
+	tier_group_params_init(&gp);
+	gp.lr = 2e-3;
+	rc = tier_optim_add_group(w.o, &gp, &gid);
+	ck_assert_msg(rc == 0, "add group: %d: %s", rc, tier_last_error());
+	rc = tier_optim_add_param_to(w.o, gid, "wg", 5000, NULL, &id);
+	ck_assert_msg(rc == 0, "add to group: %d: %s", rc, tier_last_error());
+
+	held_close(&w, c->how == HELD_TWO ? 2 : 1);
+	held_obj(&w, "wa#0");
+	held_obj(&w, "wa#1");
+	held_obj(&w, "wb#0");
+	held_obj(&w, "wg#0");
+	if (o2)
+		held_obj(&w, "other#0");
+	VALID(w.s);
+	held_step(w.o, c->what);
+	if (o2)
+		held_step(o2, "the second optimizer");
+	VALID(w.s);
+
+	/* the optimizer's own paths free what it holds */
+	rc = tier_optim_remove_param(w.o, id);
+	ck_assert_msg(rc == 0, "remove_param: %d: %s", rc, tier_last_error());
+	ck_assert_ptr_null(tier_obj_find(w.s, "wg#0"));
+	held_step(w.o, c->what);
+	if (o2) {
+		ck_assert_int_eq(tier_optim_destroy(o2), 0);
+		ck_assert_ptr_null(tier_obj_find(w.s, "other#0"));
+		held_close(&w, 1);
+	}
+	/* an object of the store's own stays the caller's to destroy */
+	ck_assert_int_eq(tier_obj_create(w.s, "plain", 4096, &plain), 0);
+	ck_assert_int_eq(tier_obj_destroy(w.s, plain), 0);
+	world_close(&w); /* destroy frees its objects; then the close works */
+	if (comm)
+		ck_assert_int_eq(tier_comm_close(comm), 0);
+}
+END_TEST
+
 /* ------------------------------------------------------------ one step at a time */
 
 /* Two threads call begin (or tier_optim_step) at the same moment. */
@@ -2693,6 +2895,9 @@ static Suite *optim_suite(void)
 	tc = new_case(s, "sizes", 10);
 	tcase_add_loop_test(tc, size_errors, 0, (int)ARRAY_SIZE(zcases));
 	tcase_add_test(tc, count_errors);
+
+	tc = new_case(s, "held", 60);
+	tcase_add_loop_test(tc, held_refusals, 0, (int)ARRAY_SIZE(held_cases));
 
 	tc = new_case(s, "concurrent", 60);
 	tcase_add_test(tc, concurrent_begin);

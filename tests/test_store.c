@@ -27,7 +27,8 @@
  *  - prefetch (a later acquire is a hit; no livelock with acquires waiting
  *    for room), async acquires (many in flight, several on one failing
  *    fill), destroy (slots freed on every level, name reusable, also with
- *    fills, write-backs and acquires in flight), close (flushes dirty
+ *    fills, write-backs and acquires in flight; refused, naming it and
+ *    changing nothing, for an object its owner holds), close (flushes dirty
  *    data, -EBUSY with a pin but no hang or leak, fills in flight);
  *  - a randomized multi-threaded stress (4 threads, 32 objects of 128 KiB
  *    to 1 MiB, DRAM for ~8, HBM for ~4) under Belady (with a schedule that
@@ -2157,6 +2158,59 @@ START_TEST(test_destroy)
 END_TEST
 
 /*
+ * An object its owner holds (store_obj_set_user: an optimizer's shard,
+ * issue 41) is refused by tier_obj_destroy: -EBUSY naming it, and nothing
+ * changes (its slots, dirty bytes, place in the schedule, contents); once
+ * the owner lets it go (user NULL) destroy frees it.  On an NVMe home and
+ * a DRAM home.
+ */
+START_TEST(test_destroy_owned)
+{
+	const struct cfg *c = &hbm_cfgs[_i];
+	struct tier_store_stats st0, st;
+	struct tier_obj *o;
+	struct env e;
+	int owner, rc;
+	void *p;
+
+	env_open(&e, c);
+	o = mkobj(&e, "owned", OBJ);
+	write_ver(e.s, o, 21, 1);
+	p = xacquire(e.s, o, TIER_HBM, TIER_ACQUIRE_READ | TIER_ACQUIRE_WRITE);
+	pat_fill(p, OBJ, 21, 2);
+	xrelease(e.s, o, TIER_HBM, true);        /* dirty on HBM */
+	ck_assert_int_eq(tier_store_set_schedule(e.s, &o, 1), 0);
+	store_obj_set_user(o, &owner);
+	st0 = stats(e.s);
+	rc = tier_obj_destroy(e.s, o);
+	ck_assert_msg(rc == -EBUSY, "destroy of an owned object: %d (%s), want -EBUSY", rc,
+		      tier_last_error());
+	ck_assert_msg(strstr(tier_last_error(), "'owned'") &&
+		      strstr(tier_last_error(), "tier_optim_destroy"),
+		      "the detail '%s' does not name 'owned' and tier_optim_destroy",
+		      tier_last_error());
+	st = stats(e.s);
+	ck_assert_uint_eq(st.objects, st0.objects);
+	ck_assert_uint_eq(st.schedule_len, st0.schedule_len);
+	for (int l = TIER_HBM; l <= TIER_DRAM; l++) {
+		ck_assert_uint_eq(st.level[l].used, st0.level[l].used);
+		ck_assert_uint_eq(st.level[l].dirty, st0.level[l].dirty);
+	}
+	ck_assert_ptr_eq(tier_obj_find(e.s, "owned"), o);
+	ck_assert_ptr_eq(store_obj_user(o), &owner);
+	VALID(e.s);
+	ck_assert_int_eq(tier_store_set_schedule(e.s, &o, 1), 0); /* still the store's */
+	expect_ver(e.s, o, 21, 2);
+	store_obj_set_user(o, NULL);
+	ck_assert_int_eq(tier_obj_destroy(e.s, o), 0);
+	ck_assert_ptr_null(tier_obj_find(e.s, "owned"));
+	ck_assert_uint_eq(stats(e.s).objects, 0);
+	VALID(e.s);
+	env_close(&e);
+}
+END_TEST
+
+/*
  * Destroy while the object's transfers are in flight: an NVMe fill
  * (slowed by nvme_delay), an HBM fill (a paced host link), a write-back
  * started by another thread's flush.  Destroy waits for them, frees every
@@ -2809,6 +2863,7 @@ static Suite *store_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_loop_test(tc, test_destroy, 0, ARRAY_SIZE(hbm_cfgs));
 	tcase_add_test(tc, test_destroy_in_flight);
+	tcase_add_loop_test(tc, test_destroy_owned, 0, ARRAY_SIZE(hbm_cfgs));
 	tcase_add_test(tc, test_close_flushes);
 	tcase_add_test(tc, test_close_in_flight);
 	tcase_add_loop_test(tc, test_close_pinned, 0, 2);

@@ -438,6 +438,13 @@ int tier_obj_destroy(struct tier_store *s, struct tier_obj *o)
 	uint32_t b;
 
 	pthread_mutex_lock(&s->lock);
+	/* Its owner's record points at it, and the owner's next step (or its
+	 * own destroy) would use it freed. */
+	if (o->user) {
+		pthread_mutex_unlock(&s->lock);
+		return ts_err(-EBUSY, "'%s' belongs to an optimizer; tier_optim_destroy frees it",
+			      o->name);
+	}
 	for (int l = 0; l < TIER_LEVELS; l++) {
 		if (o->lv[l].rpins || o->lv[l].wpins) {
 			pthread_mutex_unlock(&s->lock);
@@ -741,7 +748,10 @@ unsigned store_hbm_caps(const struct tier_store *s)
 
 void store_obj_set_user(struct tier_obj *o, void *user)
 {
+	/* under the lock: tier_obj_destroy and the event hook read it there */
+	pthread_mutex_lock(&o->s->lock);
 	o->user = user;
+	pthread_mutex_unlock(&o->s->lock);
 }
 
 void *store_obj_user(const struct tier_obj *o)

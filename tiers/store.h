@@ -72,8 +72,13 @@ void *store_owner(const struct tier_store *s);
  * build with TIER_DEBUG_HANDLES, a store closed or not a store). */
 int store_handle_check(const struct tier_store *s);
 
-/* A pointer the owner of @o attaches to it (for the event hook's users to
- * find their own record of an object); NULL until set. */
+/*
+ * A pointer the owner of @o attaches to it (for the event hook's users to
+ * find their own record of an object); NULL until set.  While it is set
+ * the object is its owner's (an optimizer's shard): tier_obj_destroy
+ * refuses it (-EBUSY), and the owner sets NULL before it destroys the
+ * object itself or leaves it to the store.  Takes the store's lock.
+ */
 void store_obj_set_user(struct tier_obj *o, void *user);
 void *store_obj_user(const struct tier_obj *o);
 

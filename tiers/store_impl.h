@@ -55,7 +55,7 @@ struct tier_obj {
 	struct lvl lv[TIER_LEVELS];
 	uint32_t *pos;               /* positions in the schedule, ascending */
 	uint32_t npos, pos_cap;
-	void *user;                  /* store_obj_set_user */
+	void *user;                  /* store_obj_set_user; set: its owner's, not destroyable */
 };
 
 struct level {

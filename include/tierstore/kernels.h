@@ -102,7 +102,8 @@ struct tier_adam_tensors {
  * is exact (code value times scale, one fp32 multiply); encoding scales
  * each block by its largest |value| and rounds to nearest, as the update
  * does with TIER_ROUND_NEAREST, so decode then encode gives the same
- * codes and scales.  0, or -EINVAL (@which, a NULL array).
+ * codes and scales.  0, -EINVAL (@which, a NULL array), or -EOVERFLOW
+ * (@n fp32 values would be more than PTRDIFF_MAX bytes).
  */
 #define TIER_Q8_EXP_AVG 0
 #define TIER_Q8_EXP_AVG_SQ 1
@@ -113,9 +114,10 @@ TIER_API int tier_q8_encode(const float *in, size_t n, int which, void *codes, f
 /*
  * The CPU Adam/AdamW update over @t, in contiguous runs that @pool's
  * threads claim (NULL: the calling thread alone), with the best SIMD
- * version this CPU has (TIER_SIMD may force one).  0 or -EINVAL (a dtype
+ * version this CPU has (TIER_SIMD may force one).  0, -EINVAL (a dtype
  * not allowed for that array, a NULL array with n > 0, non-finite
- * hyperparameters).
+ * hyperparameters), or -EOVERFLOW (n fp32 parameters would be more than
+ * PTRDIFF_MAX bytes).
  */
 TIER_API int tier_adam_step(struct tier_pool *pool, const struct tier_adam_params *p,
 			    const struct tier_adam_tensors *t);
@@ -135,6 +137,9 @@ TIER_API const char *tier_adam_isa(void);
  * Gradient checks, one pass: adds the squares of @n elements of @grad
  * (accumulated in double) to @sumsq and sets @nonfinite when any element
  * is inf or nan.  Call once per tensor; the global norm is sqrt(sumsq).
+ * 0, -EINVAL (@acc NULL, a dtype not FP32, BF16 or FP16, @grad NULL with
+ * n > 0), -EOVERFLOW (@n elements would be more than PTRDIFF_MAX bytes)
+ * or @pool's error; @acc is left as it was on an error.
  */
 struct tier_grad_stats {
 	double sumsq;

@@ -383,7 +383,8 @@ TIER_API int tier_obj_create(struct tier_store *s, const char *name, uint64_t si
 TIER_API struct tier_obj *tier_obj_find(struct tier_store *s, const char *name);
 
 /* Waits for the object's transfers, then frees it on every tier.  -EBUSY
- * when it is pinned; -EINVAL for a NULL @s or @o (not a no-op). */
+ * when it is pinned, or is an optimizer's state (tier_optim_destroy frees
+ * it); -EINVAL for a NULL @s or @o (not a no-op). */
 TIER_API int tier_obj_destroy(struct tier_store *s, struct tier_obj *o);
 
 TIER_API uint64_t tier_obj_size(const struct tier_obj *o);
