@@ -5,6 +5,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <limits.h>
 
 #include "common/cuda.h"
@@ -78,6 +79,16 @@ int tier_gpu_sync(int gpu)
 	return ts_cuda_stream_sync(NULL);
 }
 
+/* A count no buffer holds (the fp32 param array is the widest): refused
+ * before anything reaches the GPU, as the CPU update refuses it. */
+static int gpu_count_check(const struct tier_adam_tensors *t, const char *who)
+{
+	if (t->n > (size_t)PTRDIFF_MAX / sizeof(float))
+		return ts_err(-EOVERFLOW, "%s: n = %zu: the fp32 param array of n elements is more than PTRDIFF_MAX bytes, larger than any buffer",
+			      who, t->n);
+	return 0;
+}
+
 int tier_adam_step_gpu(int gpu, const struct tier_adam_params *p, const struct tier_adam_tensors *t)
 {
 	struct adamw_chunk c;
@@ -86,7 +97,7 @@ int tier_adam_step_gpu(int gpu, const struct tier_adam_params *p, const struct t
 	TS_NONNULL(p);
 	TS_NONNULL(t);
 	ts_err_clear();
-	if ((rc = use_gpu(gpu)))
+	if ((rc = gpu_count_check(t, "tier_adam_step_gpu")) || (rc = use_gpu(gpu)))
 		return rc;
 	c = adamw_chunk_of(t);
 	return adamw_cuda_step(p, t->moment_dtype, t->grad_dtype, t->out_dtype, &c, 1, NULL);
@@ -99,7 +110,7 @@ int tier_adam_roofline_gpu(int gpu, const struct tier_adam_tensors *t)
 
 	TS_NONNULL(t);
 	ts_err_clear();
-	if ((rc = use_gpu(gpu)))
+	if ((rc = gpu_count_check(t, "tier_adam_roofline_gpu")) || (rc = use_gpu(gpu)))
 		return rc;
 	c = adamw_chunk_of(t);
 	return adamw_cuda_roofline(t->moment_dtype, t->grad_dtype,

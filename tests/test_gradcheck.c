@@ -804,6 +804,30 @@ START_TEST(count_overflow)
 }
 END_TEST
 
+/* The GPU update's entry points refuse the same counts, before any GPU is
+ * used (so on a machine without one too). */
+START_TEST(gpu_count_overflow)
+{
+	struct tier_adam_params p;
+	float x[4] = { 0 };
+	struct tier_adam_tensors t = { .n = (size_t)PTRDIFF_MAX / sizeof(float) + 1,
+				       .param = x, .exp_avg = x, .exp_avg_sq = x,
+				       .moment_dtype = TIER_FP32, .grad = x,
+				       .grad_dtype = TIER_FP32 };
+	int rc;
+
+	tier_adam_params_init(&p);
+	rc = tier_adam_step_gpu(0, &p, &t);
+	ck_assert_msg(rc == -EOVERFLOW && strstr(tier_last_error(), "tier_adam_step_gpu: n = "),
+		      "tier_adam_step_gpu: %d '%s'", rc, tier_last_error());
+	t.n = SIZE_MAX;
+	rc = tier_adam_roofline_gpu(0, &t);
+	ck_assert_msg(rc == -EOVERFLOW && strstr(tier_last_error(), "tier_adam_roofline_gpu: n = "),
+		      "tier_adam_roofline_gpu: %d '%s'", rc, tier_last_error());
+	ck_assert(x[0] == 0.0f);
+}
+END_TEST
+
 /* -------------------------------------------------------------- TIER_SIMD */
 
 struct simd_case {
@@ -1098,6 +1122,7 @@ static Suite *gradcheck_suite(void)
 	tc = tcase_create("errors_env");
 	tcase_add_test(tc, argument_errors);
 	tcase_add_loop_test(tc, count_overflow, 0, (int)ARRAY_SIZE(count_cases));
+	tcase_add_test(tc, gpu_count_overflow);
 	tcase_add_loop_test(tc, simd_env_child, 0, (int)ARRAY_SIZE(simd_cases));
 	suite_add_tcase(s, tc);
 
