@@ -7,7 +7,8 @@
  *  1. graph check: the document's node graph (aliases share nodes) is
  *     walked once with memoised expanded sizes; a cycle, nesting past
  *     MAX_DEPTH or an expansion past TIER_YAML_NODE_LIMIT nodes is refused
- *     before anything follows an alias.
+ *     before anything follows an alias.  Then every scalar, key or value,
+ *     is checked for a NUL byte (a "\0" escape), which is refused.
  *  2. schema: table-driven walk of the known keys into `struct raw`, which
  *     keeps each value with its position; unknown keys (with a suggestion),
  *     wrong types, bad units and duplicate keys are reported here.
@@ -310,6 +311,111 @@ static int graph_check(struct walker *w)
 	return g.failed ? -EINVAL : 0;
 }
 
+/* ------------------------------------------------ pass 1b: NUL bytes */
+
+/*
+ * libyaml gives a scalar's length, and "\0" in a double-quoted scalar is
+ * a NUL byte inside it; everything after reads values as C strings, which
+ * would end there ("a\0b" read as "a").  So a scalar holding a NUL is
+ * refused, wherever it stands, before pass 2 reads anything.
+ */
+struct nul_walk {
+	struct walker *w;
+	unsigned char *seen;     /* each node once: aliases share nodes */
+	char path[320];          /* "nvme.paths[0].path" at the node */
+};
+
+/* The @len bytes of @v into @out, each NUL written as \x00. */
+static void show_nuls(const char *v, size_t len, char *out, size_t outlen)
+{
+	size_t o = 0;
+
+	for (size_t i = 0; i < len && o + 5 < outlen; i++) {
+		if (v[i] == '\0') {
+			memcpy(out + o, "\\x00", 4);
+			o += 4;
+		} else {
+			out[o++] = v[i];
+		}
+	}
+	out[o] = '\0';
+}
+
+/* Reports scalar @n if it holds a NUL byte: a key of the mapping at
+ * nw->path, or the value there. */
+static void nul_scalar(struct nul_walk *nw, const yaml_node_t *n, bool key)
+{
+	const char *v = (const char *)n->data.scalar.value;
+	size_t len = n->data.scalar.length;
+	const char *z = len ? memchr(v, '\0', len) : NULL;
+	const char *where = nw->path[0] ? nw->path : "manifest";
+	char shown[4 * 256 + 8];
+
+	if (!z)
+		return;
+	show_nuls(v, len < 256 ? len : 256, shown, sizeof(shown));
+	if (key)
+		mf_diag(nw->w, mf_pos_of(n),
+			"%s: the key '%s' contains a NUL byte at offset %zu; a manifest's keys and values are text",
+			where, shown, (size_t)(z - v));
+	else
+		mf_diag(nw->w, mf_pos_of(n),
+			"%s: contains a NUL byte at offset %zu ('%s'); a manifest's keys and values are text",
+			where, (size_t)(z - v), shown);
+}
+
+/* Node @id and what is below it (pass 1 bounded the depth). */
+static void nul_node(struct nul_walk *nw, int id)
+{
+	yaml_node_t *n = yaml_document_get_node(nw->w->doc, id);
+	size_t at = strlen(nw->path), i = 0;
+
+	if (!n || nw->seen[id] || mf_report_full(nw->w))
+		return;
+	nw->seen[id] = 1;
+	if (n->type == YAML_SCALAR_NODE) {
+		nul_scalar(nw, n, false);
+	} else if (n->type == YAML_SEQUENCE_NODE) {
+		for (yaml_node_item_t *it = n->data.sequence.items.start;
+		     it < n->data.sequence.items.top; it++, i++) {
+			snprintf(nw->path + at, sizeof(nw->path) - at, "[%zu]", i);
+			nul_node(nw, *it);
+		}
+	} else if (n->type == YAML_MAPPING_NODE) {
+		for (yaml_node_pair_t *p = n->data.mapping.pairs.start;
+		     p < n->data.mapping.pairs.top; p++) {
+			yaml_node_t *k = yaml_document_get_node(nw->w->doc, p->key);
+
+			nw->path[at] = '\0';
+			if (k && k->type == YAML_SCALAR_NODE) {
+				if (!nw->seen[p->key])
+					nul_scalar(nw, k, true);
+				nw->seen[p->key] = 1;
+				snprintf(nw->path + at, sizeof(nw->path) - at, "%s%s", at ? "." : "",
+					 (const char *)k->data.scalar.value);
+			} else {
+				nul_node(nw, p->key);
+			}
+			nul_node(nw, p->value);
+		}
+	}
+	nw->path[at] = '\0';
+}
+
+static int nul_check(struct walker *w)
+{
+	int n = (int)(w->doc->nodes.top - w->doc->nodes.start);
+	struct nul_walk nw = { .w = w };
+	int before = w->ndiags;
+
+	nw.seen = ts_calloc((size_t)n + 1, 1);
+	if (!nw.seen)
+		return ts_err(-ENOMEM, "%s: out of memory checking %d YAML nodes", w->file, n);
+	nul_node(&nw, 1);
+	free(nw.seen);
+	return w->ndiags > before ? -EINVAL : 0;
+}
+
 /* ------------------------------------------------------------ the API */
 
 void manifest_clear(struct tier_manifest *c)
@@ -576,6 +682,9 @@ int tier_manifest_parse_rank(const char *text, size_t len, const char *name, uns
 	rc = graph_check(&w);
 	if (rc)
 		goto out;
+	rc = nul_check(&w);
+	if (rc)
+		goto out;
 	rc = take_rank(&w, rank);
 	if (rc)
 		goto out;
@@ -755,8 +864,11 @@ int tier_manifest_info(const struct tier_manifest *m, struct tier_manifest_info 
 	out->dram_capacity = t->dram_capacity;
 	out->numa_node = t->numa_node;
 	out->npaths = (uint32_t)t->npaths;
+	/* Resolution refused a sum past 2^64; saturated all the same. */
 	for (size_t i = 0; i < t->npaths; i++)
-		out->nvme_capacity += t->paths[i].capacity;
+		if (__builtin_add_overflow(out->nvme_capacity, t->paths[i].capacity,
+					   &out->nvme_capacity))
+			out->nvme_capacity = UINT64_MAX;
 	out->stripe_unit = t->stripe_unit;
 	out->checksum = t->checksum == TIER_CSUM_CRC32C;
 	out->keep_commits = t->keep_commits;

@@ -45,13 +45,33 @@ int mf_gather_facts(struct walker *w, struct facts *f)
 /*
  * A size or a percentage of @whole, and "/local_world" divided by the
  * local world size (rounded down here; the key then rounds to its unit).
+ * A percentage is at most 100, so the product is at most @whole; but
+ * (double)@whole may round up to 2^64, which no uint64_t holds.
  */
 static uint64_t resolve_size(const struct raw_size *s, uint64_t whole)
 {
-	uint64_t v = s->v.is_percent ? (uint64_t)((double)whole * s->v.percent / 100.0)
-				     : s->v.bytes;
+	uint64_t v = s->v.bytes;
 
+	if (s->v.is_percent) {
+		double d = (double)whole * s->v.percent / 100.0;
+
+		v = d >= 18446744073709551616.0 ? UINT64_MAX : (uint64_t)d;
+	}
 	return s->div > 1 ? v / s->div : v;
+}
+
+/* @a + @b, or UINT64_MAX when the sum passes it. */
+static uint64_t add_sat(uint64_t a, uint64_t b)
+{
+	uint64_t sum;
+
+	return __builtin_add_overflow(a, b, &sum) ? UINT64_MAX : sum;
+}
+
+/* The capacity of @rp as written, in bytes (a percentage: as resolved). */
+static uint64_t written_bytes(const struct raw_path *rp, const struct tiers_path_cfg *p)
+{
+	return rp->capacity.v.is_percent ? p->capacity : rp->capacity.v.bytes;
 }
 
 void mf_resolve_gpu(struct walker *w, const struct facts *f, struct tier_manifest *c)
@@ -283,6 +303,26 @@ static int nvme_path_file(struct walker *w, const struct raw_path *rp,
 }
 
 /*
+ * Reports that the path as written, at @abs, is a symbolic link: where it
+ * points, and whether to name a directory (written "dir/", or the link
+ * leads to one) or a file instead.
+ */
+static void path_is_link(struct walker *w, const struct raw_path *rp,
+			 const struct path_place *pl, const char *abs, bool dir_form)
+{
+	char to[PATH_MAX];
+	struct stat st;
+	ssize_t n = readlink(abs, to, sizeof(to) - 1);
+
+	if (n < 0)
+		n = (ssize_t)snprintf(to, sizeof(to), "?");
+	to[n] = '\0';
+	mf_diag(w, rp->path_at, "%s.path: path '%s' is a symbolic link (to '%s'); name the real %s",
+		pl->key, rp->path, to,
+		dir_form || (stat(abs, &st) == 0 && S_ISDIR(st.st_mode)) ? "directory" : "file");
+}
+
+/*
  * What the path names: a directory (existing, or ending in '/'), else a
  * file whose parent directory must exist.  Sets p->file, pl->dir,
  * pl->existing and pl->dir_exists; 0, or -errno after reporting.
@@ -299,12 +339,13 @@ static int nvme_path_locate(struct walker *w, const struct tier_manifest *c,
 	is_dir_path = rp->path[strlen(rp->path) - 1] == '/';
 	if (w->flags & TIER_MANIFEST_NO_PROBE) {
 		/* Schema only: the trailing '/' alone says "directory". */
-	} else if ((is_dir_path ? stat(abs, &st) : lstat(abs, &st)) == 0) {
-		/* "dir/" names a directory, reached like any other; a name
-		 * without the '/' is taken as it is, never through a link. */
+	} else if (lstat(abs, &st) == 0) {
+		/* What the path names, the backing file or its directory
+		 * ("dir/"), is used by its own name, never through a link:
+		 * the store creates and writes there (tiers/nvme_file.c opens
+		 * the directory with O_NOFOLLOW). */
 		if (S_ISLNK(st.st_mode)) {
-			mf_diag(w, rp->path_at, "%s.path: '%s' is a symbolic link; a backing path is used by its own name only (name the directory or file it points to)",
-				pl->key, rp->path);
+			path_is_link(w, rp, pl, abs, is_dir_path);
 			return -ELOOP;
 		} else if (S_ISDIR(st.st_mode)) {
 			is_dir_path = true;
@@ -419,7 +460,7 @@ static void nvme_path_capacity(struct walker *w, const struct raw_path *rp,
 			       uint64_t data_off, size_t i, struct fs_use *fs, size_t *nfs)
 {
 	struct fs_use *u = NULL;
-	uint64_t whole;
+	uint64_t whole, need;
 	char a[32], b[32], d[32], e[32];
 
 	for (size_t j = 0; j < *nfs; j++)
@@ -432,9 +473,9 @@ static void nvme_path_capacity(struct walker *w, const struct raw_path *rp,
 		u->used = 0;
 		u->first = i;
 	}
-	u->avail += pl->existing;
+	u->avail = add_sat(u->avail, pl->existing);
 	/* The file holds its header, data_off bytes, before the capacity. */
-	whole = pl->fi.avail + pl->existing;
+	whole = add_sat(pl->fi.avail, pl->existing);
 	whole = whole > data_off ? whole - data_off : 0;
 	p->capacity = resolve_size(&rp->capacity, whole);
 	p->capacity -= p->capacity % p->block_size;
@@ -443,7 +484,21 @@ static void nvme_path_capacity(struct walker *w, const struct raw_path *rp,
 			pl->key, p->block_size);
 		return;
 	}
-	if (u->used + data_off + p->capacity > u->avail) {
+	/* Every size is below 2^64, not their sum: a capacity of 2^64 - 1
+	 * bytes plus the header wrapped round to less than a MiB. */
+	if (__builtin_add_overflow(u->used, data_off, &need) ||
+	    __builtin_add_overflow(need, p->capacity, &need)) {
+		mf_diag(w, rp->capacity.at,
+			"%s.capacity: %llu B (%s) is larger than the free space of the file system of '%s' (%s available): with the file's %s header%s%s%s it passes 2^64 bytes",
+			pl->key, (unsigned long long)written_bytes(rp, p),
+			ts_size_fmt(written_bytes(rp, p), a, sizeof(a)), pl->dir,
+			ts_size_fmt(u->avail, b, sizeof(b)), ts_size_fmt(data_off, e, sizeof(e)),
+			u->used ? " and the " : "", u->used ? ts_size_fmt(u->used, d, sizeof(d)) : "",
+			u->used ? " already given to paths on it," : "");
+		p->capacity = 0;
+		return;
+	}
+	if (need > u->avail) {
 		if (u->used)
 			mf_diag(w, rp->capacity.at,
 				"%s.capacity: %s and the file's %s header are more than the free space of the file system of '%s' (%s available, %s already given to paths on it)",
@@ -458,7 +513,7 @@ static void nvme_path_capacity(struct walker *w, const struct raw_path *rp,
 				ts_size_fmt(data_off, e, sizeof(e)), pl->dir,
 				ts_size_fmt(u->avail, b, sizeof(b)));
 	}
-	u->used += data_off + p->capacity;
+	u->used = need;
 }
 
 /*
@@ -484,12 +539,38 @@ static uint64_t nvme_data_offset(const struct raw *r, uint64_t stripe_unit)
 	return (TIER_NVME_HEADER_SIZE + align - 1) / align * align;
 }
 
+/*
+ * Adds path @p, its capacity and its header, to *@total, the NVMe tier's
+ * bytes over every path: what the tier and tier_manifest_info() add up.
+ * Each file system's free space bounds its own paths, but schema-only
+ * (TIER_MANIFEST_NO_PROBE) nothing does, and the sum must not pass 2^64.
+ */
+static void nvme_tier_total(struct walker *w, const struct raw_path *rp,
+			    const struct tiers_path_cfg *p, const struct path_place *pl,
+			    uint64_t data_off, uint64_t *total)
+{
+	uint64_t sum;
+	char a[32], b[32], e[32];
+
+	if (!__builtin_add_overflow(*total, data_off, &sum) &&
+	    !__builtin_add_overflow(sum, p->capacity, &sum)) {
+		*total = sum;
+		return;
+	}
+	mf_diag(w, rp->capacity.at,
+		"%s.capacity: %llu B (%s) is larger than an NVMe tier can be: with the file's %s header and the %s of the paths before it, the tier passes 2^64 bytes",
+		pl->key, (unsigned long long)written_bytes(rp, p),
+		ts_size_fmt(written_bytes(rp, p), a, sizeof(a)), ts_size_fmt(data_off, e, sizeof(e)),
+		ts_size_fmt(*total, b, sizeof(b)));
+}
+
 void mf_resolve_nvme(struct walker *w, struct tier_manifest *c)
 {
 	struct raw *r = w->raw;
 	struct fs_use fs[TIERS_MAX_NVME_PATHS];
-	uint64_t data_off;
+	uint64_t data_off, total = 0;
 	size_t nfs = 0;
+	int before;
 
 	c->tiers.stripe_unit = r->stripe_unit ? r->stripe_unit : (1u << 20);
 	c->tiers.sqpoll = r->sqpoll;
@@ -536,17 +617,20 @@ void mf_resolve_nvme(struct walker *w, struct tier_manifest *c)
 		}
 		if (!rp->capacity.at.line)
 			continue; /* missing or invalid: reported in pass 2 */
+		before = w->ndiags;
 		if (w->flags & TIER_MANIFEST_NO_PROBE) {
 			p->capacity = resolve_size(&rp->capacity, 1ull << 40);
 			p->capacity -= p->capacity % p->block_size;
 			if (p->capacity == 0)
 				mf_diag(w, rp->capacity.at, "%s.capacity: rounds down to zero (a multiple of the block size %u)",
 					pl.key, p->block_size);
-			continue;
+		} else {
+			if (nvme_path_probe(w, r, rp, p, &pl))
+				continue;
+			nvme_path_capacity(w, rp, p, &pl, data_off, i, fs, &nfs);
 		}
-		if (nvme_path_probe(w, r, rp, p, &pl))
-			continue;
-		nvme_path_capacity(w, rp, p, &pl, data_off, i, fs, &nfs);
+		if (w->ndiags == before)
+			nvme_tier_total(w, rp, p, &pl, data_off, &total);
 	}
 }
 

@@ -28,7 +28,15 @@
  *
  * A reader trusts nothing in the file beyond what statseg_open() checked:
  * the owner and mode (only our uid can have written it), the size against
- * the header, and every offset and length against the size.
+ * the header, and every offset and length against the size.  It keeps a
+ * copy of what is written once (header, manifest) and reads the data area
+ * with pread (struct statseg_view): a file cut short by someone else is an
+ * error of the next read, never a SIGBUS.  The seqlock holds over pread
+ * as over a mapping: the three reads (sequence, payload, sequence) are
+ * made in that order, with acquire fences between them (READ_FENCE), so
+ * the payload's loads, made by the kernel in this thread, come after the
+ * first look at the sequence and before the second; the writer's side is
+ * as above.
  */
 #include "config.h"
 
@@ -80,14 +88,21 @@ struct statseg {
 	_Atomic uint64_t *payload;
 };
 
+/*
+ * A reader maps nothing: a file cut short (ftruncate) under a mapping
+ * faults the next load past its new end with SIGBUS, and any process of
+ * the uid can cut it.  The header, rank and manifest, written once before
+ * the file got its name, are copied at open; the data area is read with
+ * pread, which a short file answers with fewer bytes, never a signal.
+ */
 struct statseg_view {
 	char *path;
-	const void *map;
-	size_t size;
-	const struct statseg_header *hdr;
-	const _Atomic uint64_t *seq;
-	const _Atomic uint64_t *payload;
-	const char *manifest;
+	int fd;
+	size_t size;               /* the file's size at open (total_size) */
+	char *copy;                /* the file as it was at open, @size bytes */
+	const struct statseg_header *hdr; /* in copy */
+	uint64_t seq_offset, payload_offset;
+	const char *manifest;      /* in copy */
 };
 
 static atomic_uint g_counter;
@@ -434,13 +449,50 @@ static int check_layout(const struct statseg_header *h, size_t size, const char 
 	return 0;
 }
 
+/*
+ * An acquire fence between two of a reader's preads: the loads the kernel
+ * made for the first come before those of the second.  ThreadSanitizer
+ * sees neither the kernel's loads nor fences (GCC warns of the latter), so
+ * its builds get none.
+ */
+#if defined(__SANITIZE_THREAD__)
+#define READ_FENCE() ((void)0)
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define READ_FENCE() ((void)0)
+#endif
+#endif
+#ifndef READ_FENCE
+#define READ_FENCE() atomic_thread_fence(memory_order_acquire)
+#endif
+
+/* @len bytes of @fd at @off into @buf: the bytes read, or -errno. */
+static ssize_t pread_all(int fd, void *buf, size_t len, uint64_t off)
+{
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t n = pread(fd, (char *)buf + done, len - done, (off_t)(off + done));
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			break;
+		done += (size_t)n;
+	}
+	return (ssize_t)done;
+}
+
 int statseg_open(const char *path, struct statseg_view **out)
 {
 	struct statseg_view *v = NULL;
 	const struct statseg_header *h;
 	struct stat st;
-	void *map = MAP_FAILED;
+	char *copy = NULL;
 	size_t size = 0;
+	ssize_t got;
 	int fd = -1, rc;
 
 	if (!out)
@@ -486,16 +538,21 @@ int statseg_open(const char *path, struct statseg_view **out)
 		goto fail;
 	}
 	size = (size_t)st.st_size;
-	map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
-	if (map == MAP_FAILED) {
-		rc = -errno;
-		ts_err(rc, "stats segment %s: mmap of %zu bytes: %s", path, size, tier_strerror(rc));
+	/* 8-byte aligned (malloc), as the header's fields want */
+	copy = ts_malloc(size);
+	if (!copy) {
+		rc = ts_err(-ENOMEM, "stats segment %s: out of memory", path);
 		goto fail;
 	}
-	close(fd);
-	fd = -1;
-	h = map;
-	if (memcmp(h->magic, STATSEG_MAGIC, sizeof(h->magic)) != 0) {
+	got = pread_all(fd, copy, size, 0);
+	if (got < 0) {
+		rc = ts_err((int)got, "stats segment %s: read: %s", path, tier_strerror((int)got));
+		goto fail;
+	}
+	/* cut short since the fstat: the header's size check says so */
+	size = (size_t)got;
+	h = (const struct statseg_header *)(const void *)copy;
+	if (size < sizeof(*h) || memcmp(h->magic, STATSEG_MAGIC, sizeof(h->magic)) != 0) {
 		rc = ts_err(-EBADMSG, "stats segment %s: bad magic, not a stats segment", path);
 		goto fail;
 	}
@@ -515,12 +572,13 @@ int statseg_open(const char *path, struct statseg_view **out)
 		rc = ts_err(-ENOMEM, "stats segment %s: out of memory", path);
 		goto fail;
 	}
-	v->map = map;
+	v->fd = fd;
 	v->size = size;
+	v->copy = copy;
 	v->hdr = h;
-	v->seq = (const _Atomic uint64_t *)(const void *)((const char *)map + h->seq_offset);
-	v->payload = (const _Atomic uint64_t *)(const void *)((const char *)map + h->payload_offset);
-	v->manifest = (const char *)map + h->manifest_offset;
+	v->seq_offset = h->seq_offset;
+	v->payload_offset = h->payload_offset;
+	v->manifest = copy + h->manifest_offset;
 	*out = v;
 	return 0;
 
@@ -528,40 +586,75 @@ fail:
 	if (v)
 		free(v->path);
 	free(v);
-	if (map != MAP_FAILED)
-		munmap(map, size);
+	free(copy);
 	if (fd >= 0)
 		close(fd);
 	return rc;
 }
 
+/*
+ * The refusal of a read from a file now @now bytes long (-1: cannot
+ * tell), shorter than at open: its writer is not behind it any more.
+ */
+static int shrank(const struct statseg_view *v, long long now)
+{
+	struct stat st;
+
+	if (now < 0 && fstat(v->fd, &st) == 0)
+		now = (long long)st.st_size;
+	return ts_err(-EBADMSG, "stats segment '%s' shrank to %lld bytes (want %zu): "
+			"the store was closed or damaged", v->path, now, v->size);
+}
+
+/* The sequence word, by pread; 0 or the refusal. */
+static int read_seq(const struct statseg_view *v, uint64_t *seq)
+{
+	ssize_t n = pread_all(v->fd, seq, sizeof(*seq), v->seq_offset);
+
+	if (n == (ssize_t)sizeof(*seq))
+		return 0;
+	if (n >= 0)
+		return shrank(v, -1);
+	return ts_err((int)n, "stats segment %s: read: %s", v->path, tier_strerror((int)n));
+}
+
 int statseg_read(const struct statseg_view *v, void *payload, size_t len)
 {
-	unsigned char *dst = payload;
-	size_t words = len / 8, tail = len % 8;
+	struct stat st;
+	ssize_t n;
+	int rc;
 
 	if (len > v->hdr->payload_size)
 		return ts_err(-EINVAL, "stats segment %s: read of %zu bytes, the payload has %"
 				PRIu64, v->path, len, v->hdr->payload_size);
+	/* Cut short since the open (by someone else: the writer never is). */
+	if (fstat(v->fd, &st) != 0)
+		return ts_err(-errno, "stats segment %s: fstat: %s", v->path, tier_strerror(errno));
+	if ((unsigned long long)st.st_size < v->size)
+		return shrank(v, (long long)st.st_size);
 	for (int tries = 0; tries < READ_TRIES; tries++) {
 		uint64_t before, after;
 
 		if (tries >= READ_SPINS)
 			sched_yield();
-		before = atomic_load_explicit(v->seq, memory_order_acquire);
+		rc = read_seq(v, &before);
+		if (rc)
+			return rc;
 		if (before & 1)
 			continue;
-		for (size_t i = 0; i < words; i++) {
-			uint64_t w = atomic_load_explicit(&v->payload[i], memory_order_acquire);
-
-			memcpy(dst + i * 8, &w, 8);
-		}
-		if (tail) {
-			uint64_t w = atomic_load_explicit(&v->payload[words], memory_order_acquire);
-
-			memcpy(dst + words * 8, &w, tail);
-		}
-		after = atomic_load_explicit(v->seq, memory_order_relaxed);
+		/* the payload's loads after this look at the sequence */
+		READ_FENCE();
+		n = pread_all(v->fd, payload, len, v->payload_offset);
+		if (n < 0)
+			return ts_err((int)n, "stats segment %s: read: %s", v->path,
+					tier_strerror((int)n));
+		if ((size_t)n < len)
+			return shrank(v, -1);
+		/* and before the second look */
+		READ_FENCE();
+		rc = read_seq(v, &after);
+		if (rc)
+			return rc;
 		if (after == before)
 			return 0;
 	}
@@ -620,7 +713,8 @@ void statseg_view_close(struct statseg_view *v)
 {
 	if (!v)
 		return;
-	munmap((void *)v->map, v->size);
+	close(v->fd);
+	free(v->copy);
 	free(v->path);
 	free(v);
 }

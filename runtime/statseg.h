@@ -126,12 +126,15 @@ void statseg_close(struct statseg *s);
 struct statseg_view;
 
 /*
- * Maps the segment at @path read-only after checking it: a regular file
- * (not a symlink), owned by the caller's uid with mode 0600 (-EACCES
+ * Opens the segment at @path for reading after checking it: a regular
+ * file (not a symlink), owned by the caller's uid with mode 0600 (-EACCES
  * otherwise), of a sane size and with a consistent header (-EBADMSG: not
  * a stats segment, or a corrupt one), in layout STATSEG_VERSION (-EPROTO
- * for another version).  -errno of open() or mmap() (-ENOENT: no such
- * segment).  The detail names the path and the reason.
+ * for another version).  -errno of open() or read() (-ENOENT: no such
+ * segment).  The detail names the path and the reason.  Nothing is
+ * mapped: the view keeps a copy of the file as it was (header, rank,
+ * manifest) and its descriptor, through which statseg_read() reads the
+ * data area; so a file cut short by someone else never raises SIGBUS.
  */
 int statseg_open(const char *path, struct statseg_view **out);
 
@@ -140,11 +143,17 @@ int statseg_open(const char *path, struct statseg_view **out);
  * (@len <= payload size, else -EINVAL) into @payload.  Retries while the
  * writer is publishing; -EAGAIN when no consistent copy was had after a
  * bounded number of tries (a writer publishing nonstop, or one that died
- * in the middle of a publish).  Never blocks the writer.
+ * in the middle of a publish).  -EBADMSG when the file is now shorter
+ * than at open ("stats segment 'PATH' shrank to N bytes (want M): the
+ * store was closed or damaged"): the size is checked before each read,
+ * and a read that comes back short says the same.  Never blocks the
+ * writer.
  */
 int statseg_read(const struct statseg_view *v, void *payload, size_t len);
 
-/* The validated header, and the manifest text (NUL-terminated). */
+/* The validated header, and the manifest text (NUL-terminated), from the
+ * view's copy: valid until statseg_view_close(), whatever becomes of the
+ * file. */
 const struct statseg_header *statseg_view_header(const struct statseg_view *v);
 const char *statseg_view_manifest(const struct statseg_view *v);
 /* The writer's rank into *@out: false when the segment has none (an

@@ -258,6 +258,41 @@ static const struct bad_case bad_cases[] = {
 	  "- a\n- b\n", 1, 1, "manifest: expected a mapping of keys, got a list" },
 	{ "non-scalar key",
 	  "? [a, b]\n: 1\n", 1, 3, "a key must be a plain word" },
+	/*
+	 * REGRESSION (issue 41, item 1): 2^64 - 1 bytes passed: the capacity
+	 * and the file's header, added to compare with the free space,
+	 * wrapped to less than a MiB.
+	 */
+	{ "NVMe capacity of 2^64 - 1 bytes",
+	  SMALL "nvme:\n  paths:\n    - path: ${T}/\n      capacity: 18446744073709551615B\n",
+	  6, 17, "nvme.paths[0].capacity: 18446744073709551615 B (16.00 EiB) is larger than" },
+	{ "NVMe capacity of 2^64 - 1 bytes, a file path",
+	  SMALL "nvme:\n  paths:\n    - path: ${T}/a.dat\n      capacity: 18446744073709551615\n",
+	  6, 17, "with the file's 1.00 MiB header it passes 2^64 bytes" },
+	{ "NVMe capacity just under 2^64 bytes, divided",
+	  SMALL "nvme:\n  paths:\n    - path: ${T}/\n      capacity: 16383PiB/local_world\n",
+	  6, 17, "more than the free space of the file system of" },
+	/*
+	 * REGRESSION (issue 41, item 3): a NUL byte in a double-quoted
+	 * scalar cut the value short ("a\0b" was the store name "a").
+	 */
+	{ "NUL in the store name",
+	  "name: \"a\\0b\"\n" SMALL, 1, 7,
+	  "name: contains a NUL byte at offset 1 ('a\\x00b')" },
+	{ "NUL in a path",
+	  SMALL "nvme:\n  paths:\n    - path: \"${T}/x\\0y\"\n      capacity: 1MiB\n",
+	  5, 13, "nvme.paths[0].path: contains a NUL byte at offset 6" },
+	{ "NUL in a size",
+	  "dram:\n  capacity: \"512MiB\\0junk\"\n", 2, 13,
+	  "dram.capacity: contains a NUL byte at offset 6" },
+	{ "NUL in a key",
+	  "dram:\n  \"capacity\\0x\": 512MiB\n", 2, 3,
+	  "dram: the key 'capacity\\x00x' contains a NUL byte at offset 8" },
+	{ "NUL in a value under an unknown key",
+	  SMALL "extra:\n  - \"\\0\"\n", 4, 5, "extra[0]: contains a NUL byte at offset 0" },
+	{ "NUL in a list item",
+	  SMALL "nvme:\n  paths:\n    - \"x\\0\"\n", 5, 7,
+	  "nvme.paths[0]: contains a NUL byte at offset 1" },
 };
 
 START_TEST(test_bad)
@@ -726,21 +761,154 @@ START_TEST(test_default)
 }
 END_TEST
 
-/* A symlink to the scratch directory names the same backing file. */
+/*
+ * A symlink on the way to the scratch directory names the same backing
+ * file.  (The link as the last component is refused: test_symlink.)
+ */
 START_TEST(test_duplicate_through_symlink)
 {
 	struct tier_manifest *m = NULL;
-	char *link, text[1024], target[4096];
+	char *link, *sub, text[1024], target[4096];
 
 	if (!realpath(g_dir, target) || asprintf(&link, "%s/link", g_dir) < 0 ||
-	    symlink(target, link) != 0)
+	    asprintf(&sub, "%s/sub", g_dir) < 0 || symlink(target, link) != 0 ||
+	    mkdir(sub, 0700) != 0)
 		ck_abort();
 	snprintf(text, sizeof(text),
 		 SMALL "nvme:\n  paths:\n    - {path: \"%s/\", capacity: 1MiB}\n"
-		 "    - {path: \"%s/\", capacity: 1MiB}\n", g_dir, link);
+		 "    - {path: \"%s/sub/\", capacity: 1MiB}\n", sub, link);
 	ck_assert_int_eq(load_text(text, &m), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(tier_last_error(), ":6:14: nvme.paths[1].path: duplicate path"));
 	free(link);
+	free(sub);
+}
+END_TEST
+
+/*
+ * REGRESSION (issue 41, item 2): "dir/" was reached through a symbolic
+ * link (to /etc, say), and the store created its file where the link
+ * pointed.  The path as written, directory or file, must not be a
+ * symbolic link; links on the way to it are fine.
+ */
+static const struct symlink_case {
+	const char *name;
+	const char *target;      /* what ${T}/l points to (@ = the scratch dir) */
+	const char *path;        /* the entry's path */
+	const char *needle;      /* NULL: accepted */
+} symlink_cases[] = {
+	{ "to /etc, directory form", "/etc", "${T}/l/",
+	  "is a symbolic link (to '/etc'); name the real directory" },
+	{ "to /etc, file form", "/etc", "${T}/l",
+	  "is a symbolic link (to '/etc'); name the real directory" },
+	{ "to a directory of ours", "real", "${T}/l/",
+	  "is a symbolic link (to 'real'); name the real directory" },
+	{ "to a directory of ours, spelled with /.", "real", "${T}/l/.",
+	  "is a symbolic link (to 'real'); name the real directory" },
+	{ "to a file of ours", "real/f.dat", "${T}/l",
+	  "is a symbolic link (to 'real/f.dat'); name the real file" },
+	{ "dangling", "nowhere", "${T}/l/",
+	  "is a symbolic link (to 'nowhere'); name the real directory" },
+	{ "on the way, not the last component", "real", "${T}/l/sub/", NULL },
+};
+
+START_TEST(test_symlink)
+{
+	const struct symlink_case *c = &symlink_cases[_i];
+	struct tier_manifest *m = NULL;
+	char dir[4200], text[4500], want[8600], abs[4096];
+	int rc;
+
+	ck_assert_ptr_nonnull(realpath(g_dir, abs));
+	snprintf(dir, sizeof(dir), "%s/real", g_dir);
+	ck_assert_int_eq(mkdir(dir, 0700), 0);
+	snprintf(dir, sizeof(dir), "%s/real/sub", g_dir);
+	ck_assert_int_eq(mkdir(dir, 0700), 0);
+	snprintf(dir, sizeof(dir), "%s/l", g_dir);
+	ck_assert_int_eq(symlink(c->target, dir), 0);
+	snprintf(text, sizeof(text),
+		 SMALL "nvme:\n  paths:\n    - path: %s\n      capacity: 1MiB\n      direct: false\n",
+		 c->path);
+	rc = load_text(text, &m);
+	if (!c->needle) {
+		ck_assert_msg(rc == 0, "%s: %s", c->name, tier_last_error());
+		snprintf(want, sizeof(want), "%s/real/sub/tierstore-tierstore.dat", abs);
+		ck_assert_str_eq(m->tiers.paths[0].file, want);
+		tier_manifest_free(m);
+		return;
+	}
+	ck_assert_msg(rc == -EINVAL, "%s: accepted (rc %d)", c->name, rc);
+	/* The path as written (cut to an excerpt if long), then the rest. */
+	snprintf(want, sizeof(want), "%s/m.yaml:5:13: nvme.paths[0].path: path '", g_dir);
+	ck_assert_msg(strncmp(tier_last_error(), want, strlen(want)) == 0,
+		      "%s: not '%s...':\n%s", c->name, want, tier_last_error());
+	ck_assert_msg(strstr(tier_last_error(), c->needle), "%s: '%s' not in:\n%s", c->name,
+		      c->needle, tier_last_error());
+}
+END_TEST
+
+/*
+ * The store's open refuses the same: a directory still to be made
+ * (create: true) when the manifest was read, which is a symbolic link by
+ * the time the store opens.  Nothing is created where it points.
+ */
+START_TEST(test_symlink_at_open)
+{
+	struct tier_manifest *m = NULL;
+	struct tier_nvme *t = NULL;
+	char text[4500], abs[4096], real[4200], link[4200], f[4400], want[13000];
+	int rc;
+
+	snprintf(text, sizeof(text),
+		 SMALL "nvme:\n  paths:\n    - path: ${T}/later/\n      capacity: 1MiB\n"
+		 "      direct: false\n      create: true\n");
+	ck_assert_msg(load_text(text, &m) == 0, "%s", tier_last_error());
+	ck_assert_ptr_nonnull(realpath(g_dir, abs));
+	snprintf(real, sizeof(real), "%s/real", abs);
+	snprintf(link, sizeof(link), "%s/later", abs);
+	ck_assert_int_eq(mkdir(real, 0700), 0);
+	ck_assert_int_eq(symlink("real", link), 0);
+	rc = tier_nvme_open(m, 0, &t);
+	if (rc == 0)
+		tier_nvme_close(t);
+	ck_assert_msg(rc == -ELOOP, "open through a symlink: rc %d: %s", rc, tier_last_error());
+	snprintf(want, sizeof(want), "nvme0: path '%s' (%s/m.yaml:5:7) is a symbolic link (to 'real'); name the real directory",
+		 link, g_dir);
+	ck_assert_msg(strstr(tier_last_error(), want), "'%s' not in:\n%s", want, tier_last_error());
+	snprintf(f, sizeof(f), "%s/tierstore-tierstore.dat", real);
+	ck_assert_msg(access(f, F_OK) != 0, "%s was created through the link", f);
+	tier_manifest_free(m);
+}
+END_TEST
+
+/*
+ * REGRESSION (issue 41, item 1): the capacities of the paths, each a
+ * size, added up past 2^64 (schema-only, where no free space bounds
+ * them); refused at the entry where the sum passes it.  Below it, the
+ * total that tier_manifest_info() reports is exact.
+ */
+START_TEST(test_size_sums)
+{
+	struct tier_manifest *m = NULL;
+	struct tier_manifest_info in;
+	const char *over = SMALL "nvme:\n  paths:\n"
+			   "    - {path: /x/a.dat, capacity: 16383PiB}\n"
+			   "    - {path: /x/b.dat, capacity: 16383PiB}\n";
+	const char *under = SMALL "nvme:\n  paths:\n"
+			    "    - {path: /x/a.dat, capacity: 8191PiB}\n"
+			    "    - {path: /x/b.dat, capacity: 8191PiB}\n";
+	int rc;
+
+	rc = tier_manifest_parse(over, strlen(over), "s.yaml", TIER_MANIFEST_NO_PROBE, &m);
+	ck_assert_msg(rc == -EINVAL, "accepted (rc %d)", rc);
+	ck_assert_msg(strstr(tier_last_error(),
+			     "s.yaml:6:34: nvme.paths[1].capacity: 18445618173802708992 B (16.00 EiB) is larger than"),
+		      "%s", tier_last_error());
+	ck_assert_msg(strstr(tier_last_error(), "passes 2^64 bytes"), "%s", tier_last_error());
+	ck_assert_msg(tier_manifest_parse(under, strlen(under), "s.yaml", TIER_MANIFEST_NO_PROBE, &m) == 0,
+		      "%s", tier_last_error());
+	ck_assert_int_eq(tier_manifest_info(m, &in), 0);
+	ck_assert_uint_eq(in.nvme_capacity, 2 * (8191ull << 50));
+	tier_manifest_free(m);
 }
 END_TEST
 
@@ -1464,6 +1632,10 @@ static Suite *manifest_suite(void)
 	tcase_add_test(tc, test_default);
 	tcase_add_test(tc, test_aliases_within_limit);
 	tcase_add_test(tc, test_duplicate_through_symlink);
+	tcase_add_loop_test(tc, test_symlink, 0,
+			    (int)(sizeof(symlink_cases) / sizeof(symlink_cases[0])));
+	tcase_add_test(tc, test_symlink_at_open);
+	tcase_add_test(tc, test_size_sums);
 	tcase_add_test(tc, test_null_section);
 	tcase_add_test(tc, test_one_message_per_mistake);
 	tcase_add_test(tc, test_no_probe);

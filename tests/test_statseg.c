@@ -10,7 +10,9 @@
  *    bad sizes and a missing directory refused;
  *  - publish and read: zeros before the first publish, round trips, a
  *    prefix with a ragged tail, a read longer than the payload refused, a
- *    writer stuck mid-publish (odd sequence) giving -EAGAIN;
+ *    writer stuck mid-publish (odd sequence) giving -EAGAIN; a file cut
+ *    short under an open view refused by the next read (never SIGBUS),
+ *    the view's header and manifest still whole;
  *  - close removes the file; a forked child's close of an inherited
  *    segment does not;
  *  - open refuses, with the named error and the path in the detail: bad
@@ -315,6 +317,54 @@ START_TEST(publish_read)
 	}
 	statseg_view_close(v);
 	statseg_close(s);
+}
+END_TEST
+
+/*
+ * REGRESSION (issue 41, item 5): a segment cut short by someone else
+ * (ftruncate) under an open view was SIGBUS at the next read, which
+ * copied the payload through a mapping past the file's new end.  Now the
+ * read says how far the file shrank, and what the view gives (header,
+ * rank, manifest, staleness) comes from its own copy.  Sizes: nothing
+ * left, inside the header, one page, all but the last byte.
+ */
+static const off_t shrink_sizes[] = { 0, 100, 4096, -1 };
+
+START_TEST(read_after_shrink)
+{
+	static uint8_t in[3 * 4096 + 8], out[sizeof(in)];
+	const struct statseg_rank rank = { 1, 1, 4, 2 };
+	struct statseg_view *v;
+	struct statseg_rank r;
+	struct statseg *s;
+	off_t to = shrink_sizes[_i];
+	char want[128];
+	uint64_t total;
+
+	for (size_t i = 0; i < sizeof(in); i++)
+		in[i] = (uint8_t)(i * 13);
+	ck_assert_int_eq(statseg_create_rank("cut", "manifest: yes\n", sizeof(in), &rank, &s), 0);
+	statseg_publish(s, in);
+	ck_assert_int_eq(statseg_open(statseg_path(s), &v), 0);
+	ck_assert_int_eq(statseg_read(v, out, sizeof(out)), 0);
+	ck_assert(memcmp(in, out, sizeof(in)) == 0);
+	total = statseg_view_header(v)->total_size;
+	if (to < 0)
+		to = (off_t)total - 1;
+	ck_assert_int_eq(truncate(statseg_path(s), to), 0);
+
+	ck_assert_int_eq(statseg_read(v, out, sizeof(out)), -EBADMSG);
+	snprintf(want, sizeof(want), "shrank to %lld bytes (want %llu): the store was closed or damaged",
+		 (long long)to, (unsigned long long)total);
+	assert_detail(statseg_path(s), want);
+	ck_assert_int_eq(statseg_read(v, out, 8), -EBADMSG);
+	ck_assert_uint_eq(statseg_view_header(v)->total_size, total);
+	ck_assert_str_eq(statseg_view_header(v)->name, "cut");
+	ck_assert_str_eq(statseg_view_manifest(v), "manifest: yes\n");
+	ck_assert(statseg_view_rank(v, &r) && r.world_size == 4 && r.local_rank == 1);
+	ck_assert(!statseg_stale(v));
+	statseg_view_close(v);
+	statseg_close(s); /* never publishes again: its own mapping is cut too */
 }
 END_TEST
 
@@ -1101,6 +1151,7 @@ static Suite *statseg_suite(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, publish_read);
 	tcase_add_test(tc, stuck_writer);
+	tcase_add_loop_test(tc, read_after_shrink, 0, (int)ARRAY_SIZE(shrink_sizes));
 	tcase_add_test(tc, close_removes);
 	tcase_add_test(tc, child_close_keeps);
 	suite_add_tcase(s, tc);

@@ -447,10 +447,27 @@ int nvme_file_open(struct tier_nvme *t, struct nvme_path *p)
 	if (rc)
 		return ts_err(rc, "nvme%d (%s): not a file name", p->index, p->file);
 	path_who(p, who, sizeof(who));
-	p->dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (p->dfd < 0)
-		return ts_err(-errno, "nvme%d (%s): opening its directory %s: %s", p->index,
-			      p->file, dir, tier_strerror(errno));
+	/* The directory by its own name too: the manifest's check refused a
+	 * link there, and one put there since is refused the same way. */
+	p->dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (p->dfd < 0) {
+		const struct tiers_path_cfg *pc = t->cfg && (size_t)p->index < t->cfg->npaths
+							  ? &t->cfg->paths[p->index] : NULL;
+		struct stat lst;
+		char to[PATH_MAX];
+		ssize_t n;
+
+		rc = -errno;
+		if ((rc == -ELOOP || rc == -ENOTDIR) && lstat(dir, &lst) == 0 && S_ISLNK(lst.st_mode)) {
+			n = readlink(dir, to, sizeof(to) - 1);
+			to[n > 0 ? n : 0] = '\0';
+			return ts_err(-ELOOP, "nvme%d: path '%s' (%s:%d:%d) is a symbolic link (to '%s'); name the real directory",
+				      p->index, dir, pc ? t->cfg->source : "?", pc ? pc->line : 0,
+				      pc ? pc->col : 0, to);
+		}
+		return ts_err(rc, "nvme%d (%s): opening its directory %s: %s", p->index,
+			      p->file, dir, tier_strerror(rc));
+	}
 	for (int i = 0; i < NVME_OPEN_TRIES; i++) {
 		struct stat st;
 

@@ -90,7 +90,26 @@ void stat_text_line(FILE *f, enum stat_group_id g, const void *rec);
  * number that is not finite is null). */
 const char *stat_fmt_bytes(double v, char *buf, size_t len);
 const char *stat_fmt_uptime(uint64_t ns, char *buf, size_t len);
-void stat_json_str(FILE *f, const char *s);
 void stat_json_num(FILE *f, double v);
+
+/*
+ * Strings, from a stats segment above all: a store's name, a backend, a
+ * file, its manifest.  The segment's writer is trusted for nothing, and a
+ * fixed field (char backend[16]) need not hold its NUL: each string is
+ * taken up to its NUL or @max bytes (its field's size), and what is not
+ * well-formed UTF-8 comes out as U+FFFD, so that every output is UTF-8
+ * (and valid JSON) whatever the segment holds.
+ *
+ * stat_text: for the report and the list, into @buf (@len bytes, cut on a
+ * character), control characters U+FFFD too (nothing reaches a terminal
+ * as a command).  stat_json_strn: a JSON string, control characters
+ * escaped (\uXXXX), not UTF-8 as \ufffd.  stat_prom_label: ",KEY=\"v\""
+ * for the Prometheus text format (\\, \" and \n escaped), other control
+ * characters U+FFFD.
+ */
+const char *stat_text(const char *s, size_t max, char *buf, size_t len);
+void stat_json_strn(FILE *f, const char *s, size_t max);
+void stat_json_str(FILE *f, const char *s); /* NUL-terminated, no bound */
+void stat_prom_label(FILE *f, const char *k, const char *v, size_t max);
 
 #endif

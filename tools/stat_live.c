@@ -292,9 +292,11 @@ static int print_list(const struct segs *ss, const char *dir)
 	       "COMMIT", "STATE", "SEGMENT");
 	for (size_t i = 0; i < ss->n; i++) {
 		const struct seg *s = &ss->v[i];
-		const char *name = s->l ? s->info.name : "?";
+		char name[4 * sizeof(s->info.name)] = "?";
 		char step[24] = "-", up[24] = "-", gen[24] = "-", rank[32] = "-";
 
+		if (s->l)
+			stat_text(s->info.name, sizeof(s->info.name), name, sizeof(name));
 		if (s->l && !s->stale && !s->rc) {
 			stat_fmt_uptime(s->st->uptime_ns, up, sizeof(up));
 			if (s->st->optim.present)
@@ -343,8 +345,10 @@ static void print_report(const struct seg *s, const struct view *v)
 {
 	const struct tier_live_stats *st = &v->st;
 	double age = (double)(realtime_ns() - st->time_ns) * 1e-9;
+	char name[4 * sizeof(s->info.name)];
 
-	printf("store '%s'  pid %ld", s->info.name, s->pid);
+	printf("store '%s'  pid %ld", stat_text(s->info.name, sizeof(s->info.name), name, sizeof(name)),
+	       s->pid);
 	if (s->info.world_size > 0)
 		printf("  rank %d of %d (local %d of %d)", (int)s->info.rank, (int)s->info.world_size,
 		       (int)s->info.local_rank, (int)s->info.local_world_size);
@@ -358,10 +362,12 @@ static void print_report(const struct seg *s, const struct view *v)
 	putchar('\n');
 	for (unsigned l = 0; l < TIER_LEVELS; l++) {
 		const struct tier_live_level *t = stat_group_rec(STAT_LEVEL, st, l);
+		char b[4 * sizeof(t->backend)];
 
 		if (!t)
 			continue;
-		printf("%-5s %-8s", tier_level_name((enum tier_level)l), t->backend);
+		printf("%-5s %-8s", tier_level_name((enum tier_level)l),
+		       stat_text(t->backend, sizeof(t->backend), b, sizeof(b)));
 		stat_text_cols(stdout, STAT_LEVEL, t);
 		putchar('\n');
 	}
@@ -372,15 +378,18 @@ static void print_report(const struct seg *s, const struct view *v)
 	}
 	for (uint32_t i = 0; i < stat_group_count(STAT_PATH, st); i++) {
 		const struct tier_live_path *p = &st->path[i];
-		char f[32];
-		size_t fl = strlen(p->file);
+		char file[4 * sizeof(p->file)], f[32];
+		size_t fl = strlen(stat_text(p->file, sizeof(p->file), file, sizeof(file)));
 
-		/* the end of a long path says most */
+		/* the end of a long path says most (cut where a character starts) */
 		if (fl > 28) {
-			memcpy(f, "...", 3);
-			memcpy(f + 3, p->file + fl - 25, 26); /* 25 and the NUL */
+			size_t from = fl - 25;
+
+			while ((file[from] & 0xc0) == 0x80)
+				from++;
+			snprintf(f, sizeof(f), "...%s", file + from);
 		} else {
-			memcpy(f, p->file, fl + 1);
+			memcpy(f, file, fl + 1);
 		}
 		printf("%-5u %-28s", i, f);
 		stat_text_cols(stdout, STAT_PATH, p);
@@ -414,10 +423,10 @@ static void json_records(FILE *f, enum stat_group_id g, const struct tier_live_s
 		if (g == STAT_LEVEL) {
 			fprintf(f, "%s\"%s\":{\"backend\":", first ? "" : ",",
 				tier_level_name((enum tier_level)j));
-			stat_json_str(f, st->level[j].backend);
+			stat_json_strn(f, st->level[j].backend, sizeof(st->level[j].backend));
 		} else {
 			fprintf(f, "%s{\"index\":%u,\"file\":", first ? "" : ",", j);
-			stat_json_str(f, st->path[j].file);
+			stat_json_strn(f, st->path[j].file, sizeof(st->path[j].file));
 		}
 		first = false;
 		stat_json_fields(f, g, rec, false);
@@ -431,7 +440,7 @@ static void json_store(FILE *f, const struct seg *s, const struct view *v)
 	const struct tier_live_stats *st;
 
 	fprintf(f, "{\"pid\":%ld,\"segment\":%u,\"name\":", s->pid, s->n);
-	stat_json_str(f, s->l ? s->info.name : "");
+	stat_json_strn(f, s->l ? s->info.name : "", sizeof(s->info.name));
 	fputs(",\"path\":", f);
 	stat_json_str(f, s->path);
 	if (!v) {
@@ -479,26 +488,12 @@ static void json_store(FILE *f, const struct seg *s, const struct view *v)
 
 /* ------------------------------------------------------------ Prometheus */
 
-static void prom_label(FILE *f, const char *k, const char *v)
-{
-	fprintf(f, ",%s=\"", k);
-	for (const char *p = v; *p; p++) {
-		if (*p == '\\' || *p == '"')
-			fputc('\\', f);
-		if (*p == '\n')
-			fputs("\\n", f);
-		else
-			fputc(*p, f);
-	}
-	fputc('"', f);
-}
-
 /* The labels of every sample of store @s: pid, store and, when the store
  * says (a library from 0.4 on), its rank and world size. */
 static void prom_base(FILE *f, const char *metric, const struct seg *s)
 {
 	fprintf(f, "%s{pid=\"%ld\"", metric, s->pid);
-	prom_label(f, "store", s->info.name);
+	stat_prom_label(f, "store", s->info.name, sizeof(s->info.name));
 	if (s->info.world_size > 0)
 		fprintf(f, ",rank=\"%d\",world_size=\"%d\"", (int)s->info.rank,
 			(int)s->info.world_size);
@@ -531,11 +526,11 @@ static void prom_labels(FILE *f, enum stat_group_id g, const struct tier_live_st
 			unsigned j)
 {
 	if (g == STAT_LEVEL) {
-		prom_label(f, "tier", tier_level_name((enum tier_level)j));
-		prom_label(f, "backend", st->level[j].backend);
+		stat_prom_label(f, "tier", tier_level_name((enum tier_level)j), SIZE_MAX);
+		stat_prom_label(f, "backend", st->level[j].backend, sizeof(st->level[j].backend));
 	} else if (g == STAT_PATH) {
 		fprintf(f, ",path=\"%u\"", j);
-		prom_label(f, "file", st->path[j].file);
+		stat_prom_label(f, "file", st->path[j].file, sizeof(st->path[j].file));
 	}
 	fputc('}', f);
 }
@@ -606,7 +601,7 @@ static void print_prometheus(const struct segs *ss, FILE *f)
 			for (int q = 0; q < STAT_QUANTILES; q++) {
 				prom_base(f, "tierstore_nvme_path_latency_seconds", s);
 				fprintf(f, ",path=\"%u\"", j);
-				prom_label(f, "file", p->file);
+				stat_prom_label(f, "file", p->file, sizeof(p->file));
 				fprintf(f, ",quantile=\"%g\"}", stat_quantiles[q].q);
 				prom_val(f, p->lat_count ? (double)tier_lat_quantile_ns(p->lat_hist,
 											 stat_quantiles[q].q) * 1e-9
@@ -673,6 +668,7 @@ static int target_error(const struct seg *s)
 
 static int remove_stale(const struct segs *ss)
 {
+	char name[4 * sizeof(ss->v->info.name)];
 	int rc = 0;
 	unsigned n = 0;
 
@@ -686,7 +682,8 @@ static int remove_stale(const struct segs *ss)
 			rc = EXIT_FAIL;
 			continue;
 		}
-		printf("removed %s (process %ld, store '%s')\n", s->path, s->pid, s->info.name);
+		printf("removed %s (process %ld, store '%s')\n", s->path, s->pid,
+		       stat_text(s->info.name, sizeof(s->info.name), name, sizeof(name)));
 		n++;
 	}
 	if (!n && !rc)
@@ -822,12 +819,21 @@ int stat_live_run(const struct stat_live_args *a)
 			if (!readable(s))
 				continue;
 			if (seg_closed(s)) {
+				char name[4 * sizeof(s->info.name)];
+
 				fprintf(stderr, "tier-stat: store '%s' of process %ld has closed\n",
-					s->info.name, s->pid);
+					stat_text(s->info.name, sizeof(s->info.name), name, sizeof(name)),
+					s->pid);
 				s->rc = -ENOENT;
 				continue;
 			}
-			seg_read(s);
+			/* A segment cut short or damaged since it was opened: said,
+			 * and the exit status says so; the others go on. */
+			if (seg_read(s)) {
+				fprintf(stderr, "tier-stat: %s\n", s->err);
+				rc = EXIT_FAIL;
+				continue;
+			}
 			left = true;
 		}
 		if (!left)
