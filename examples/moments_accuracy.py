@@ -23,7 +23,7 @@ import tempfile
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import train_digits as td  # noqa: E402  (data, mlp, groups, schedule, MANIFEST)
+import train_digits as td  # noqa: E402  (data, mlp, groups, schedule, MANIFEST, step_retrying)
 
 from tierstore.torch import TierAdamW  # noqa: E402  (train_digits puts it on the path)
 
@@ -56,12 +56,12 @@ def train(label, moment, rounding, args, xtr, ytr, xte, yte, workdir):
     lossf = torch.nn.CrossEntropyLoss()
     curve, rd, wr = [], 0, 0
     try:
-        for _ in range(args.steps):
+        for step in range(1, args.steps + 1):
             idx = torch.randint(0, len(xtr), (args.batch,), generator=gen)
             opt.zero_grad()
             loss = lossf(model(xtr[idx]), ytr[idx])
             loss.backward()
-            opt.step()
+            td.step_retrying(opt, step)
             sched.step()
             curve.append(loss.item())
             rd += opt.last_step["nvme_read_bytes"]

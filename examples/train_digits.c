@@ -929,8 +929,24 @@ struct run_stats {
 	int nsteps;
 };
 
+/*
+ * A step that fails part way with an error that may pass (an I/O error
+ * that outlasted the NVMe tier's own retries, a timeout, an interrupted
+ * call) is completed by calling it again with the same gradients and
+ * output buffers, before anything else touches the optimizer (a pending
+ * step refuses tier_optim_set_group): docs/optimizer.md, "A step that
+ * fails".  Any other error is not retried.
+ */
+#define STEP_TRIES 3
+
+static bool step_transient(int rc)
+{
+	return rc == -EIO || rc == -ETIMEDOUT || rc == -EILSEQ || rc == -EAGAIN || rc == -EINTR;
+}
+
 /* One training step on rows @idx: forward, backward, the optimizer's
- * step writing the new weights into the model.  0 or 1. */
+ * step writing the new weights into the model (called again while it
+ * fails with a transient error, up to STEP_TRIES calls).  0 or 1. */
 static int train_step(struct tier_optim *o, struct mlp *m, const struct dataset *d,
 		      const int *idx, int nb, double *loss, struct tier_step_result *res)
 {
@@ -954,8 +970,14 @@ static int train_step(struct tier_optim *o, struct mlp *m, const struct dataset 
 		out[2 * i + 1] = (struct tier_tensor){ l->b, TIER_FP32, TIER_MEM_HOST, nbias };
 	}
 	/* each group's lr was set by set_lr: TIER_LR_KEEP */
-	if ((rc = tier_optim_step(o, TIER_LR_KEEP, g, out, res)))
-		return lib_fail("step", rc);
+	for (int tries = 1; (rc = tier_optim_step(o, TIER_LR_KEEP, g, out, res)); tries++) {
+		if (!step_transient(rc) || tries == STEP_TRIES)
+			return lib_fail("step", rc);
+		fprintf(stderr, PROG ": step %llu failed with a transient error (%s: %s); running it"
+			" again with the same gradients (try %d of %d)\n",
+			(unsigned long long)tier_optim_step_count(o) + 1, tier_strerror(rc),
+			tier_last_error(), tries + 1, STEP_TRIES);
+	}
 	if (!res->applied)
 		fprintf(stderr, PROG ": warning: step %llu skipped (an inf or nan gradient)\n",
 			(unsigned long long)res->step);

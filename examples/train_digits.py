@@ -18,6 +18,7 @@ removed at the end).
 """
 import argparse
 import copy
+import errno
 import json
 import math
 import os
@@ -31,10 +32,37 @@ from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 
 try:
+    from tierstore import TierError
     from tierstore.torch import TierAdamW
 except ImportError:  # run from a checkout without installing
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+    from tierstore import TierError
     from tierstore.torch import TierAdamW
+
+# A step that fails part way with an error that may pass (an I/O error that
+# outlasted the NVMe tier's own retries, a timeout, an interrupted call) is
+# completed by calling step() again with the same gradients, before the
+# scheduler or anything else touches the optimizer: the state then ends bit
+# for bit as if it had not failed (docs/optimizer.md, "A step that fails").
+# Any other error is raised at once.
+TRANSIENT = {errno.EIO, errno.ETIMEDOUT, errno.EILSEQ, errno.EAGAIN, errno.EINTR}
+STEP_TRIES = 3
+
+
+def step_retrying(opt, step):
+    """opt.step(), called again while it raises a TierError whose errno is
+    transient, up to STEP_TRIES calls in all; each retry is said on stderr.
+    Any optimizer: a torch one never raises TierError."""
+    for tries in range(1, STEP_TRIES + 1):
+        try:
+            return opt.step()
+        except TierError as e:
+            if e.errno not in TRANSIENT or tries == STEP_TRIES:
+                raise
+            print(f"step {step} failed with a transient error "
+                  f"({errno.errorcode.get(e.errno, e.errno)}: {e.strerror}); running it "
+                  f"again with the same gradients (try {tries + 1} of {STEP_TRIES})",
+                  file=sys.stderr)
 
 MANIFEST = """version: 1
 name: train-digits
@@ -138,7 +166,7 @@ def main(argv=None):
                 o.zero_grad()
                 loss = lossf(m(xb), yb)
                 loss.backward()
-                o.step()
+                step_retrying(o, step)
                 s.step()
                 losses.append(loss.item())
             rd += opt.last_step["nvme_read_bytes"]

@@ -13,6 +13,7 @@
  * Build against an installed tierstore:
  *   cc train_loop.c $(pkg-config --cflags --libs tierstore) -lm -o train_loop
  */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +28,37 @@ static int fail(const char *what, int rc)
 {
 	fprintf(stderr, "train_loop: %s: %s: %s\n", what, tier_strerror(rc), tier_last_error());
 	return 1;
+}
+
+/*
+ * A step that fails part way with an error that may pass (an I/O error
+ * that outlasted the NVMe tier's own retries, a timeout, an interrupted
+ * call) is completed by calling it again with the same gradients and
+ * output buffers (docs/optimizer.md, "A step that fails"): the state then
+ * ends bit for bit as if it had not failed.  Any other error is not
+ * retried: bad input, no room, damaged data (restore a checkpoint).
+ */
+#define STEP_TRIES 3
+
+static int transient(int rc)
+{
+	return rc == -EIO || rc == -ETIMEDOUT || rc == -EILSEQ || rc == -EAGAIN || rc == -EINTR;
+}
+
+/* tier_optim_step, called again while it fails with a transient error, up
+ * to STEP_TRIES calls in all; each retry is said on stderr. */
+static int step_retrying(struct tier_optim *o, double lr, const struct tier_tensor *g,
+			 const struct tier_tensor *out, struct tier_step_result *res, int k)
+{
+	for (int tries = 1;; tries++) {
+		int rc = tier_optim_step(o, lr, g, out, res);
+
+		if (!rc || !transient(rc) || tries == STEP_TRIES)
+			return rc;
+		fprintf(stderr, "train_loop: step %d failed with a transient error (%s: %s);"
+			" running it again with the same gradients (try %d of %d)\n", k + 1,
+			tier_strerror(rc), tier_last_error(), tries + 1, STEP_TRIES);
+	}
 }
 
 /* The loss of W, b on one input x against the target's output, and its
@@ -76,7 +108,7 @@ static int run(struct tier_optim *o, int steps)
 		if (k % 5 == 0)
 			printf("step %3d  loss %.6f\n", k, loss);
 		/* The updated parameters come back into w and b (the outputs). */
-		rc = tier_optim_step(o, 2e-3, g, out, &res);
+		rc = step_retrying(o, 2e-3, g, out, &res, k);
 		if (rc)
 			rc = fail("step", rc);
 	}

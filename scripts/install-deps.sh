@@ -5,12 +5,13 @@
 # Prometheus client (whose parser checks tier-stat --prometheus), numpy,
 # torch and pytest (the export tests), scikit-learn (its digits CSV, for
 # examples/train_digits.c and its test), Open MPI (the communicator's MPI
-# backend and its multi-rank tests under mpirun) and, from PyPI, safetensors (which
-# Debian does not package) when called with --dev.  The CUDA Toolkit is optional
+# backend and its multi-rank tests under mpirun), stress-ng (CI loads the machine
+# with it while the concurrent suites run again) and, from PyPI, safetensors
+# (which Debian does not package) when called with --dev.  The CUDA Toolkit is optional
 # and not installed here (meson -Dcuda=auto uses nvcc when it is on PATH).
 set -eu
 pkgs="meson ninja-build pkg-config liburing-dev libnuma-dev libyaml-dev check"
-[ "${1:-}" = "--dev" ] && pkgs="$pkgs clang libclang-rt-dev python3 python3-prometheus-client python3-numpy python3-torch python3-pytest python3-sklearn python3-pip openmpi-bin libopenmpi-dev"
+[ "${1:-}" = "--dev" ] && pkgs="$pkgs clang libclang-rt-dev python3 python3-prometheus-client python3-numpy python3-torch python3-pytest python3-sklearn python3-pip openmpi-bin libopenmpi-dev stress-ng"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

@@ -201,6 +201,27 @@ int step_fail(const char *what, int rc)
 	return 1;
 }
 
+const char *step_errno_name(int rc, char *buf, size_t len)
+{
+	static const struct {
+		int e;
+		const char *name;
+	} names[] = {
+		{ EIO, "EIO" }, { ETIMEDOUT, "ETIMEDOUT" }, { EILSEQ, "EILSEQ" },
+		{ EAGAIN, "EAGAIN" }, { EINTR, "EINTR" }, { EINVAL, "EINVAL" },
+		{ EALREADY, "EALREADY" }, { EBUSY, "EBUSY" }, { ENOSPC, "ENOSPC" },
+		{ ENOMEM, "ENOMEM" }, { EBADMSG, "EBADMSG" }, { EPIPE, "EPIPE" },
+		{ ENODEV, "ENODEV" }, { ECANCELED, "ECANCELED" }, { EPROTO, "EPROTO" },
+	};
+	int e = rc < 0 ? -rc : rc;
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (names[i].e == e)
+			return names[i].name;
+	snprintf(buf, len, "errno %d", e);
+	return buf;
+}
+
 /* "25e9", "2.5e10": a positive finite number. */
 static int parse_positive(const char *s, double *out)
 {

@@ -12,6 +12,8 @@
 #ifndef TIER_BENCH_STEP_H
 #define TIER_BENCH_STEP_H
 
+#include <errno.h>
+
 #include "bench.h"
 
 #define STEP_WHO "tier-bench step"
@@ -118,6 +120,9 @@ struct step_record {
 	uint64_t ckpt_written;                /* NVMe tier bytes written during it */
 	uint64_t ckpt_table;                  /* its commit's object table (bytes) */
 	uint64_t ckpt_gen;                    /* its commit's generation */
+	/* how many times the step was called: 1, or more when it failed part
+	 * way with a transient error and was run again (step_error_transient) */
+	uint32_t tries;
 };
 
 /* One rank's figures, gathered by rank 0 (fixed size: MPI_Gather of
@@ -162,6 +167,39 @@ static inline uint64_t step_state_bytes(const struct step_setup *su, uint64_t n)
 
 /* A runtime failure: what was being done, and the library's detail.  1. */
 int step_fail(const char *what, int rc);
+
+/*
+ * A step is called at most this many times: once, and again while it
+ * fails part way (tier_optim_end) with a transient error, the retry the
+ * optimizer's contract allows (docs/optimizer.md, "A step that fails").
+ */
+#define STEP_MAX_TRIES 3
+
+/*
+ * Whether a step that failed part way with @rc (a negative errno) may
+ * succeed when called again unchanged: an I/O error that outlasted the NVMe
+ * tier's own retries (-EIO, -ETIMEDOUT, -EILSEQ) or an interrupted call
+ * (-EAGAIN, -EINTR).  Everything else is permanent for the run: bad input
+ * (-EINVAL, -EALREADY, -EBUSY), no room (-ENOSPC, -ENOMEM), damaged data
+ * (-EBADMSG), and whatever the docs' table in docs/optimizer.md says to
+ * stop or restore a checkpoint for.
+ */
+static inline bool step_error_transient(int rc)
+{
+	switch (-rc) {
+	case EIO:
+	case ETIMEDOUT:
+	case EILSEQ:
+	case EAGAIN:
+	case EINTR:
+		return true;
+	default:
+		return false;
+	}
+}
+
+/* The symbolic name of errno @rc (negative or not): "EIO", or "errno 123". */
+const char *step_errno_name(int rc, char *buf, size_t len);
 
 /* "1.50 GiB", "3.0 MiB", "12.0 KiB" into @buf. */
 const char *human(uint64_t b, char *buf, size_t len);
@@ -263,6 +301,12 @@ struct step_store_summary {
 	 * (tier_optim_export next to the NVMe backing files), for comparison */
 	double export_s;
 	uint64_t export_bytes;        /* the safetensors file's size */
+	/* --verify: a 64-bit FNV-1a digest of the state read back (every
+	 * parameter's master weights and moments, then copy-out, in id order):
+	 * two runs with the same options that end in the same bytes have the
+	 * same digest, whatever happened on the way (a step run again) */
+	bool have_digest;
+	uint64_t state_digest;
 };
 
 void step_report(const struct step_opts *o, const struct step_setup *su,

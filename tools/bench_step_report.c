@@ -35,6 +35,7 @@ static double get_coll(const struct step_record *r) { return (double)r->res.coll
 static double get_cbytes(const struct step_record *r) { return (double)r->res.comm_bytes; }
 static double get_comm(const struct step_record *r) { return r->res.comm_s; }
 static double get_cwait(const struct step_record *r) { return r->res.comm_wait_s; }
+static double get_tries(const struct step_record *r) { return (double)r->tries; }
 
 /* The per-step arrays of the JSON object, in order. */
 static const struct {
@@ -60,6 +61,7 @@ static const struct {
 	{ "comm_bytes", get_cbytes },
 	{ "comm_s", get_comm },
 	{ "comm_wait_s", get_cwait },
+	{ "tries", get_tries },
 };
 
 /* The median of a field over the steps counted. */
@@ -329,6 +331,17 @@ static void print_json_world(const struct step_opts *o, const struct step_setup 
 			     const struct world_figs *wf);
 static bool world_differs(const struct world_figs *wf);
 
+/* The calls of the steps beyond one each: the steps run again after a
+ * transient failure. */
+static uint64_t step_retries(const struct step_opts *o, const struct step_record *rec)
+{
+	uint64_t n = 0;
+
+	for (uint64_t k = 0; k < o->steps; k++)
+		n += rec[k].tries > 1 ? rec[k].tries - 1 : 0;
+	return n;
+}
+
 static void print_json(const struct step_opts *o, const struct step_setup *su,
 		       const struct step_record *rec, const struct step_nvme *nv,
 		       const struct step_bound *b, const struct step_store_summary *st,
@@ -358,10 +371,15 @@ static void print_json(const struct step_opts *o, const struct step_setup *su,
 	       ", \"h2d_bytes_per_step\": %.0f, \"d2h_bytes_per_step\": %.0f"
 	       ", \"dram_hits\": %" PRIu64 ", \"dram_misses\": %" PRIu64
 	       ", \"nsteps\": %" PRIu64 ", \"steps_counted\": %" PRIu64
-	       ", \"verified\": %s, \"steps\": {",
+	       ", \"verified\": %s",
 	       f->cpu, f->last->cpu_shards, f->last->gpu_shards, f->h2d, f->d2h,
 	       st->ss.level[TIER_DRAM].hits, st->ss.level[TIER_DRAM].misses, o->steps,
 	       o->steps - f->first, o->verify && !(wf && world_differs(wf)) ? "true" : "false");
+	if (st->have_digest)
+		printf(", \"state_digest\": \"%016" PRIx64 "\"", st->state_digest);
+	else
+		printf(", \"state_digest\": null");
+	printf(", \"retries\": %" PRIu64 ", \"steps\": {", step_retries(o, rec));
 	for (size_t a = 0; a < sizeof(step_arrays) / sizeof(step_arrays[0]); a++) {
 		printf("%s\"%s\": [", a ? ", " : "", step_arrays[a].key);
 		for (uint64_t i = 0; i < o->steps; i++)
@@ -584,6 +602,8 @@ static void print_text(const struct step_opts *o, const struct step_setup *su,
 		       " %6.3f %14" PRIu64 " %14" PRIu64 "%s", k + 1, r->step_s,
 		       rec[k].wall_s, r->stall_s, r->nvme_read_bytes, r->nvme_write_bytes,
 		       r->cpu_fraction, r->h2d_bytes, r->d2h_bytes, r->applied ? "" : "  skipped");
+		if (rec[k].tries > 1)
+			printf("  run %u times (a transient error)", rec[k].tries);
 		if (rec[k].ckpt)
 			printf("  checkpoint %.4f s, %" PRIu64 " B written", rec[k].ckpt_s,
 			       rec[k].ckpt_written);

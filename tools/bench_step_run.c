@@ -2,7 +2,8 @@
  * bench_step_run.c - the run of `tier-bench step`: the measurements before
  * the steps (bench_step_measure.c), the store and the optimizer, the
  * synthetic model, the steps (the streaming form, pushes in reverse order
- * as backward produces them), the checkpoints of --checkpoint-every (after
+ * as backward produces them; a step that fails part way with a transient
+ * error is run again, as the optimizer's contract allows), the checkpoints of --checkpoint-every (after
  * every K-th step, timed, with the NVMe bytes they wrote) and the one full
  * copy they are compared with (tier_optim_export after the steps), --verify
  * against tier_adam_step in memory, the measurement after the steps, and
@@ -312,20 +313,25 @@ static void nvme_counters(struct tier_store *s, uint64_t *rd, uint64_t *wr)
 	*wr = st.bytes_written;
 }
 
-/* One step: begin, push in reverse order (as backward), end.  0, or 1. */
-static int step_one(const struct step_opts *o, struct step_model *sm, uint64_t k,
-		    struct step_record *rec)
+/*
+ * One call of step @k: begin, push in reverse order (as backward), end.
+ * 0, or the negative errno with @what naming the call that failed (the
+ * library's detail in tier_last_error()); *@at_end: it was end, so the
+ * step failed part way (or in the update) rather than being refused.
+ */
+static int step_call(const struct step_opts *o, struct step_model *sm, uint64_t k,
+		     struct step_record *rec, bool *at_end, char *what, size_t wlen)
 {
 	struct tier_tensor g = { .ptr = sm->gbuf, .dtype = TIER_FP32, .mem = sm->mem, .numel = 0 };
 	bool copy_out = dtype_size(o->copy_out) > 0;
 	uint64_t t0 = now_ns();
-	char what[160];
 	int rc;
 
+	*at_end = false;
 	rc = tier_optim_begin(sm->opt, TIER_LR_KEEP);
 	if (rc) {
-		snprintf(what, sizeof(what), "step %" PRIu64 ": begin", k + 1);
-		return step_fail(what, rc);
+		snprintf(what, wlen, "step %" PRIu64 ": begin", k + 1);
+		return rc;
 	}
 	for (int i = STEP_NPARAMS - 1; i >= 0; i--) {
 		struct tier_tensor out = {
@@ -338,16 +344,56 @@ static int step_one(const struct step_opts *o, struct step_model *sm, uint64_t k
 		g.numel = out.numel;
 		rc = tier_optim_push(sm->opt, (uint32_t)i, &g, copy_out ? &out : NULL);
 		if (rc) {
-			snprintf(what, sizeof(what), "step %" PRIu64 ": push parameter %d", k + 1, i);
-			return step_fail(what, rc);
+			snprintf(what, wlen, "step %" PRIu64 ": push parameter %d", k + 1, i);
+			return rc;
 		}
 	}
 	rc = tier_optim_end(sm->opt, &rec->res);
 	rec->wall_s = (double)(now_ns() - t0) * 1e-9;
 	if (rc) {
-		snprintf(what, sizeof(what), "step %" PRIu64 ": end", k + 1);
-		return step_fail(what, rc);
+		*at_end = true;
+		snprintf(what, wlen, "step %" PRIu64 ": end", k + 1);
 	}
+	return rc;
+}
+
+/*
+ * Step @k, run again while it fails part way with a transient error
+ * (step_error_transient), up to STEP_MAX_TRIES calls, each retry announced
+ * on stderr with the step, the error and the library's detail.  The
+ * optimizer's contract (docs/optimizer.md, "A step that fails"): the same
+ * call with the same gradients and output buffers completes the step, bit
+ * for bit as if it had not failed.  Not retried: a permanent error, a
+ * failure of begin or a push (a refusal: nothing ran, and an optimizer
+ * whose update failed refuses every step at begin), and a partitioned
+ * step (a failure there fails every rank for good).  0, or 1 after a
+ * message.
+ */
+static int step_one(const struct step_opts *o, struct step_model *sm, uint64_t k,
+		    struct step_record *rec)
+{
+	char what[160], name[32];
+	uint32_t tries;
+	bool at_end;
+	int rc;
+
+	for (tries = 1;; tries++) {
+		rc = step_call(o, sm, k, rec, &at_end, what, sizeof(what));
+		if (!rc)
+			break;
+		if (!at_end || !step_error_transient(rc) || sm->op.comm)
+			return step_fail(what, rc);
+		if (tries == STEP_MAX_TRIES) {
+			fprintf(stderr, STEP_WHO ": step %" PRIu64 " failed %u times with a transient"
+				" error; giving up\n", k + 1, tries);
+			return step_fail(what, rc);
+		}
+		fprintf(stderr, STEP_WHO ": step %" PRIu64 " failed part way with a transient error"
+			" (%s: %s); running it again with the same gradients (try %u of %u)\n",
+			k + 1, step_errno_name(rc, name, sizeof(name)), tier_last_error(), tries + 1,
+			STEP_MAX_TRIES);
+	}
+	rec->tries = tries;
 	return 0;
 }
 
@@ -498,6 +544,16 @@ struct verify_bufs {
 	float *dm, *dv;         /* q8: its moments decoded (fp32, as read back) */
 };
 
+/* FNV-1a over @n bytes of @p, from @h. */
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
+{
+	const unsigned char *b = p;
+
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ b[i]) * 0x100000001b3ull;
+	return h;
+}
+
 /* SplitMix64's finaliser and the seed of parameter @id's stochastic
  * rounding stream in an optimizer seeded @seed (docs/kernels.md, "The
  * random stream": sr_param_seed). */
@@ -523,7 +579,7 @@ static uint64_t param_seed(uint64_t seed, uint32_t id)
 static int verify_param(const struct step_opts *o, const struct step_setup *su,
 			const struct step_model *sm, struct tier_pool *pool, uint32_t id,
 			const struct step_record *rec, struct verify_bufs *vb, const char **what,
-			size_t *at)
+			size_t *at, uint64_t *digest)
 {
 	size_t k = su->sizes[id], ms = dtype_size((int)su->moments), os = dtype_size(o->copy_out);
 	size_t off = su->part_off[id], pn = su->part_numel[id];
@@ -577,6 +633,11 @@ static int verify_param(const struct step_opts *o, const struct step_setup *su,
 	rc = tier_optim_read(sm->opt, id, vb->got_master, vb->got_m, vb->got_v);
 	if (rc)
 		return step_fail("--verify: read the state back", rc);
+	*digest = fnv1a(*digest, vb->got_master, pn * 4);
+	*digest = fnv1a(*digest, vb->got_m, pn * rs);
+	*digest = fnv1a(*digest, vb->got_v, pn * rs);
+	if (os)
+		*digest = fnv1a(*digest, sm->outs[id], k * os);
 	if (q8) {
 		/* the reference's codes decoded: what the read must give */
 		if ((rc = tier_q8_decode(vb->m, vb->ms, k, TIER_Q8_EXP_AVG, vb->dm)) ||
@@ -605,12 +666,12 @@ static int verify_param(const struct step_opts *o, const struct step_setup *su,
 /*
  * Compares every parameter's state (this rank's piece of it) and copy-out
  * with tier_adam_step run in memory on the same data for the steps that
- * were applied.  0, 1 after a message (an error), 2 after a message (a
- * difference).
+ * were applied, and takes the digest of what was read back (*@digest).
+ * 0, 1 after a message (an error), 2 after a message (a difference).
  */
 static int step_verify(const struct step_opts *o, const struct step_setup *su,
 		       const struct step_model *sm, struct tier_pool *pool,
-		       const struct step_record *rec)
+		       const struct step_record *rec, uint64_t *digest)
 {
 	size_t n = su->max_size, ms = dtype_size((int)su->moments), os = dtype_size(o->copy_out);
 	bool q8 = su->moments == TIER_Q8;
@@ -624,6 +685,7 @@ static int step_verify(const struct step_opts *o, const struct step_setup *su,
 	};
 	int ret = 1;
 
+	*digest = 0xcbf29ce484222325ull; /* FNV-1a's offset basis */
 	if (!vb.master || !vb.got_master || !vb.m || !vb.v || !vb.got_m || !vb.got_v ||
 	    (os && !vb.out) || (q8 && (!vb.ms || !vb.vs || !vb.dm || !vb.dv))) {
 		fprintf(stderr, STEP_WHO ": out of memory for --verify\n");
@@ -633,7 +695,7 @@ static int step_verify(const struct step_opts *o, const struct step_setup *su,
 		const char *what = NULL;
 		size_t at = 0;
 
-		if (verify_param(o, su, sm, pool, id, rec, &vb, &what, &at))
+		if (verify_param(o, su, sm, pool, id, rec, &vb, &what, &at, digest))
 			goto done;
 		if (what) {
 			fprintf(stderr, STEP_WHO ": --verify: parameter %u ('%s', %zu elements): %s"
@@ -732,9 +794,10 @@ int step_run(const struct step_opts *o, const struct tier_manifest *m, struct st
 		progress_note(pg, "verifying against tier_adam_step in memory...");
 		if (step_outs_back(o, su, &sm))
 			goto out;
-		rc = step_verify(o, su, &sm, pool, rec);
+		rc = step_verify(o, su, &sm, pool, rec, &sm.st.state_digest);
 		if (rc == 1 || (rc && !w->active))
 			goto out;
+		sm.st.have_digest = true;
 		verified = rc ? 0 : 1;
 	}
 	progress_done(pg);
