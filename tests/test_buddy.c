@@ -736,10 +736,7 @@ START_TEST(test_init_alloc_fails)
 	uint64_t n, off;
 	int rc;
 
-	if (!ts_fault_available()) {
-		fprintf(stderr, "test_init_alloc_fails: no fault sites in this build; skipped\n");
-		return;
-	}
+	NEED_FAULTS();
 	for (n = 1;; n++) {
 		ck_assert_uint_lt(n, 100);
 		ts_fault_arm(TIER_FAULT_ALLOC, n, 1, -ENOMEM);
@@ -828,6 +825,10 @@ static Suite *buddy_suite(void)
 	tcase_add_loop_test(tc, test_alignment, 0, (int)ARRAY_SIZE(align_cases));
 	tcase_add_loop_test(tc, test_tail_trim, 0, (int)ARRAY_SIZE(trim_cases));
 	tcase_add_loop_test(tc, test_pack, 0, (int)ARRAY_SIZE(pack_cases));
+	suite_add_tcase(s, tc);
+
+	tc = t_tcase_faults("alloc-faults");
+	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_init_alloc_fails);
 	suite_add_tcase(s, tc);
 

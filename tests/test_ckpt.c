@@ -516,7 +516,7 @@ static void child(const struct run *r, const struct tier_manifest *m, int fd, un
 	struct tier_optim *o;
 	int rc;
 
-	if (fault && ts_fault_available()) {
+	if (fault) {
 		enum ts_fault_site site = sites[seed % ARRAY_SIZE(sites)];
 
 		ts_fault_arm(site, 1 + seed / 7 % 3, 1, -EIO);
@@ -604,22 +604,17 @@ static unsigned kills_wanted(void)
 	return e && atoi(e) > 0 ? (unsigned)atoi(e) : KILLS_DEFAULT;
 }
 
-START_TEST(test_killed)
+/* The crash test; with @fault, each child's commit path fails once. */
+static void killed(bool fault)
 {
 	const struct run *r = &crash_run;
-	bool fault = _i == 1;
 	struct tier_manifest *m = manifest("crash", r);
 	struct state ref;
-	unsigned kills = 0, unreported = 0, resumed_at[64] = { 0 }, seed = 12345 + (unsigned)_i;
+	unsigned kills = 0, unreported = 0, resumed_at[64] = { 0 }, seed = 12345 + (unsigned)fault;
 	uint64_t prev_gen = 0, prev_step = 0;
 	uint64_t full_ns = 0;
 	unsigned want = kills_wanted();
 
-	if (fault && !ts_fault_available()) {
-		fprintf(stderr, "no fault sites in this build: the faulted crash test is skipped\n");
-		tier_manifest_free(m);
-		return;
-	}
 	reference(r, &ref);
 	/* An uninterrupted child's time, to spread the kills over. */
 	full_ns = uninterrupted_ns(r, m);
@@ -745,6 +740,18 @@ START_TEST(test_killed)
 	fprintf(stderr, "\n");
 	free(ref.b);
 	tier_manifest_free(m);
+}
+
+START_TEST(test_killed)
+{
+	killed(false);
+}
+END_TEST
+
+START_TEST(test_killed_faulted)
+{
+	NEED_FAULTS();
+	killed(true);
 }
 END_TEST
 
@@ -1068,7 +1075,15 @@ static Suite *ckpt_suite(void)
 	tcase_add_unchecked_fixture(tc, t_case_setup, t_case_teardown);
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 600);
-	tcase_add_loop_test(tc, test_killed, 0, 2);
+	tcase_add_test(tc, test_killed);
+	suite_add_tcase(s, tc);
+
+	/* Its own test in tests/meson.build (CK_RUN_CASE), as the others. */
+	tc = t_tcase_faults("killed-faults");
+	tcase_add_unchecked_fixture(tc, t_case_setup, t_case_teardown);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 600);
+	tcase_add_test(tc, test_killed_faulted);
 	suite_add_tcase(s, tc);
 	return s;
 }

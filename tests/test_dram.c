@@ -724,7 +724,7 @@ static Suite *dram_suite(void)
 	tcase_add_loop_test(tc, test_gpu, 0, (int)ARRAY_SIZE(gpu_cases));
 	suite_add_tcase(s, tc);
 
-	tc = tcase_create("faults");
+	tc = t_tcase_faults("faults");
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_loop_test(tc, test_map_fault, 0, (int)ARRAY_SIZE(map_fault_cases));
 	tcase_add_loop_test(tc, test_pin_fault, 0, (int)ARRAY_SIZE(pin_fault_cases));

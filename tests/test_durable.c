@@ -1059,7 +1059,7 @@ static Suite *durable_suite(void)
 	tcase_add_loop_test(tc, test_damage, 0, (int)ARRAY_SIZE(damage_cases));
 	suite_add_tcase(s, tc);
 
-	tc = tcase_create("faults");
+	tc = t_tcase_faults("faults");
 	tcase_add_unchecked_fixture(tc, t_case_setup, t_case_teardown);
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_loop_test(tc, test_commit_faults, 0, (int)ARRAY_SIZE(fault_cases));

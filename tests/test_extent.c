@@ -526,10 +526,7 @@ START_TEST(test_grow_fails)
 	uint64_t b = 4096, off[40];
 	int rc;
 
-	if (!ts_fault_available()) {
-		fprintf(stderr, "test_grow_fails: no fault sites in this build; skipped\n");
-		return;
-	}
+	NEED_FAULTS();
 	ck_assert_int_eq(extents_init(&e, 40 * b, b), 0);
 	for (int i = 0; i < 40; i++)
 		ck_assert_int_eq(extents_alloc(&e, b, &off[i]), 0);
@@ -612,8 +609,12 @@ static Suite *extent_suite(void)
 	tcase_add_loop_test(tc, test_bad_free, 0, (int)ARRAY_SIZE(bad_frees));
 	tcase_add_loop_test(tc, test_merge, 0, (int)ARRAY_SIZE(merge_cases));
 	tcase_add_test(tc, test_many_holes);
-	tcase_add_test(tc, test_grow_fails);
 	tcase_add_loop_test(tc, test_valid_detects, 0, (int)ARRAY_SIZE(broken_cases));
+	suite_add_tcase(s, tc);
+
+	tc = t_tcase_faults("free-faults");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_grow_fails);
 	suite_add_tcase(s, tc);
 	return s;
 }

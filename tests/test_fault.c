@@ -17,7 +17,8 @@
  *    (sys_fsinfo), DIRECT_PROBE (sys_direct_probe);
  *  - concurrency: threads hammering one armed site see exactly @count
  *    failures in total.
- * A build without fault sites skips the whole suite (exit 77).
+ * Every case but "lookup" needs the sites: they are t_tcase_faults()
+ * cases (fault-faults in tests/meson.build, SKIP in a build without them).
  */
 #include "config.h"
 
@@ -43,8 +44,10 @@
 /* A site nothing in this test process calls on its own. */
 #define QUIET_SITE TIER_FAULT_MKDIR
 
+/* The fixture of the fault cases: each of their tests needs the sites. */
 static void setup(void)
 {
+	NEED_FAULTS();
 	ts_fault_reset_all();
 	ts_err_clear();
 }
@@ -771,7 +774,7 @@ static Suite *fault_suite(void)
 	Suite *s = suite_create("fault");
 	TCase *tc;
 
-	tc = tcase_create("arm");
+	tc = t_tcase_faults("arm");
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_loop_test(tc, arm_modes, 0, (int)ARRAY_SIZE(arm_cases));
 	tcase_add_test(tc, arm_one_site_only);
@@ -788,7 +791,7 @@ static Suite *fault_suite(void)
 	tcase_add_test(tc, site_names_roundtrip);
 	suite_add_tcase(s, tc);
 
-	tc = tcase_create("spec");
+	tc = t_tcase_faults("spec");
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_loop_test(tc, arm_spec_valid, 0, (int)ARRAY_SIZE(spec_cases));
 	tcase_add_loop_test(tc, arm_spec_invalid, 0, (int)ARRAY_SIZE(bad_spec_cases));
@@ -798,7 +801,7 @@ static Suite *fault_suite(void)
 	tcase_add_test(tc, env_bad_spec_warns);
 	suite_add_tcase(s, tc);
 
-	tc = tcase_create("sites");
+	tc = t_tcase_faults("sites");
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_loop_test(tc, alloc_site, 0, A__COUNT);
 	tcase_add_test(tc, pool_create_alloc_faults);
@@ -809,7 +812,7 @@ static Suite *fault_suite(void)
 	tcase_add_test(tc, direct_probe_site);
 	suite_add_tcase(s, tc);
 
-	tc = tcase_create("concurrent");
+	tc = t_tcase_faults("concurrent");
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, concurrent_exact_count);
@@ -822,7 +825,5 @@ static Suite *fault_suite(void)
 
 int main(void)
 {
-	if (!ts_fault_available())
-		exit(T_EXIT_SKIP);
 	return t_run_suite(fault_suite());
 }

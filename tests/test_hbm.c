@@ -22,7 +22,7 @@
  *    submission and no callback; bad open parameters: -EINVAL;
  *  - host: 40 MB at 200 MB/s takes at least 0.18 s in each direction
  *    (lower bounds only: this machine is noisy);
- *  - fault sites (skipped without them): HBM_COPY on the 3rd copy fails
+ *  - fault sites (the "faults" case, tests/meson.build's hbm-faults): HBM_COPY on the 3rd copy fails
  *    that copy alone, through its callback, leaving its destination
  *    untouched; HBM_ALLOC and THREAD_CREATE fail open() cleanly (ASan
  *    reports any leak).
@@ -1106,7 +1106,7 @@ static Suite *hbm_suite(bool gpu_only)
 		suite_add_tcase(s, tc);
 	}
 
-	tc = tcase_create("faults");
+	tc = t_tcase_faults("faults");
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_loop_test(tc, test_copy_fault, lo * 2, hi * 2);
 	tcase_add_loop_test(tc, test_open_fault, lo * nof, hi * nof);

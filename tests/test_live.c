@@ -609,7 +609,6 @@ END_TEST
 START_TEST(segment_create_fails)
 {
 	struct world w;
-	char missing[4200];
 
 	NEED_FAULTS();
 	ck_assert_int_eq(ts_fault_arm(TIER_FAULT_STATS_OPEN, 1, 1, -EMFILE), 0);
@@ -624,6 +623,14 @@ START_TEST(segment_create_fails)
 	ck_assert_uint_eq(ts_fault_fired(TIER_FAULT_STATS_ALLOC), 1);
 	do_work(w.s, 2, 64 * KiB);
 	world_close(&w);
+}
+END_TEST
+
+/* A stats directory that does not exist: the same, without fault sites. */
+START_TEST(segment_no_dir)
+{
+	struct world w;
+	char missing[4200];
 
 	snprintf(missing, sizeof(missing), "%s/no/such/dir", g_dir);
 	ck_assert_int_eq(setenv("TIER_STATS_DIR", missing, 1), 0);
@@ -1168,15 +1175,22 @@ static Suite *live_suite(void)
 	tcase_add_test(tc, segment_file);
 	tcase_add_test(tc, segment_rank);
 	tcase_add_test(tc, stats_off);
-	tcase_add_test(tc, segment_create_fails);
+	tcase_add_test(tc, segment_no_dir);
 	tcase_add_loop_test(tc, stats_dir_full, 0, (int)ARRAY_SIZE(full_cases));
 	tcase_add_test(tc, tier_stat_matches_store);
 	tcase_add_test(tc, commit_published);
 	tcase_add_test(tc, stale_segment);
 	tcase_add_test(tc, refusals);
 	tcase_add_test(tc, payload_refusals);
-	tcase_add_test(tc, path_error_counters);
 	tcase_add_test(tc, no_torn_snapshot);
+	suite_add_tcase(s, tc);
+
+	tc = t_tcase_faults("faults");
+	tcase_set_timeout(tc, 120);
+	tcase_add_unchecked_fixture(tc, t_case_setup, t_case_teardown);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, segment_create_fails);
+	tcase_add_test(tc, path_error_counters);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -1273,8 +1273,7 @@ START_TEST(test_fault_sites)
 	struct tier_manifest *m = NULL;
 	int rc;
 
-	if (!ts_fault_available())
-		return;
+	NEED_FAULTS();
 	ts_fault_arm(fc->site, 1, TIER_FAULT_PERSISTENT, fc->err);
 	rc = load_text(SMALL "nvme:\n  paths:\n    - {path: \"${T}/\", capacity: 1MiB}\n", &m);
 	ck_assert_msg(rc != 0, "site %s: parse succeeded", ts_fault_site_name(fc->site));
@@ -1297,8 +1296,7 @@ START_TEST(test_alloc_fail_nth)
 			   "    - {path: \"${T}/b.dat\", capacity: 1MiB}\n";
 	uint64_t n;
 
-	if (!ts_fault_available())
-		return;
+	NEED_FAULTS();
 	for (n = 1; n < 1000; n++) {
 		struct tier_manifest *m = NULL;
 		int rc;
@@ -1649,7 +1647,7 @@ static Suite *manifest_suite(void)
 	tcase_add_test(tc, test_rank_env_and_emit);
 	suite_add_tcase(s, tc);
 
-	tc = tcase_create("faults");
+	tc = t_tcase_faults("faults");
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_loop_test(tc, test_fault_sites, 0,
 			    (int)(sizeof(fault_cases) / sizeof(fault_cases[0])));

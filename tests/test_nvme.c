@@ -2134,7 +2134,8 @@ static void slot_cb(void *arg, int result, const char *detail)
 	atomic_fetch_add(&s->calls, 1);
 }
 
-START_TEST(test_close_drains)
+/* With @delay, a few completions come late (fault site NVME_DELAY). */
+static void close_drains(bool delay)
 {
 	struct mopt o = { .npaths = 2, .qd = 2, .unit = 64 * KiB };
 	struct tier_manifest *m = manifest_for(&o);
@@ -2147,7 +2148,7 @@ START_TEST(test_close_drains)
 	uint64_t s = 77;
 
 	fill_rand(wb, NW * 64 * KiB, &s);
-	if (ts_fault_available())
+	if (delay)
 		ts_fault_arm(TIER_FAULT_NVME_DELAY, 2, 3, -EIO);  /* a few slow completions */
 	for (int i = 0; i < NW + NR; i++) {
 		int rc;
@@ -2177,6 +2178,18 @@ START_TEST(test_close_drains)
 	free(wb);
 	free(rb);
 	tier_manifest_free(m);
+}
+
+START_TEST(test_close_drains)
+{
+	close_drains(false);
+}
+END_TEST
+
+START_TEST(test_close_drains_delayed)
+{
+	NEED_FAULTS();
+	close_drains(true);
 }
 END_TEST
 
@@ -3528,7 +3541,6 @@ static Suite *nvme_suite(void)
 	tcase_add_test(tc, test_scratch_kept_file_clean);
 	tcase_add_loop_test(tc, test_header_corrupt, 0, (int)ARRAY_SIZE(corrupt_cases));
 	tcase_add_loop_test(tc, test_foreign_file, 0, (int)ARRAY_SIZE(foreign_cases));
-	tcase_add_test(tc, test_header_read_error_on_foreign_file);
 	tcase_add_loop_test(tc, test_file_mode_size, 0, (int)ARRAY_SIZE(file_cases));
 	tcase_add_test(tc, test_no_nvme_paths);
 	tcase_add_test(tc, test_manifest_freed_after_open);
@@ -3561,16 +3573,18 @@ static Suite *nvme_suite(void)
 	tcase_add_test(tc, test_register_after_sync_io);
 	suite_add_tcase(s, tc);
 
-	tc = tcase_create("checksums");
+	tc = t_tcase_faults("checksums");
 	tcase_add_unchecked_fixture(tc, t_case_setup, t_case_teardown);
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_loop_test(tc, test_bitflip, 0, (int)ARRAY_SIZE(flip_cases));
 	tcase_add_test(tc, test_bitflip_stays_in_request);
 	suite_add_tcase(s, tc);
 
-	tc = tcase_create("faults");
+	tc = t_tcase_faults("faults");
 	tcase_add_unchecked_fixture(tc, t_case_setup, t_case_teardown);
 	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_header_read_error_on_foreign_file);
+	tcase_add_test(tc, test_close_drains_delayed);
 	tcase_add_loop_test(tc, test_io_errors, 0, (int)ARRAY_SIZE(ioerr_cases));
 	tcase_add_loop_test(tc, test_short_transfers, 0, (int)ARRAY_SIZE(short_cases));
 	tcase_add_test(tc, test_delay);

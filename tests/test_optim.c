@@ -1064,10 +1064,6 @@ static const struct mcase mcases[] = {
 	  D_SHUFFLE, false, false, 6, 2, false, 0, 0, false },
 	{ "direct-crc", 0.5, 1 * MiB, TIER_FP32, 0.01, false, 0, 1, false, TIER_FP32, TIER_FP32,
 	  D_STEP, false, true, 5, 2, false, 0, 0, false },
-	{ "nvme-delay", 0.5, 1 * MiB, TIER_FP32, 0.01, false, 0, 1, false, TIER_FP32, TIER_FP32,
-	  D_REVERSE, true, false, 3, 2, true, 0, 0, false },
-	{ "nvme-delay-cpu", 1.0, 0, TIER_BF16, 0.01, false, 0, 1, false, TIER_FP32, TIER_BF16,
-	  D_STEP, true, false, 3, 2, true, 0, 0, false },
 	/* the GPU lane's slots: an HBM budget of one shard (a slot in flight
 	 * must end before the next shard can come up), and buffers in
 	 * (emulated) device memory on both lanes */
@@ -1077,6 +1073,15 @@ static const struct mcase mcases[] = {
 	  D_STEP, false, false, 4, 2, false, 0, 0, true },
 	{ "device-buffers-gpu", 0.0, 1 * MiB, TIER_BF16, 0.01, false, 0, 1, false, MIXED, MIXED,
 	  D_REVERSE, false, false, 4, 2, false, 0, 0, true },
+};
+
+/* The matrix's cases with slow NVMe completions (fault site NVME_DELAY):
+ * the "matrix-faults" case. */
+static const struct mcase mcases_delay[] = {
+	{ "nvme-delay", 0.5, 1 * MiB, TIER_FP32, 0.01, false, 0, 1, false, TIER_FP32, TIER_FP32,
+	  D_REVERSE, true, false, 3, 2, true, 0, 0, false },
+	{ "nvme-delay-cpu", 1.0, 0, TIER_BF16, 0.01, false, 0, 1, false, TIER_FP32, TIER_BF16,
+	  D_STEP, true, false, 3, 2, true, 0, 0, false },
 };
 
 static const int turn_dt[] = { TIER_FP32, TIER_BF16, TIER_FP16 };
@@ -1132,10 +1137,6 @@ static void run_mcase(const struct mcase *c, uint64_t seed)
 	struct world w;
 	uint32_t nshards;
 
-	if (c->delay && !ts_fault_available()) {
-		fprintf(stderr, "%s: no fault sites in this build; skipped\n", c->name);
-		return;
-	}
 	mworld_open(&w, c, c->name);
 	nshards = world_count_shards(&w, SHARD);
 	ck_assert_uint_gt(nshards, w.np); /* parameters span several shards */
@@ -1227,6 +1228,14 @@ static void run_mcase(const struct mcase *c, uint64_t seed)
 START_TEST(optim_matrix)
 {
 	run_mcase(&mcases[_i], 77 + (uint64_t)_i);
+}
+END_TEST
+
+/* _i = case (of mcases_delay) */
+START_TEST(optim_matrix_delay)
+{
+	NEED_FAULTS();
+	run_mcase(&mcases_delay[_i], 177 + (uint64_t)_i);
 }
 END_TEST
 
@@ -2840,16 +2849,25 @@ END_TEST
 
 /* ------------------------------------------------------------ suite */
 
-/* A case of @s with the per-case and per-test fixtures and @timeout s. */
-static TCase *new_case(Suite *s, const char *name, int timeout)
+/* Case @tc of @s with the per-case and per-test fixtures and @timeout s. */
+static TCase *add_case(Suite *s, TCase *tc, int timeout)
 {
-	TCase *tc = tcase_create(name);
-
 	tcase_add_unchecked_fixture(tc, t_case_setup, t_case_teardown);
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, timeout);
 	suite_add_tcase(s, tc);
 	return tc;
+}
+
+static TCase *new_case(Suite *s, const char *name, int timeout)
+{
+	return add_case(s, tcase_create(name), timeout);
+}
+
+/* A case of tests that arm fault sites (t_helpers.h). */
+static TCase *new_fault_case(Suite *s, const char *name, int timeout)
+{
+	return add_case(s, t_tcase_faults(name), timeout);
 }
 
 static Suite *optim_suite(void)
@@ -2859,6 +2877,9 @@ static Suite *optim_suite(void)
 
 	tc = new_case(s, "matrix", 120);
 	tcase_add_loop_test(tc, optim_matrix, 0, (int)ARRAY_SIZE(mcases));
+
+	tc = new_fault_case(s, "matrix-faults", 120);
+	tcase_add_loop_test(tc, optim_matrix_delay, 0, (int)ARRAY_SIZE(mcases_delay));
 
 	tc = new_case(s, "lane-options", 120);
 	tcase_add_loop_test(tc, optim_lane_options, 0, (int)ARRAY_SIZE(lane_cases));
@@ -2875,7 +2896,7 @@ static Suite *optim_suite(void)
 
 	/* its own case and a short timeout: a hang here is a failure of this
 	 * test, not of the whole suite's time limit */
-	tc = new_case(s, "failure", 20);
+	tc = new_fault_case(s, "failure", 20);
 	tcase_add_loop_test(tc, tier_failure, 0, (int)ARRAY_SIZE(fcases));
 
 	tc = new_case(s, "lr", 60);

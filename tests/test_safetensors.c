@@ -949,6 +949,11 @@ static Suite *safetensors_suite(void)
 	tcase_add_loop_test(tc, test_malformed, 0, (int)ARRAY_SIZE(bad_cases));
 	tcase_add_loop_test(tc, test_accepted, 0, (int)ARRAY_SIZE(ok_cases));
 	tcase_add_test(tc, test_mutations);
+	suite_add_tcase(s, tc);
+
+	tc = t_tcase_faults("read-faults");
+	tcase_add_unchecked_fixture(tc, t_case_setup, t_case_teardown);
+	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_alloc_faults);
 	suite_add_tcase(s, tc);
 	return s;

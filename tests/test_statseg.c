@@ -1167,14 +1167,19 @@ static Suite *statseg_suite(void)
 	tcase_add_test(tc, stale_recycled_pid);
 	tcase_add_test(tc, list_segments);
 	tcase_add_test(tc, list_errors);
-	tcase_add_test(tc, fault_stats_open);
-	tcase_add_test(tc, fault_alloc);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("full");
 	tcase_add_unchecked_fixture(tc, t_case_setup, t_case_teardown);
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_loop_test(tc, create_full_dir, 0, (int)ARRAY_SIZE(full_cases));
+	suite_add_tcase(s, tc);
+
+	tc = t_tcase_faults("faults");
+	tcase_add_unchecked_fixture(tc, t_case_setup, t_case_teardown);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, fault_stats_open);
+	tcase_add_test(tc, fault_alloc);
 	tcase_add_loop_test(tc, fault_stats_alloc, 0, (int)ARRAY_SIZE(alloc_cases));
 	suite_add_tcase(s, tc);
 

@@ -2836,7 +2836,7 @@ static Suite *store_suite(void)
 	tcase_add_test(tc, test_flush_all_reports_write_pin);
 	suite_add_tcase(s, tc);
 
-	tc = tcase_create("faults");
+	tc = t_tcase_faults("faults");
 	tcase_add_unchecked_fixture(tc, t_case_setup, t_case_teardown);
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 60);
@@ -2846,6 +2846,9 @@ static Suite *store_suite(void)
 	tcase_add_loop_test(tc, test_eviction_writeback_error, 0, 2);
 	tcase_add_test(tc, test_prefetch_fill_error_counted_once);
 	tcase_add_loop_test(tc, test_eviction_cancelled, 0, 2);
+	tcase_add_test(tc, test_prefetch_livelock);
+	tcase_add_test(tc, test_destroy_in_flight);
+	tcase_add_test(tc, test_close_in_flight);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("prefetch-async");
@@ -2853,7 +2856,6 @@ static Suite *store_suite(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_loop_test(tc, test_prefetch_hit, 0, ARRAY_SIZE(prefetch_cases));
-	tcase_add_test(tc, test_prefetch_livelock);
 	tcase_add_test(tc, test_async_many);
 	suite_add_tcase(s, tc);
 
@@ -2862,10 +2864,8 @@ static Suite *store_suite(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_loop_test(tc, test_destroy, 0, ARRAY_SIZE(hbm_cfgs));
-	tcase_add_test(tc, test_destroy_in_flight);
 	tcase_add_loop_test(tc, test_destroy_owned, 0, ARRAY_SIZE(hbm_cfgs));
 	tcase_add_test(tc, test_close_flushes);
-	tcase_add_test(tc, test_close_in_flight);
 	tcase_add_loop_test(tc, test_close_pinned, 0, 2);
 	tcase_add_loop_test(tc, test_close_write_pinned_flushes, 0, 2);
 	suite_add_tcase(s, tc);

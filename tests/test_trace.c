@@ -1575,6 +1575,11 @@ static Suite *trace_suite(void)
 	tcase_add_test(tc, created_at_open);
 	tcase_add_test(tc, full_disk);
 	tcase_add_test(tc, null_trace);
+	suite_add_tcase(s, tc);
+
+	tc = t_tcase_faults("errors-faults");
+	tcase_add_unchecked_fixture(tc, t_case_setup, t_case_teardown);
+	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, fault_open);
 	tcase_add_test(tc, fault_span_growth);
 	tcase_add_test(tc, fault_close);

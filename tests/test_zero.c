@@ -1263,10 +1263,7 @@ START_TEST(failed_step)
 	struct zworld w;
 	int rc;
 
-	if (!ts_fault_available()) {
-		fprintf(stderr, "test_zero: failed-step: no fault sites in this build; skipped\n");
-		return;
-	}
+	NEED_FAULTS();
 	world_init(&w, &sc, 33, MIS_NONE);
 	ck_assert(zstep(&w, (1u << w.np) - 1));
 	ck_assert(zstep(&w, (1u << w.np) - 1));
@@ -1505,8 +1502,13 @@ static Suite *zero_suite(void)
 	tcase_add_test(tc, misuse_output);
 	tcase_add_test(tc, misuse_group);
 	tcase_add_test(tc, misuse_resume);
-	tcase_add_test(tc, failed_step);
 	tcase_add_test(tc, misuse_export);
+	suite_add_tcase(s, tc);
+	tc = t_tcase_faults("misuse-faults");
+	tcase_add_unchecked_fixture(tc, t_case_setup, t_case_teardown);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, failed_step);
 	suite_add_tcase(s, tc);
 	/* The small model last: ranks that own nothing take paths no other
 	 * case takes, and a rank that aborts there (a sanitizer's report)
@@ -1534,6 +1536,7 @@ int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "single";
 	struct tier_comm_params p;
+	Suite *suite;
 	SRunner *sr;
 	int failed, rc;
 
@@ -1551,6 +1554,8 @@ int main(int argc, char **argv)
 		}
 #endif
 	}
+	if (t_faults_skipped())
+		return T_EXIT_SKIP;
 	tier_comm_params_init(&p);
 	p.backend = backend;
 	p.timeout_s = 120;
@@ -1571,14 +1576,14 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		g_kill = !strcmp(mode, "kill");
-		sr = srunner_create(dead_suite());
+		suite = dead_suite();
 	} else {
-		sr = srunner_create(zero_suite());
+		suite = zero_suite();
 	}
+	sr = srunner_create(suite);
 	if (strcmp(backend, "single") != 0)
 		srunner_set_fork_status(sr, CK_NOFORK);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
+	failed = t_srunner_run(sr, suite);
 	srunner_free(sr);
 	if (failed)
 		fprintf(stderr, "test_zero: rank %d of %d (%s): %d failed\n", R, N, backend, failed);

@@ -711,10 +711,7 @@ START_TEST(gpu_optim_fill_failure)
 	void *ptr;
 	int rc;
 
-	if (!ts_fault_available()) {
-		printf("gpu_optim_fill_failure: no fault sites in this build; skipped\n");
-		return;
-	}
+	NEED_FAULTS();
 	world_open(&w, c, 900 + (uint64_t)_i);
 	for (int k = 0; k < 2; k++) {
 		world_grads(&w);
@@ -762,8 +759,13 @@ static Suite *gpu_optim_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_loop_test(tc, gpu_optim_steps, 0, (int)ARRAY_SIZE(k_cases));
 	tcase_add_loop_test(tc, gpu_optim_overflow, 0, (int)ARRAY_SIZE(k_ocases));
-	tcase_add_loop_test(tc, gpu_optim_fill_failure, 0, (int)ARRAY_SIZE(k_fcases));
 	tcase_add_loop_test(tc, gpu_optim_checkpoint, 0, 2);
+	suite_add_tcase(s, tc);
+
+	tc = t_tcase_faults("cuda-faults");
+	tcase_add_unchecked_fixture(tc, t_case_setup, t_case_teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_loop_test(tc, gpu_optim_fill_failure, 0, (int)ARRAY_SIZE(k_fcases));
 	suite_add_tcase(s, tc);
 	return s;
 }

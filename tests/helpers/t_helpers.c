@@ -66,13 +66,136 @@ char *t_write_file(const char *dir, const char *name, const char *text)
 	return path;
 }
 
+/* ------------------------------------------------------- fault cases */
+
+/* In the program: ts_fault_available() (common/fault.h, which this
+ * library, built without the build tree's config.h, does not include). */
+bool ts_fault_available(void);
+
+#define T_FAULT_TAG "faults"
+#define T_MAX_FAULT_CASES 64
+
+/* The names of the cases t_tcase_faults() made. */
+static const char *g_fault_cases[T_MAX_FAULT_CASES];
+static int g_nfault_cases;
+
+TCase *t_tcase_faults(const char *name)
+{
+	TCase *tc = tcase_create(name);
+
+	if (g_nfault_cases == T_MAX_FAULT_CASES) {
+		fprintf(stderr, "t_tcase_faults: more than %d fault cases\n", T_MAX_FAULT_CASES);
+		abort();
+	}
+	g_fault_cases[g_nfault_cases++] = name;
+	tcase_set_tags(tc, T_FAULT_TAG);
+	return tc;
+}
+
+/* TIER_TEST_FAULTS: "only", "skip" or NULL (unset or empty); exits on
+ * anything else. */
+static const char *faults_mode(void)
+{
+	const char *e = getenv("TIER_TEST_FAULTS");
+
+	if (!e || !*e)
+		return NULL;
+	if (strcmp(e, "only") != 0 && strcmp(e, "skip") != 0) {
+		fprintf(stderr, "TIER_TEST_FAULTS=%s: want only, skip or unset\n", e);
+		exit(EXIT_FAILURE);
+	}
+	return e;
+}
+
+bool t_faults_on(void)
+{
+	const char *mode = faults_mode();
+
+	return ts_fault_available() && !(mode && strcmp(mode, "skip") == 0);
+}
+
+/* The fault cases of @s that CK_RUN_CASE (if set) selects; their names
+ * in @names. */
+static int fault_cases_selected(Suite *s, char *names, size_t len)
+{
+	const char *only = getenv("CK_RUN_CASE");
+	size_t used = 0;
+	int n = 0;
+
+	names[0] = '\0';
+	for (int i = 0; i < g_nfault_cases; i++) {
+		if (!suite_tcase(s, g_fault_cases[i]) ||
+		    (only && *only && strcmp(only, g_fault_cases[i]) != 0))
+			continue;
+		n++;
+		if (used < len)
+			used += (size_t)snprintf(names + used, len - used, "%s%s", n > 1 ? ", " : "",
+						 g_fault_cases[i]);
+	}
+	return n;
+}
+
+/* This program's name without "test_", for the messages. */
+static const char *prog_name(void)
+{
+	const char *prog = program_invocation_short_name;
+
+	return strncmp(prog, "test_", 5) == 0 ? prog + 5 : prog;
+}
+
+bool t_faults_skipped(void)
+{
+	const char *mode = faults_mode();
+
+	if (!mode || strcmp(mode, "only") != 0 || ts_fault_available())
+		return false;
+	printf("SKIP: %s: no fault sites in this build\n", prog_name());
+	return true;
+}
+
+int t_srunner_run(SRunner *sr, Suite *s)
+{
+	const char *mode = faults_mode();
+	char names[512];
+	int nfault = fault_cases_selected(s, names, sizeof(names));
+
+	if (mode && strcmp(mode, "only") == 0) {
+		/* Nothing to run is a failure, never a pass: the caller should
+		 * have skipped (t_faults_skipped), or the suite is registered
+		 * as having fault cases (or CK_RUN_CASE names one) it lacks. */
+		if (!ts_fault_available()) {
+			printf("%s: TIER_TEST_FAULTS=only, but no fault sites in this build\n",
+			       prog_name());
+			return 1;
+		}
+		if (nfault == 0) {
+			printf("%s: TIER_TEST_FAULTS=only, but no t_tcase_faults() case%s%s\n",
+			       prog_name(), getenv("CK_RUN_CASE") ? " named " : "",
+			       getenv("CK_RUN_CASE") ? getenv("CK_RUN_CASE") : "");
+			return 1;
+		}
+		srunner_run_tagged(sr, NULL, NULL, T_FAULT_TAG, NULL, CK_NORMAL);
+	} else if (mode || !ts_fault_available()) {
+		if (!mode && nfault)
+			printf("%s: no fault sites in this build: %d fault case%s left out (%s)\n",
+			       prog_name(), nfault, nfault == 1 ? "" : "s", names);
+		srunner_run_tagged(sr, NULL, NULL, NULL, T_FAULT_TAG, CK_NORMAL);
+	} else {
+		srunner_run_all(sr, CK_NORMAL);
+	}
+	return srunner_ntests_failed(sr);
+}
+
 int t_run_suite(Suite *s)
 {
 	SRunner *sr = srunner_create(s);
 	int failed;
 
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
+	if (t_faults_skipped()) {
+		srunner_free(sr);
+		return T_EXIT_SKIP;
+	}
+	failed = t_srunner_run(sr, s);
 	srunner_free(sr);
 	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

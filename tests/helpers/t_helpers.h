@@ -87,16 +87,38 @@ void t_golden_free(struct t_golden *g);
 double t_rel_err(const float *x, const float *ref, size_t n, size_t *worst);
 
 /*
- * Skips (returns from) the calling test with a note when the build has no
- * fault sites.  The test includes common/fault.h.
+ * Fault-site tests.  A test that arms fault sites (common/fault.h) goes in
+ * a test case made by t_tcase_faults(), which tags it "faults", and starts
+ * with NEED_FAULTS().  t_run_suite() picks the cases by TIER_TEST_FAULTS:
+ *
+ *   only   the "faults" cases alone; in a build without fault sites none:
+ *          it prints "SKIP: ..." and returns T_EXIT_SKIP;
+ *   skip   every case but the "faults" ones;
+ *   unset  (a run by hand) everything in a build with fault sites, else
+ *          every case but the "faults" ones, saying how many it left out.
+ *
+ * tests/meson.build registers a suite with fault cases twice: NAME with
+ * skip and NAME-faults with only, so a build without fault sites shows
+ * them as SKIP, never as passed.
  */
-#define NEED_FAULTS()                                                                  \
-	do {                                                                           \
-		if (!ts_fault_available()) {                                         \
-			fprintf(stderr, "%s: no fault sites in this build; skipped\n", \
-				__func__);                                             \
-			return;                                                        \
-		}                                                                      \
+struct TCase;
+struct TCase *t_tcase_faults(const char *name);
+
+/* Whether this run may arm fault sites: the build has them and
+ * TIER_TEST_FAULTS is not "skip". */
+bool t_faults_on(void);
+
+/*
+ * The first statement of a test that needs fault sites.  Reached in a run
+ * that may not arm them (a build without fault sites, or a run of the
+ * untagged cases), it fails the test: such a test belongs in a
+ * t_tcase_faults() case, where t_run_suite() never runs it then.
+ */
+#define NEED_FAULTS()                                                                      \
+	do {                                                                               \
+		if (!t_faults_on())                                                        \
+			ck_abort_msg("%s needs fault sites: put it in a t_tcase_faults() case", \
+				     __func__);                                            \
 	} while (0)
 
 /*
@@ -126,9 +148,23 @@ unsigned long long t_fs_free(const char *path);
 /* The entries of @dir other than ., .. and t_tmpfs_full's "filler". */
 int t_files_besides_filler(const char *dir);
 
-/* Runs a Check suite in the usual way; returns the process exit code. */
+/* Runs a Check suite (its "faults" cases as TIER_TEST_FAULTS says, above;
+ * CK_RUN_CASE and the other CK_ variables as usual); returns the process
+ * exit code. */
 struct Suite;
 int t_run_suite(struct Suite *s);
+
+/*
+ * t_run_suite() in two parts, for a program that runs its own SRunner
+ * (test_zero: MPI ranks, no fork): t_faults_skipped() is true, having
+ * printed the SKIP line, when TIER_TEST_FAULTS=only in a build without
+ * fault sites (return T_EXIT_SKIP then); t_srunner_run() runs @sr, made
+ * from @s, with the cases TIER_TEST_FAULTS selects, and returns how many
+ * tests failed.
+ */
+struct SRunner;
+bool t_faults_skipped(void);
+int t_srunner_run(struct SRunner *sr, struct Suite *s);
 
 /*
  * A training run the checkpoint tests and tools share: three parameters,
