@@ -29,6 +29,11 @@ struct ts_fsinfo {
 /* statvfs() and stat() of @path (a directory or file). */
 int sys_fsinfo(const char *path, struct ts_fsinfo *out);
 
+/* pread() of @len bytes of @fd at @off into @buf, again after EINTR and a
+ * short read: the bytes read (fewer than @len at the end of the file), or
+ * -errno.  Sets no detail message. */
+ssize_t sys_pread_full(int fd, void *buf, size_t len, uint64_t off);
+
 /*
  * Whether O_DIRECT works in directory @dir: creates and removes a probe
  * file there.  0 = works, -EINVAL = the file system refuses O_DIRECT,

@@ -60,6 +60,7 @@
 #include "common/error.h"
 #include "common/fault.h"
 #include "common/options.h"
+#include "common/sysinfo.h"
 #include "common/units.h"
 #include "runtime/statseg.h"
 
@@ -466,25 +467,6 @@ static int check_layout(const struct statseg_header *h, size_t size, const char 
 #define READ_FENCE() atomic_thread_fence(memory_order_acquire)
 #endif
 
-/* @len bytes of @fd at @off into @buf: the bytes read, or -errno. */
-static ssize_t pread_all(int fd, void *buf, size_t len, uint64_t off)
-{
-	size_t done = 0;
-
-	while (done < len) {
-		ssize_t n = pread(fd, (char *)buf + done, len - done, (off_t)(off + done));
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		if (n == 0)
-			break;
-		done += (size_t)n;
-	}
-	return (ssize_t)done;
-}
-
 int statseg_open(const char *path, struct statseg_view **out)
 {
 	struct statseg_view *v = NULL;
@@ -544,7 +526,7 @@ int statseg_open(const char *path, struct statseg_view **out)
 		rc = ts_err(-ENOMEM, "stats segment %s: out of memory", path);
 		goto fail;
 	}
-	got = pread_all(fd, copy, size, 0);
+	got = sys_pread_full(fd, copy, size, 0);
 	if (got < 0) {
 		rc = ts_err((int)got, "stats segment %s: read: %s", path, tier_strerror((int)got));
 		goto fail;
@@ -609,7 +591,7 @@ static int shrank(const struct statseg_view *v, long long now)
 /* The sequence word, by pread; 0 or the refusal. */
 static int read_seq(const struct statseg_view *v, uint64_t *seq)
 {
-	ssize_t n = pread_all(v->fd, seq, sizeof(*seq), v->seq_offset);
+	ssize_t n = sys_pread_full(v->fd, seq, sizeof(*seq), v->seq_offset);
 
 	if (n == (ssize_t)sizeof(*seq))
 		return 0;
@@ -644,7 +626,7 @@ int statseg_read(const struct statseg_view *v, void *payload, size_t len)
 			continue;
 		/* the payload's loads after this look at the sequence */
 		READ_FENCE();
-		n = pread_all(v->fd, payload, len, v->payload_offset);
+		n = sys_pread_full(v->fd, payload, len, v->payload_offset);
 		if (n < 0)
 			return ts_err((int)n, "stats segment %s: read: %s", v->path,
 					tier_strerror((int)n));

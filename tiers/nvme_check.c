@@ -22,6 +22,7 @@
 
 #include "common/error.h"
 #include "common/fault.h"
+#include "common/sysinfo.h"
 #include "kernels/crc32c.h"
 #include "tiers/nvme_format.h"
 #include "tiers/nvme_impl.h"
@@ -57,20 +58,11 @@ static void say(struct chk *c, bool problem, const char *fmt, ...)
 
 static int read_at(int fd, void *buf, size_t len, uint64_t off)
 {
-	size_t done = 0;
+	ssize_t n = sys_pread_full(fd, buf, len, off);
 
-	while (done < len) {
-		ssize_t n = pread(fd, (char *)buf + done, len - done, (off_t)(off + done));
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		if (n == 0)
-			return -ENODATA;
-		done += (size_t)n;
-	}
-	return 0;
+	if (n < 0)
+		return (int)n;
+	return (size_t)n < len ? -ENODATA : 0;
 }
 
 /* Opens and identifies every file: a header each, one store, every path. */
