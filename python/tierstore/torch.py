@@ -288,6 +288,7 @@ class _Core:
         self.last_step = None
         self.data_dir = None      # the directory a default store made (None: none)
         self.keep_dir = False     # it holds a checkpoint: kept after close
+        self.pid = os.getpid()    # the process whose handles these are
 
     def release(self):
         """Destroys the optimizer, closes the store, frees the manifest and
@@ -297,6 +298,13 @@ class _Core:
         if self._closed:
             return
         self._closed = True
+        if os.getpid() != self.pid:
+            # A forked child (a DataLoader worker, say) holds a copy of the
+            # parent's handles: freeing them, or removing the directory,
+            # would pull the store from under the parent.
+            self._opt = self._store = self._comm = self._manifest = None
+            self._own_manifest = False
+            return
         for h in self._hooks:
             (h[1] if isinstance(h, tuple) else h).remove()
         self._hooks = []

@@ -299,6 +299,34 @@ def test_default_sized_from_the_model(cache):
     assert os.listdir(".") == []
 
 
+def test_forked_child_frees_nothing(cache):
+    """A forked child (a DataLoader worker) that closes or collects its copy
+    of the optimizer frees nothing of the parent's: the parent trains on
+    and its default store's directory stays."""
+    m = model()
+    opt = TierAdamW(m.parameters(), lr=1e-2)
+    train(m, opt, 2)
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            opt.close()
+            gc.collect()
+        except BaseException:
+            code = 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert os.path.exists(opt.data_dir) and not opt.closed
+    train(m, opt, 2, start=2)
+    ref = reference(4)
+    for a, b in zip(m.parameters(), ref.parameters()):
+        assert (a - b).abs().max().item() <= 1e-6 * b.abs().max().item()
+    d = opt.data_dir
+    opt.close()
+    assert not os.path.exists(d)
+
+
 def test_default_two_at_once(cache):
     """Two default optimizers in one process (a GAN's two): each has its
     own directory; nothing is busy."""
