@@ -553,6 +553,11 @@ class TierAdamW(torch.optim.Optimizer):
             m = Manifest(manifest) if own_manifest else manifest
         elif os.environ.get("TIER_DATA"):
             m = Manifest.default()
+        elif _adopt is not None and _adopt[0] == "resume":
+            raise ValueError("TierAdamW.resume: no manifest, $TIER_MANIFEST or $TIER_DATA: "
+                             "a store made without a manifest lives in a directory of its own; "
+                             "pass manifest= the manifest.yaml that its checkpoint() wrote "
+                             "there (its warning named it), or the manifest it was made with")
         else:
             self._core.data_dir = _data_dir()
             m = Manifest.default(self._core.data_dir)

@@ -371,6 +371,14 @@ def test_default_checkpoint_keeps_the_directory(cache):
         assert torch.equal(a, b)
 
 
+def test_default_resume_needs_the_manifest(cache):
+    """resume() without a manifest has nothing to reopen (a default store's
+    directory is its own): refused, naming what to pass, and nothing made."""
+    with pytest.raises(ValueError, match=r"TierAdamW.resume: no manifest.*manifest.yaml"):
+        TierAdamW.resume(model().parameters())
+    assert not os.path.exists(cache) or os.listdir(cache) == []
+
+
 def test_default_sweeps_dead_directories(cache):
     """A directory left by a process that is gone (SIGKILL: no close) is
     removed by the next default store; one holding a checkpoint is not."""
