@@ -6,8 +6,9 @@
 1. The API version.  The version lives in the public header,
    include/tierstore/common.h (TIER_VERSION_MAJOR, _MINOR, _PATCH);
    meson.build derives the library's and checks project()'s from it.  Here
-   every statement of a version in README.md and docs/*.md must be the
-   header's: "API X.Y", "API version X.Y", "(version X.Y)" in a heading,
+   every statement of a version in README.md, CONTRIBUTING.md and docs/*.md
+   must be the header's: "API X.Y", "API version X.Y", "(version X.Y)" in a
+   heading, "version (X, Y, Z)",
    the soname "libtierstore.so.X.Y[.Z]", a tool's "tierstore X.Y.Z" and a
    quoted "X.Y.Z" where tier_version's text is meant.  A mention of an
    older version is history, not a statement, when its sentence says so
@@ -39,6 +40,7 @@ MENTIONS = [
     (re.compile(r"\(version\s+(\d+)\.(\d+)\)"), 2),
     (re.compile(r"\blibtierstore\.so\.(\d+)\.(\d+)(?:\.(\d+))?"), 0),
     (re.compile(r"\btierstore\s+(\d+)\.(\d+)\.(\d+)\b"), 3),
+    (re.compile(r"\bversion\s+\((\d+),\s*(\d+),\s*(\d+)\)"), 3),
 ]
 # a quoted "X.Y.Z" on a line about the library's version text
 QUOTED = re.compile(r"\"(\d+)\.(\d+)\.(\d+)\"")
@@ -96,7 +98,7 @@ def paragraphs(path):
 
 
 def check_versions(root, ver, problems):
-    docs = [os.path.join(root, "README.md")] + sorted(
+    docs = [os.path.join(root, "README.md"), os.path.join(root, "CONTRIBUTING.md")] + sorted(
         os.path.join(root, "docs", f) for f in os.listdir(os.path.join(root, "docs"))
         if f.endswith(".md"))
     full, mm = ver, ver[:2]
