@@ -343,9 +343,13 @@ class _Core:
             pass
 
     def __reduce__(self):
-        raise TypeError("TierAdamW cannot be pickled or deep-copied: its state lives in a "
-                        "store it owns; save state_dict() (torch.save) and load it into a "
-                        "new TierAdamW, or use checkpoint() / export()")
+        _refuse_copy()
+
+
+def _refuse_copy():
+    raise TypeError("TierAdamW cannot be pickled or deep-copied: its state lives in a "
+                    "store it owns; save state_dict() (torch.save) and load it into a "
+                    "new TierAdamW, or use checkpoint() / export()")
 
 
 def _forward(name):
@@ -1289,10 +1293,10 @@ class TierAdamW(torch.optim.Optimizer):
         return new
 
     def __deepcopy__(self, memo):
-        self._core.__reduce__()
+        _refuse_copy()
 
     def __reduce_ex__(self, protocol):
-        self._core.__reduce__()
+        _refuse_copy()
 
 
 for _name in _SHARED:
