@@ -60,7 +60,7 @@ void ts_cuda_free(void *ptr);
 int ts_cuda_copy(void *dst, const void *src, size_t len, void *stream);
 
 /*
- * The asynchronous services of a pipelined lane (runtime/optim_gpu.c).
+ * The asynchronous services of a pipelined lane (runtime/optim/optim_gpu.c).
  *
  * ts_cuda_copy_async: queues the copy of ts_cuda_copy on @stream and
  * returns; from pinned host memory (or to it) the copy is a DMA that

@@ -2,7 +2,7 @@
  * copy.h - a copy whose stores go around the cache (non-temporal stores),
  * for copies whose destination is not read again soon by this CPU: the
  * GPU lane's copies of updated parameters from its pinned staging into the
- * trainer's pageable buffers (runtime/optim_gpu.c).
+ * trainer's pageable buffers (runtime/optim/optim_gpu.c).
  *
  * An ordinary store to a line not in the cache first reads the line
  * (read-for-ownership), so a cached copy of n bytes moves 3n bytes of

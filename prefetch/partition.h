@@ -16,7 +16,7 @@
  * parameter is split among consecutive ranks.  With T < N x @align some
  * ranks own nothing.
  *
- * The partitioned optimizer (runtime/optim_zero.c) splits each parameter
+ * The partitioned optimizer (runtime/optim/optim_zero.c) splits each parameter
  * on its own: part_plan over that one parameter (docs/distributed.md, "How
  * the elements are split", says why not over the flat model).  The
  * several-parameter form, part_segments and part_counts serve the tests

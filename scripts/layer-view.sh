@@ -3,7 +3,7 @@
 # folders of that layer and of the layers below it, to config.h and to the
 # public headers the layer may use, and nothing else.  The layer's sources
 # are compiled with that folder as their only include root, so an include
-# that goes up a layer ("runtime/manifest.h" from tiers/) finds no file and
+# that goes up a layer ("runtime/manifest/manifest.h" from tiers/) finds no file and
 # the build stops there.  meson runs this at configure time.
 #   layer-view.sh VIEW SRCROOT BUILDROOT LAYER... -- PUBLIC_HEADER...
 set -eu

@@ -49,7 +49,7 @@ for g in device pinned host; do
 	step "$root/scripts/trace-overlap.py" "$TIER_TEST_TMPDIR/trace-$g.json"
 	# the slots' timed spans: a kernel each, and host buffers' copies
 	case $g in device) st=update_gpu,kernel_gpu ;; *) st=update_gpu,kernel_gpu,grad_in,out_d2h ;; esac
-	step python3 "$root/tests/trace_check.py" "$TIER_TEST_TMPDIR/trace-$g.json" --steps 4 --stages $st
+	step python3 "$root/tests/formats/trace_check.py" "$TIER_TEST_TMPDIR/trace-$g.json" --steps 4 --stages $st
 done
 # The lane with one slot and with the most (TIER_GPU_SLOTS), and with the
 # gradients queued ahead of their state (TIER_GPU_GRAD_AHEAD, traced: the
@@ -60,7 +60,7 @@ for v in 1:off:host 8:off:pinned 3:on:host 2:on:pinned; do
 	TIER_GPU_SLOTS=${v%%:*} TIER_GPU_GRAD_AHEAD=${a%%:*} TIER_TRACE="$TIER_TEST_TMPDIR/trace-v.json" \
 		step "$build/tools/tier-bench" step --manifest "$TIER_TEST_TMPDIR/hbm.yaml" --dram 2GiB \
 		--params 134217728 --steps 3 --offload-fraction 0 --grads $g --verify --no-progress
-	step python3 "$root/tests/trace_check.py" "$TIER_TEST_TMPDIR/trace-v.json" --steps 3 \
+	step python3 "$root/tests/formats/trace_check.py" "$TIER_TEST_TMPDIR/trace-v.json" --steps 3 \
 		--stages update_gpu,kernel_gpu,grad_in,out_d2h
 done
 TIER_DATA="$TIER_TEST_TMPDIR/data" step "$build/tools/tier-bench" step --params 67108864 \

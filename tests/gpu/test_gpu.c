@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
-#include "runtime/manifest.h"
+#include "runtime/manifest/manifest.h"
 #include "t_helpers.h"
 #include "tiers/gpu.h"
 

@@ -1,13 +1,13 @@
 /*
  * test_gpu_hbm.c - the "cuda" HBM backend on a machine with a GPU: the
- * contract rows of tests/test_hbm.c (round trips, FIFO order per
+ * contract rows of tests/tiers/test_hbm.c (round trips, FIFO order per
  * direction, submitting threads, callbacks re-submitting, close() waiting,
  * bad copies and opens, and the fault sites) on the cuda backend alone.
  * There a row that cannot run is a failure, not a skip; without a device
  * the whole program exits 77 (SKIP).
  */
 #define TEST_HBM_NO_MAIN
-#include "../test_hbm.c"
+#include "../tiers/test_hbm.c"
 
 #include <sys/wait.h>
 #include <unistd.h>

@@ -1,7 +1,7 @@
 /*
- * test_gpu_optim.c - the optimizer's CUDA lane (runtime/optim.c with the
+ * test_gpu_optim.c - the optimizer's CUDA lane (runtime/optim/optim.c with the
  * "cuda" HBM backend) on a machine with a GPU, against the in-memory
- * reference of tests/test_optim.c: the global norm is the sum, in
+ * reference of tests/runtime/test_optim.c: the global norm is the sum, in
  * parameter id order and in double, of tier_grad_check() per parameter
  * (a fresh struct tier_grad_stats each, no pool), norm = sqrt(total) /
  * loss_scale, clip_coef = tier_clip_coef(norm, max) when max_grad_norm > 0
