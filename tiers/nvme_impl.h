@@ -2,7 +2,9 @@
  * nvme_impl.h - what the pieces of the NVMe tier share; private to
  * tiers/nvme*.c.  tiers/nvme.c owns the backing files, their headers,
  * open and close, the objects (extents) and the stats; tiers/nvme_ring.c
- * the io_uring engine; tiers/nvme_req.c the request path.  The
+ * the io_uring engine; tiers/nvme_req.c the request path;
+ * tiers/nvme_commit.c writing commits and tiers/nvme_recover.c loading
+ * one when the files are opened again.  The
  * structures below are the tier's state; the functions are those one
  * piece calls in another.
  */
@@ -17,6 +19,7 @@
 #include <sys/uio.h>
 
 #include "common/error.h"
+#include "common/fault.h"
 #include "tiers/tiers_cfg.h"
 #include "tierstore/tiers.h"
 #include "tiers/extent.h"
@@ -275,14 +278,6 @@ int nvme_file_grow(struct nvme_path *p, uint64_t end, const char *obj);
 
 /* tiers/nvme_commit.c */
 
-/*
- * After every path is open: reads path 0's commit slots; with a commit,
- * checks every file belongs to it and loads the object table of @gen
- * (0: the newest readable), rolling back over damaged ones; without one,
- * empties the files for a fresh store.  0 or -errno with the detail.
- */
-int nvme_commit_load(struct tier_nvme *t, uint64_t gen);
-
 /* An object's entry in a table, as nvme_table_walk() hands it over. */
 struct nvme_tobj {
 	const char *name;         /* name_len bytes, no NUL */
@@ -328,6 +323,40 @@ int nvme_cow_begin(struct tier_nvme *t, struct tier_nvme_obj *o);
 /* Releases an object's extents: at once, or held for the kept commits that
  * name them.  t->lock held. */
 void nvme_obj_release_extents(struct tier_nvme *t, struct tier_nvme_obj *o);
+
+/* Where unit @u of @o lies on its path, a data-relative offset, were the
+ * object's extents those at @base (ext_off or new_off). */
+uint64_t nvme_unit_slot(const struct tier_nvme *t, const struct tier_nvme_obj *o, uint64_t u,
+			const uint64_t *base);
+
+/* Holds [off, off + len) of path @path for the kept commits, until the
+ * generation @last_gen that names it last leaves them.  0 or -ENOMEM. */
+int nvme_held_add(struct tier_nvme *t, uint32_t path, uint64_t off, uint64_t len, uint64_t last_gen);
+
+/* Reads or writes [off, off + len) of path @p's file (file offsets),
+ * whole, synchronously, through fault site @site; @what names it in the
+ * detail.  0 or -errno (-ENODATA: the file ends first). */
+int nvme_sync_io(struct nvme_path *p, bool wr, void *buf, size_t len, uint64_t off,
+		 enum ts_fault_site site, const char *what);
+
+/* @len zeroed bytes, 4 KiB aligned (for O_DIRECT), or NULL. */
+void *nvme_aligned_zero(size_t len);
+
+/* Writes slot @s (sealed here) as slot write number s->seq, durably. */
+int nvme_slot_write(struct tier_nvme *t, struct ts_nvme_slot *s);
+
+/* A commit's time @ns as local "YYYY-MM-DD HH:MM:SS". */
+void nvme_gen_time(uint64_t ns, char *buf, size_t n);
+
+/* tiers/nvme_recover.c */
+
+/*
+ * After every path is open: reads path 0's commit slots; with a commit,
+ * checks every file belongs to it and loads the object table of @gen
+ * (0: the newest readable), rolling back over damaged ones; without one,
+ * empties the files for a fresh store.  0 or -errno with the detail.
+ */
+int nvme_commit_load(struct tier_nvme *t, uint64_t gen);
 
 /* tiers/nvme_ring.c */
 

@@ -3,8 +3,9 @@
  * runtime/manifest/manifest*.c, not for any other file.
  *
  * A manifest is read in three passes over one libyaml document (see
- * manifest.c): the graph check, the diagnostics and the API live in
- * manifest.c, pass 2 (the schema walk into struct raw) in
+ * manifest.c): the diagnostics and the API live in manifest.c, the
+ * document's limits, its loading and pass 1 (the graph check) in
+ * manifest_graph.c, pass 2 (the schema walk into struct raw) in
  * manifest_schema.c, pass 3 (resolution against struct facts into
  * struct tier_manifest) in manifest_resolve.c; manifest_emit.c writes a
  * resolved configuration back out as YAML.
@@ -123,6 +124,24 @@ size_t mf_utf8_next(const unsigned char *p, uint32_t *cp);
 void mf_sanitize(const char *msg, char *dst, size_t len);
 const char *mf_keypath(struct walker *w, const char *key, char *buf, size_t len);
 const char *mf_node_kind(const yaml_node_t *n);
+
+/* the document and pass 1 (manifest_graph.c) */
+/*
+ * The one document of @text (@len bytes) into *@doc, with @parser set up
+ * (the caller deletes the document when this returns 0): nesting, nodes
+ * and anchors checked on the events first, then loaded; an empty stream
+ * or a second document is refused.  0, -EINVAL (the problems reported),
+ * -ENOMEM.
+ */
+int mf_load_document(struct walker *w, yaml_parser_t *parser, const char *text, size_t len,
+		     yaml_document_t *doc);
+/* Pass 1 on w->doc: a cycle, nesting past 32 levels or an expansion past
+ * TIER_YAML_NODE_LIMIT nodes reported, before anything follows an alias.
+ * 0, -EINVAL, -ENOMEM. */
+int mf_graph_check(struct walker *w);
+/* Every scalar, key or value, of w->doc that holds a NUL byte reported.
+ * 0, -EINVAL, -ENOMEM. */
+int mf_nul_check(struct walker *w);
 
 /* the rank (manifest_rank.c) */
 /* 0..3 for RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE; -1 for another name */

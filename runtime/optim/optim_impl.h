@@ -1,9 +1,11 @@
 /*
  * optim_impl.h - private to runtime/optim/optim*.c: the optimizer's structures
- * and what its two files share.  optim.c owns the lifetime (parameters,
- * creation, parameters added, read back, destroy) and what the live view
- * shows; optim_step.c owns the step (begin, push, end) and the update of
- * each shard on its lane.
+ * and what its files share.  optim.c owns the lifetime (parameters,
+ * creation, destroy) and what the live view shows; optim_param.c the
+ * parameters (added, read back, removed) and the groups; optim_step.c the
+ * step (begin, push, end) and the update of each shard on its lane;
+ * optim_gpu.c, optim_zero.c, optim_ckpt.c and optim_export.c say theirs
+ * below.
  */
 #ifndef TIER_RUNTIME_OPTIM_IMPL_H
 #define TIER_RUNTIME_OPTIM_IMPL_H
@@ -227,6 +229,20 @@ struct tier_optim {
 int optim_create(struct tier_store *s, const struct tier_optim_params *p, size_t shard_elems,
 		 struct tier_optim **out);
 
+/* 0, or -EINVAL naming @what's bad value. */
+int optim_check_group(const char *what, const struct tier_group_params *g);
+
+/* The bytes of every shard's state. */
+uint64_t optim_state_bytes(const struct tier_optim *o);
+
+/*
+ * What the live view shows of this optimizer: after a step (@res), or with
+ * @res NULL when the parameters changed.
+ */
+void optim_feed_update(struct tier_optim *o, const struct tier_step_result *res);
+
+/* optim_param.c */
+
 /*
  * Fills a new shard's state (@ptr: its bytes in DRAM, sh->bytes long:
  * master, exp_avg, exp_avg_sq) in place of the initial values; 0 or an
@@ -242,9 +258,6 @@ int optim_add_room(struct tier_optim *o, const char *name, uint32_t nsh);
 int optim_add_param(struct tier_optim *o, uint32_t gid, const char *name, size_t numel,
 		    const float *init, optim_fill_fn fill, void *arg, uint32_t *id);
 
-/* 0, or -EINVAL naming @what's bad value. */
-int optim_check_group(const char *what, const struct tier_group_params *g);
-
 /* Appends group @g (checked): 0 or -ENOMEM. */
 int optim_push_group(struct tier_optim *o, const struct tier_group_params *g);
 
@@ -252,15 +265,6 @@ int optim_push_group(struct tier_optim *o, const struct tier_group_params *g);
 
 /* Whether a commit's record is an optimizer's. */
 bool optim_record_is(const void *rec, size_t len);
-
-/* The bytes of every shard's state. */
-uint64_t optim_state_bytes(const struct tier_optim *o);
-
-/*
- * What the live view shows of this optimizer: after a step (@res), or with
- * @res NULL when the parameters changed.
- */
-void optim_feed_update(struct tier_optim *o, const struct tier_step_result *res);
 
 /* optim_zero.c: the partitioned optimizer (docs/distributed.md) */
 
@@ -403,7 +407,7 @@ static inline void shard_view_of(enum tier_dtype md, void *base, size_t n, struc
 	v->v = b + (4 + mb) * n;
 }
 
-/* q8 shards' moments to and from fp32 (optim.c). */
+/* q8 shards' moments to and from fp32 (optim_param.c). */
 void optim_q8_decode(const void *shard, size_t n, float *m, float *v);
 void optim_q8_encode(void *shard, size_t n, const float *m, const float *v);
 

@@ -685,25 +685,34 @@ static int agree(struct tier_optim *o, const double *all)
 	return 0;
 }
 
-int zero_end(struct tier_optim *o, struct tier_step_result *res)
+/* The reduce-scatters left, posted in id order (the parameters not
+ * pushed skipped), and every one waited for; o->zrc says whether one
+ * failed. */
+static void finish_reduces(struct tier_optim *o)
 {
-	double mine[X_N], *all, total = 0;
-	uint64_t h = FNV0, npushed = 0, t_end;
-	bool nonfinite = false;
-	struct outcome bad_out;
-	int bad, rc, lrc = 0;
-	const char *lmsg = NULL;
-
-	/* What is left, in id order (the parameters not pushed skipped). */
 	for (; o->rs_next < o->nparams && !o->zrc; o->rs_next++)
 		if (o->params[order_at(o, o->rs_next)].ready)
 			(void)post_rs(o, order_at(o, o->rs_next));
 	for (uint32_t k = 0; k < o->nparams && !o->zrc; k++)
 		if (o->params[order_at(o, k)].rs)
 			wait_one(o, order_at(o, k), true, "reduce-scatter");
-	if (o->zrc)
-		return step_comm_failed(o);
+}
 
+/*
+ * The exchange of the step's figures: this rank's (its pieces' sum of
+ * squares, what it pushed, its groups, step and loss scale) against every
+ * rank's, which must agree; then *@total and *@nonfinite are the global
+ * norm's, and *@npushed what this rank pushed.  On an error the step is
+ * abandoned.
+ */
+static int exchange_norm(struct tier_optim *o, uint64_t *npushed, double *total, bool *nonfinite)
+{
+	double mine[X_N], *all;
+	uint64_t h = FNV0;
+	bool nf = false;
+	int rc;
+
+	*npushed = 0;
 	mine[X_SUMSQ] = 0;
 	for (uint32_t i = 0; i < o->nparams; i++) {
 		const struct param *pp = &o->params[i];
@@ -711,16 +720,16 @@ int zero_end(struct tier_optim *o, struct tier_step_result *res)
 
 		if (!pp->pushed)
 			continue;
-		npushed++;
+		(*npushed)++;
 		mine[X_SUMSQ] += pp->sumsq;
-		nonfinite |= pp->nonfinite;
+		nf |= pp->nonfinite;
 		w[0] = i;
 		w[1] = (uint64_t)pp->gin.dtype;
 		w[2] = pp->fout.ptr ? 1 + (uint64_t)pp->fout.dtype : 0;
 		h = fnv(h, w, sizeof(w));
 	}
-	mine[X_NONFINITE] = nonfinite ? 1.0 : 0.0;
-	mine[X_NPUSHED] = u2d(npushed);
+	mine[X_NONFINITE] = nf ? 1.0 : 0.0;
+	mine[X_NPUSHED] = u2d(*npushed);
 	mine[X_PUSHED] = u2d(h);
 	mine[X_GROUPS] = u2d(groups_hash(o));
 	mine[X_APPLIED] = u2d(o->applied);
@@ -749,30 +758,27 @@ int zero_end(struct tier_optim *o, struct tier_step_result *res)
 	/* The global norm: the ranks' pieces partition every gradient, so
 	 * their sums add up to it; summed in rank order, the same bits on
 	 * every rank. */
-	nonfinite = false;
+	*total = 0;
+	*nonfinite = false;
 	for (int r = 0; r < o->world; r++) {
-		total += all[X_N * r + X_SUMSQ];
-		nonfinite |= all[X_N * r + X_NONFINITE] != 0;
+		*total += all[X_N * r + X_SUMSQ];
+		*nonfinite |= all[X_N * r + X_NONFINITE] != 0;
 	}
 	free(all);
-	if (!npushed) {
-		optim_abandon(o);
-		optim_fill_result(o, res, false, 0.0,
-				  o->p.dynamic_loss_scale ? o->scaler.scale : o->p.loss_scale, 1.0);
-		return 0;
-	}
-	if (optim_step_decide(o, total, nonfinite)) {
-		optim_abandon(o);
-		optim_fill_result(o, res, false, o->pend_norm, o->pend_scale, 1.0);
-		trace_span(o->trace, TRACE_STEP, 0, atomic_load(&o->begun), o->t0, ts_now_ns(), 0);
-		TIER_INFO(TIER_SS_OPTIM, "optimizer: step skipped on rank %d of %d: a gradient holds an inf or nan (loss scale %g, next %g)",
-			  o->rank, o->world, o->pend_scale, res->next_loss_scale);
-		return 0;
-	}
+	return 0;
+}
 
-	/* The outputs' all-gathers go out while the lanes run, each once its
-	 * parameter's shards here are updated, in the lanes' order (the same
-	 * on every rank); the rest after them, whatever happened. */
+/*
+ * The lanes run.  The outputs' all-gathers go out while they do, each
+ * once its parameter's shards here are updated, in the lanes' order (the
+ * same on every rank); the rest after them, whatever happened.  The first
+ * error here, a lane's else a collective's, with its message in *@lmsg.
+ */
+static int run_lanes_gathering(struct tier_optim *o, const char **lmsg)
+{
+	int lrc = 0;
+
+	*lmsg = NULL;
 	for (uint32_t i = 0; i < o->nparams; i++) {
 		struct param *pp = &o->params[i];
 
@@ -787,35 +793,53 @@ int zero_end(struct tier_optim *o, struct tier_step_result *res)
 	for (unsigned l = 0; l < LA_LANES; l++)
 		if (o->lane[l].rc && !lrc) {
 			lrc = o->lane[l].rc;
-			lmsg = o->lane[l].err;
+			*lmsg = o->lane[l].err;
 		}
 	if (o->zrc && !lrc) {
 		lrc = o->zrc;
-		lmsg = o->zerr;
+		*lmsg = o->zerr;
 	}
-	rc = exchange_outcome(o, lrc, lmsg, &bad_out, &bad);
-	if (rc || bad != -1) {
-		zero_drain(o); /* the all-gathers every rank posted */
-		uint32_t done = 0;
+	return lrc;
+}
 
-		for (size_t i = 0; i < o->nact; i++)
-			done += o->shards[o->act[i]]->updated;
-		o->synced = false;
-		if (rc) {
-			/* the exchange failed: which ranks updated is unknown */
-			o->failed = rc;
-			snprintf(o->failed_msg, sizeof(o->failed_msg), "step %" PRIu64 " on rank %d of %d: %s",
-				 o->applied + 1, o->rank, o->world, tier_last_error());
-		} else {
-			o->failed = lrc ? lrc : -EIO;
-			snprintf(o->failed_msg, sizeof(o->failed_msg), "step %" PRIu64 ", rank %d of %d: %s",
-				 o->applied + 1, bad, o->world, bad_out.msg);
-		}
-		optim_fill_result(o, res, false, o->pend_norm, o->pend_scale, o->pend_clip);
-		trace_span(o->trace, TRACE_STEP, 0, atomic_load(&o->begun), o->t0, ts_now_ns(), 0);
-		return ts_err(o->failed, "optimizer: %s (here %u of %zu shards are updated; the ranks' states no longer agree, so later steps are refused: restore a checkpoint)",
-			      o->failed_msg, done, (size_t)o->nact);
+/*
+ * A rank failed its lanes (@bad, its outcome @bad_out; @lrc this rank's
+ * error), or the exchange of the outcomes failed (@rc): some ranks may
+ * have updated their pieces and others not, so the states no longer
+ * agree and the optimizer refuses later steps.
+ */
+static int step_failed(struct tier_optim *o, struct tier_step_result *res, int rc, int lrc, int bad,
+		       const struct outcome *bad_out)
+{
+	uint32_t done = 0;
+
+	zero_drain(o); /* the all-gathers every rank posted */
+	for (size_t i = 0; i < o->nact; i++)
+		done += o->shards[o->act[i]]->updated;
+	o->synced = false;
+	if (rc) {
+		/* the exchange failed: which ranks updated is unknown */
+		o->failed = rc;
+		snprintf(o->failed_msg, sizeof(o->failed_msg), "step %" PRIu64 " on rank %d of %d: %s",
+			 o->applied + 1, o->rank, o->world, tier_last_error());
+	} else {
+		o->failed = lrc ? lrc : -EIO;
+		snprintf(o->failed_msg, sizeof(o->failed_msg), "step %" PRIu64 ", rank %d of %d: %s",
+			 o->applied + 1, bad, o->world, bad_out->msg);
 	}
+	optim_fill_result(o, res, false, o->pend_norm, o->pend_scale, o->pend_clip);
+	trace_span(o->trace, TRACE_STEP, 0, atomic_load(&o->begun), o->t0, ts_now_ns(), 0);
+	return ts_err(o->failed, "optimizer: %s (here %u of %zu shards are updated; the ranks' states no longer agree, so later steps are refused: restore a checkpoint)",
+		      o->failed_msg, done, (size_t)o->nact);
+}
+
+/* Every rank updated its pieces: the step applied, the outputs' gathers
+ * waited for, and the step's figures in @res. */
+static int step_finish(struct tier_optim *o, struct tier_step_result *res)
+{
+	uint64_t t_end;
+	int rc;
+
 	if ((rc = optim_step_outcome(o, res)))
 		return rc; /* not reached: every lane succeeded */
 	for (uint32_t k = 0; k < o->nparams && !o->zrc; k++)
@@ -842,6 +866,42 @@ int zero_end(struct tier_optim *o, struct tier_step_result *res)
 				  detail);
 	}
 	return 0;
+}
+
+int zero_end(struct tier_optim *o, struct tier_step_result *res)
+{
+	double total;
+	uint64_t npushed;
+	bool nonfinite;
+	struct outcome bad_out;
+	const char *lmsg;
+	int bad, rc, lrc;
+
+	finish_reduces(o);
+	if (o->zrc)
+		return step_comm_failed(o);
+	rc = exchange_norm(o, &npushed, &total, &nonfinite);
+	if (rc)
+		return rc;
+	if (!npushed) {
+		optim_abandon(o);
+		optim_fill_result(o, res, false, 0.0,
+				  o->p.dynamic_loss_scale ? o->scaler.scale : o->p.loss_scale, 1.0);
+		return 0;
+	}
+	if (optim_step_decide(o, total, nonfinite)) {
+		optim_abandon(o);
+		optim_fill_result(o, res, false, o->pend_norm, o->pend_scale, 1.0);
+		trace_span(o->trace, TRACE_STEP, 0, atomic_load(&o->begun), o->t0, ts_now_ns(), 0);
+		TIER_INFO(TIER_SS_OPTIM, "optimizer: step skipped on rank %d of %d: a gradient holds an inf or nan (loss scale %g, next %g)",
+			  o->rank, o->world, o->pend_scale, res->next_loss_scale);
+		return 0;
+	}
+	lrc = run_lanes_gathering(o, &lmsg);
+	rc = exchange_outcome(o, lrc, lmsg, &bad_out, &bad);
+	if (rc || bad != -1)
+		return step_failed(o, res, rc, lrc, bad, &bad_out);
+	return step_finish(o, res);
 }
 
 /* ------------------------------------------------------------ checkpoints */
