@@ -38,6 +38,7 @@
 
 #include "common/error.h"
 #include "common/fault.h"
+#include "common/json.h"
 #include "formats/trace.h"
 
 #define TRACE_DEFAULT_MAX_SPANS (4ull << 20)
@@ -348,74 +349,21 @@ nomem:
 
 /* ------------------------------------------------------------- writing */
 
-/*
- * Length of the well-formed UTF-8 sequence at @p (RFC 3629: no overlong
- * forms, no surrogates, nothing past U+10FFFF), or 0 when it is not one.
- */
-static size_t utf8_len(const unsigned char *p)
+/* json_escape()'s output into the trace file. */
+static void put_file(void *f, const char *text, size_t len)
 {
-	unsigned char c = p[0];
-	size_t n;
-	uint32_t cp;
-
-	if (c < 0x80)
-		return 1;
-	if (c >= 0xc2 && c <= 0xdf)
-		n = 2, cp = c & 0x1fu;
-	else if (c >= 0xe0 && c <= 0xef)
-		n = 3, cp = c & 0x0fu;
-	else if (c >= 0xf0 && c <= 0xf4)
-		n = 4, cp = c & 0x07u;
-	else
-		return 0;
-	for (size_t i = 1; i < n; i++) {
-		if ((p[i] & 0xc0) != 0x80)  /* also stops at the terminating NUL */
-			return 0;
-		cp = (cp << 6) | (p[i] & 0x3fu);
-	}
-	if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) || cp > 0x10ffff ||
-	    (cp >= 0xd800 && cp <= 0xdfff))
-		return 0;
-	return n;
+	fwrite(text, 1, len, f);
 }
 
 /*
- * Writes @s as the inside of a JSON string: quotes and backslashes
- * escaped, control characters as \n, \t... or \u00XX, and bytes that are
- * not UTF-8 as U+FFFD, so any name gives a file every JSON parser reads.
+ * Writes @s as the inside of a JSON string (common/json.c): quotes and
+ * backslashes escaped, control characters (DEL too) as \n, \t... or
+ * \u00XX, and bytes that are not UTF-8 as U+FFFD, so any name gives a file
+ * every JSON parser reads.
  */
 static void json_str_body(FILE *f, const char *s)
 {
-	const unsigned char *p = (const unsigned char *)s;
-
-	while (*p) {
-		size_t n;
-
-		switch (*p) {
-		case '"':  fputs("\\\"", f); p++; continue;
-		case '\\': fputs("\\\\", f); p++; continue;
-		case '\b': fputs("\\b", f); p++; continue;
-		case '\f': fputs("\\f", f); p++; continue;
-		case '\n': fputs("\\n", f); p++; continue;
-		case '\r': fputs("\\r", f); p++; continue;
-		case '\t': fputs("\\t", f); p++; continue;
-		default:
-			break;
-		}
-		if (*p < 0x20 || *p == 0x7f) {
-			fprintf(f, "\\u%04x", *p);
-			p++;
-			continue;
-		}
-		n = utf8_len(p);
-		if (n == 0) {
-			fputs("\\ufffd", f);
-			p++;
-			continue;
-		}
-		fwrite(p, 1, n, f);
-		p += n;
-	}
+	json_escape(s, JSON_ESC_DEL, put_file, f);
 }
 
 /* Nanoseconds as microseconds with three decimals, exactly. */

@@ -112,50 +112,7 @@ double stat_prom_value(const struct stat_field *d, const void *rec)
 
 /* ------------------------------------------------------------------ JSON */
 
-/*
- * The well-formed UTF-8 sequence at @p, of the @n bytes left: its length,
- * with its code point in *@cp; 0 when the bytes there are not one
- * (overlong, a surrogate, past U+10FFFF, cut short, a stray byte).
- */
-static size_t utf8_seq(const unsigned char *p, size_t n, uint32_t *cp)
-{
-	static const uint32_t min[5] = { 0, 0, 0x80, 0x800, 0x10000 };
-	size_t len;
-	uint32_t c;
-
-	if (p[0] < 0x80) {
-		*cp = p[0];
-		return 1;
-	}
-	if (p[0] >= 0xc2 && p[0] <= 0xdf) {
-		len = 2;
-		c = p[0] & 0x1fu;
-	} else if (p[0] >= 0xe0 && p[0] <= 0xef) {
-		len = 3;
-		c = p[0] & 0x0fu;
-	} else if (p[0] >= 0xf0 && p[0] <= 0xf4) {
-		len = 4;
-		c = p[0] & 0x07u;
-	} else {
-		return 0;
-	}
-	if (len > n)
-		return 0;
-	for (size_t i = 1; i < len; i++) {
-		if ((p[i] & 0xc0) != 0x80)
-			return 0;
-		c = c << 6 | (p[i] & 0x3fu);
-	}
-	if (c < min[len] || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff))
-		return 0;
-	*cp = c;
-	return len;
-}
-
-static bool is_control(uint32_t cp)
-{
-	return cp < 0x20 || (cp >= 0x7f && cp < 0xa0);
-}
+/* Strings for the report and Prometheus (JSON strings: json_out.c). */
 
 #define REPLACEMENT "\xef\xbf\xbd" /* U+FFFD */
 
@@ -171,9 +128,9 @@ const char *stat_text(const char *s, size_t max, char *buf, size_t len)
 		const void *add = p + i;
 		size_t addlen;
 
-		k = utf8_seq(p + i, n - i, &cp);
+		k = json_out_utf8(p + i, n - i, &cp);
 		addlen = k;
-		if (k == 0 || is_control(cp)) {
+		if (k == 0 || json_out_control(cp)) {
 			k = k ? k : 1;
 			add = REPLACEMENT;
 			addlen = 3;
@@ -187,42 +144,6 @@ const char *stat_text(const char *s, size_t max, char *buf, size_t len)
 	return buf;
 }
 
-void stat_json_strn(FILE *f, const char *s, size_t max)
-{
-	const unsigned char *p = (const unsigned char *)s;
-	size_t n = strnlen(s, max), k;
-	uint32_t cp;
-
-	fputc('"', f);
-	for (size_t i = 0; i < n; i += k) {
-		k = utf8_seq(p + i, n - i, &cp);
-		if (k == 0) {
-			fputs("\\ufffd", f);
-			k = 1;
-		} else if (cp == '"') {
-			fputs("\\\"", f);
-		} else if (cp == '\\') {
-			fputs("\\\\", f);
-		} else if (cp == '\n') {
-			fputs("\\n", f);
-		} else if (cp == '\r') {
-			fputs("\\r", f);
-		} else if (cp == '\t') {
-			fputs("\\t", f);
-		} else if (is_control(cp)) {
-			fprintf(f, "\\u%04" PRIx32, cp);
-		} else {
-			fwrite(p + i, 1, k, f);
-		}
-	}
-	fputc('"', f);
-}
-
-void stat_json_str(FILE *f, const char *s)
-{
-	stat_json_strn(f, s, SIZE_MAX);
-}
-
 void stat_prom_label(FILE *f, const char *k, const char *v, size_t max)
 {
 	const unsigned char *p = (const unsigned char *)v;
@@ -231,12 +152,12 @@ void stat_prom_label(FILE *f, const char *k, const char *v, size_t max)
 
 	fprintf(f, ",%s=\"", k);
 	for (size_t i = 0; i < n; i += len) {
-		len = utf8_seq(p + i, n - i, &cp);
+		len = json_out_utf8(p + i, n - i, &cp);
 		if (len && cp == '\n')
 			fputs("\\n", f);
 		else if (len && (cp == '\\' || cp == '"'))
 			fprintf(f, "\\%c", (char)cp);
-		else if (len && !is_control(cp))
+		else if (len && !json_out_control(cp))
 			fwrite(p + i, 1, len, f);
 		else
 			fputs(REPLACEMENT, f);

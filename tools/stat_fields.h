@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "json_out.h"
 #include "tierstore.h"
 
 /* The groups, in the order of the payload and of the Prometheus output. */
@@ -98,18 +99,15 @@ void stat_json_num(FILE *f, double v);
  * fixed field (char backend[16]) need not hold its NUL: each string is
  * taken up to its NUL or @max bytes (its field's size), and what is not
  * well-formed UTF-8 comes out as U+FFFD, so that every output is UTF-8
- * (and valid JSON) whatever the segment holds.
+ * whatever the segment holds.  JSON strings: json_out_strn() and
+ * json_out_str() (json_out.h).
  *
  * stat_text: for the report and the list, into @buf (@len bytes, cut on a
  * character), control characters U+FFFD too (nothing reaches a terminal
- * as a command).  stat_json_strn: a JSON string, control characters
- * escaped (\uXXXX), not UTF-8 as \ufffd.  stat_prom_label: ",KEY=\"v\""
- * for the Prometheus text format (\\, \" and \n escaped), other control
- * characters U+FFFD.
+ * as a command).  stat_prom_label: ",KEY=\"v\"" for the Prometheus text
+ * format (\\, \" and \n escaped), other control characters U+FFFD.
  */
 const char *stat_text(const char *s, size_t max, char *buf, size_t len);
-void stat_json_strn(FILE *f, const char *s, size_t max);
-void stat_json_str(FILE *f, const char *s); /* NUL-terminated, no bound */
 void stat_prom_label(FILE *f, const char *k, const char *v, size_t max);
 
 #endif

@@ -21,7 +21,7 @@
 
 #include "stat_fields.h"
 #include "stat_live.h"
-#include "tierstore.h"
+#include "tierstore/toolkit.h"
 
 enum { EXIT_FAIL = 1, EXIT_USAGE = 2 };
 
@@ -423,10 +423,10 @@ static void json_records(FILE *f, enum stat_group_id g, const struct tier_live_s
 		if (g == STAT_LEVEL) {
 			fprintf(f, "%s\"%s\":{\"backend\":", first ? "" : ",",
 				tier_level_name((enum tier_level)j));
-			stat_json_strn(f, st->level[j].backend, sizeof(st->level[j].backend));
+			json_out_strn(f, st->level[j].backend, sizeof(st->level[j].backend));
 		} else {
 			fprintf(f, "%s{\"index\":%u,\"file\":", first ? "" : ",", j);
-			stat_json_strn(f, st->path[j].file, sizeof(st->path[j].file));
+			json_out_strn(f, st->path[j].file, sizeof(st->path[j].file));
 		}
 		first = false;
 		stat_json_fields(f, g, rec, false);
@@ -440,14 +440,14 @@ static void json_store(FILE *f, const struct seg *s, const struct view *v)
 	const struct tier_live_stats *st;
 
 	fprintf(f, "{\"pid\":%ld,\"segment\":%u,\"name\":", s->pid, s->n);
-	stat_json_strn(f, s->l ? s->info.name : "", sizeof(s->info.name));
+	json_out_strn(f, s->l ? s->info.name : "", sizeof(s->info.name));
 	fputs(",\"path\":", f);
-	stat_json_str(f, s->path);
+	json_out_str(f, s->path);
 	if (!v) {
 		fprintf(f, ",\"stale\":%s", s->stale ? "true" : "false");
 		if (s->rc) {
 			fputs(",\"error\":", f);
-			stat_json_str(f, s->err);
+			json_out_str(f, s->err);
 		}
 		fputs("}", f);
 		return;
@@ -482,7 +482,7 @@ static void json_store(FILE *f, const struct seg *s, const struct view *v)
 		fputs("null", f);
 	}
 	fputs(",\"manifest\":", f);
-	stat_json_str(f, s->info.manifest ? s->info.manifest : "");
+	json_out_str(f, s->info.manifest ? s->info.manifest : "");
 	fputs("}", f);
 }
 

@@ -36,7 +36,7 @@
 
 #include "stat_fields.h"
 #include "stat_live.h"
-#include "tierstore.h"
+#include "tierstore/toolkit.h"
 
 enum { EXIT_USAGE = 2 };
 
@@ -152,8 +152,17 @@ static int do_print_default(void)
 	return 0;
 }
 
+/* The command line: a mode (one of the options that do one thing) or the
+ * live view's options, and the operands from optind on. */
+struct cmdline {
+	struct stat_live_args la;
+	bool live_opt;   /* an option of the live view was given */
+	int mode;        /* 'C', 'F', 'd', 'o', 'g', 'V'; 0 for the live view */
+};
 
-int main(int argc, char **argv)
+/* The options into @cl: -1 to go on, else the exit status (--help, or a
+ * usage error said on stderr). */
+static int parse_options(int argc, char **argv, struct cmdline *cl)
 {
 	enum { O_DIR = 1000, O_JSON, O_PROM, O_REMOVE };
 	static const struct option longopts[] = {
@@ -172,9 +181,8 @@ int main(int argc, char **argv)
 		{ "remove-stale", no_argument, NULL, O_REMOVE },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct stat_live_args la = { .format = STAT_TABLE };
-	bool live_opt = false;
-	int mode = 0, c;
+	struct stat_live_args *la = &cl->la;
+	int c;
 	char *end;
 
 	while ((c = getopt_long(argc, argv, "hw:c:", longopts, NULL)) != -1) {
@@ -185,47 +193,47 @@ int main(int argc, char **argv)
 		case 'o':
 		case 'g':
 		case 'V':
-			if (mode && mode != c) {
+			if (cl->mode && cl->mode != c) {
 				fprintf(stderr, "tier-stat: choose one of --check, --check-files, --print-default, --options, --gpu-selftest\n");
 				return EXIT_USAGE;
 			}
-			mode = c;
+			cl->mode = c;
 			break;
 		case 'w':
 			errno = 0;
-			la.watch_s = strtod(optarg, &end);
-			if (errno || end == optarg || *end || !(la.watch_s >= 0.1) || la.watch_s > 86400) {
+			la->watch_s = strtod(optarg, &end);
+			if (errno || end == optarg || *end || !(la->watch_s >= 0.1) || la->watch_s > 86400) {
 				fprintf(stderr, "tier-stat: -w '%s': give the interval in seconds, from 0.1 to 86400\n",
 					optarg);
 				return EXIT_USAGE;
 			}
-			live_opt = true;
+			cl->live_opt = true;
 			break;
 		case 'c':
 			errno = 0;
-			la.count = strtol(optarg, &end, 10);
-			if (errno || end == optarg || *end || la.count < 1) {
+			la->count = strtol(optarg, &end, 10);
+			if (errno || end == optarg || *end || la->count < 1) {
 				fprintf(stderr, "tier-stat: -c '%s': give a count of reports, 1 or more\n", optarg);
 				return EXIT_USAGE;
 			}
-			live_opt = true;
+			cl->live_opt = true;
 			break;
 		case O_DIR:
-			la.dir = optarg;
-			live_opt = true;
+			la->dir = optarg;
+			cl->live_opt = true;
 			break;
 		case O_JSON:
 		case O_PROM:
-			if (la.format != STAT_TABLE && la.format != (c == O_JSON ? STAT_JSON : STAT_PROMETHEUS)) {
+			if (la->format != STAT_TABLE && la->format != (c == O_JSON ? STAT_JSON : STAT_PROMETHEUS)) {
 				fprintf(stderr, "tier-stat: choose one of --json and --prometheus\n");
 				return EXIT_USAGE;
 			}
-			la.format = c == O_JSON ? STAT_JSON : STAT_PROMETHEUS;
-			live_opt = true;
+			la->format = c == O_JSON ? STAT_JSON : STAT_PROMETHEUS;
+			cl->live_opt = true;
 			break;
 		case O_REMOVE:
-			la.remove_stale = true;
-			live_opt = true;
+			la->remove_stale = true;
+			cl->live_opt = true;
 			break;
 		case 'h':
 			usage(stdout);
@@ -235,26 +243,58 @@ int main(int argc, char **argv)
 			return EXIT_USAGE;
 		}
 	}
-	if (mode && live_opt) {
+	if (cl->mode && cl->live_opt) {
 		fprintf(stderr, "tier-stat: -w, -c, --dir, --json, --prometheus and --remove-stale are for the live view, not with --check, --check-files, --print-default, --options, --gpu-selftest or --version\n");
 		return EXIT_USAGE;
 	}
-	if (!mode) {
-		if (optind + 1 < argc) {
-			fprintf(stderr, "tier-stat: too many arguments (one PID at most)\n");
-			return EXIT_USAGE;
-		}
-		if (la.count && la.watch_s <= 0) {
-			fprintf(stderr, "tier-stat: -c counts the reports of -w; give -w SEC too\n");
-			return EXIT_USAGE;
-		}
-		if (la.remove_stale && (optind < argc || la.watch_s > 0 || la.format != STAT_TABLE)) {
-			fprintf(stderr, "tier-stat: --remove-stale takes no PID, -w, --json or --prometheus\n");
-			return EXIT_USAGE;
-		}
-		la.target = optind < argc ? argv[optind] : NULL;
-		return stat_live_run(&la);
+	return -1;
+}
+
+/* The live view: the list, a report, -w, --remove-stale; at most one PID. */
+static int run_live(struct stat_live_args *la, int argc, char **argv)
+{
+	if (optind + 1 < argc) {
+		fprintf(stderr, "tier-stat: too many arguments (one PID at most)\n");
+		return EXIT_USAGE;
 	}
+	if (la->count && la->watch_s <= 0) {
+		fprintf(stderr, "tier-stat: -c counts the reports of -w; give -w SEC too\n");
+		return EXIT_USAGE;
+	}
+	if (la->remove_stale && (optind < argc || la->watch_s > 0 || la->format != STAT_TABLE)) {
+		fprintf(stderr, "tier-stat: --remove-stale takes no PID, -w, --json or --prometheus\n");
+		return EXIT_USAGE;
+	}
+	la->target = optind < argc ? argv[optind] : NULL;
+	return stat_live_run(la);
+}
+
+/* --gpu-selftest [N] */
+static int do_gpu_selftest(const char *arg)
+{
+	long n = 0;
+	char *end;
+	int rc;
+
+	if (arg) {
+		n = strtol(arg, &end, 10);
+		if (*end || n < 0 || n > 1023) {
+			fprintf(stderr, "tier-stat: bad GPU index '%s'\n", arg);
+			return EXIT_USAGE;
+		}
+	}
+	rc = tier_gpu_selftest((int)n);
+	if (rc) {
+		fprintf(stderr, "tier-stat: GPU %ld self-test failed: %s\n", n, tier_last_error());
+		return 1;
+	}
+	printf("GPU %ld self-test passed\n", n);
+	return 0;
+}
+
+/* One of the modes, with its operands from optind on. */
+static int run_mode(int mode, int argc, char **argv)
+{
 	if (mode == 'F') {
 		if (optind >= argc) {
 			fprintf(stderr, "tier-stat: --check-files: name the backing files of a closed store\n");
@@ -277,25 +317,8 @@ int main(int argc, char **argv)
 		return do_print_default();
 	case 'o':
 		return tier_options_print(stdout) ? 1 : 0;
-	case 'g': {
-		long n = 0;
-		int rc;
-
-		if (optind < argc) {
-			n = strtol(argv[optind], &end, 10);
-			if (*end || n < 0 || n > 1023) {
-				fprintf(stderr, "tier-stat: bad GPU index '%s'\n", argv[optind]);
-				return EXIT_USAGE;
-			}
-		}
-		rc = tier_gpu_selftest((int)n);
-		if (rc) {
-			fprintf(stderr, "tier-stat: GPU %ld self-test failed: %s\n", n, tier_last_error());
-			return 1;
-		}
-		printf("GPU %ld self-test passed\n", n);
-		return 0;
-	}
+	case 'g':
+		return do_gpu_selftest(optind < argc ? argv[optind] : NULL);
 	case 'V':
 		printf("tier-stat (tierstore) %s [%s]\n", tier_version(), tier_build_features());
 		return 0;
@@ -303,4 +326,16 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return EXIT_USAGE;
 	}
+}
+
+int main(int argc, char **argv)
+{
+	struct cmdline cl = { .la = { .format = STAT_TABLE } };
+	int rc = parse_options(argc, argv, &cl);
+
+	if (rc >= 0)
+		return rc;
+	if (!cl.mode)
+		return run_live(&cl.la, argc, argv);
+	return run_mode(cl.mode, argc, argv);
 }

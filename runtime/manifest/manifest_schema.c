@@ -16,6 +16,7 @@
 #include <yaml.h>
 
 #include "common/fault.h"
+#include "common/json.h"
 #include "common/units.h"
 #include "runtime/manifest/manifest_impl.h"
 
@@ -205,20 +206,6 @@ static int get_enum(struct walker *w, const char *key, yaml_node_t *v, const cha
 	return -EINVAL;
 }
 
-/* Whether @s is UTF-8 throughout (libyaml checks the document; the
- * environment nobody checks). */
-static bool utf8_valid(const char *s)
-{
-	const unsigned char *p = (const unsigned char *)s;
-	uint32_t cp;
-	size_t n;
-
-	for (; *p; p += n)
-		if (!(n = mf_utf8_next(p, &cp)))
-			return false;
-	return true;
-}
-
 /*
  * Expands ${VAR} and ${VAR:-default} in @s ($$ is a literal $).  RANK,
  * LOCAL_RANK, WORLD_SIZE and LOCAL_WORLD_SIZE are w->rank's (never unset,
@@ -276,7 +263,8 @@ static char *expand_env(struct walker *w, const char *key, yaml_node_t *v, const
 			} else {
 				add = getenv(name);
 			}
-			if (add && *add && !utf8_valid(add)) {
+			/* libyaml checks the document; the environment nobody checks */
+			if (add && *add && !json_utf8_valid(add)) {
 				mf_diag(w, mf_pos_of(v),
 					"%s: environment variable '%s' is not UTF-8 text (a manifest's values are)",
 					mf_keypath(w, key, k, sizeof(k)), name);

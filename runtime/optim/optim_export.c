@@ -8,7 +8,7 @@
  * memory; tier_optim_import builds an optimizer on another store (another
  * manifest, shard size, number of paths) from such a file, again shard by
  * shard, so that its next step is the step the exporting optimizer would
- * have taken.  formats/safetensors.c reads and writes the format.
+ * have taken.  formats/safetensors_*.c read and write the format.
  *
  * The file: for parameter NAME, tensors "master.NAME" (F32, [numel]),
  * "exp_avg.NAME" and "exp_avg_sq.NAME" (F32 or BF16, [numel]); metadata

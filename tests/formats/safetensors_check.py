@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""safetensors_check.py - formats/safetensors.c against the official
+"""safetensors_check.py - formats/safetensors_*.c against the official
 safetensors package (Python, over its Rust loader).
 
     safetensors_check.py ST_TOOL TMPDIR

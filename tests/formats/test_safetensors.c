@@ -1,6 +1,6 @@
 /*
  * test_safetensors.c - the safetensors reader and writer
- * (formats/safetensors.c).
+ * (formats/safetensors_parse.c, _read.c, _write.c).
  *
  * Covers:
  *  - round trips, table-driven: many dtypes, 0-d, multi-d and empty
@@ -45,8 +45,6 @@
 #include "common/fault.h"
 #include "formats/safetensors.h"
 #include "t_helpers.h"
-
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 static char *dir;
 
@@ -324,10 +322,7 @@ START_TEST(test_pieces_shuffled)
 		}
 	}
 	for (size_t k = np; k > 1; k--) {
-		size_t j;
-
-		s ^= s >> 12, s ^= s << 25, s ^= s >> 27;
-		j = (size_t)((s * 0x2545F4914F6CDD1Dull) % k);
+		size_t j = t_rnd_below(&s, k);
 		struct piece t = pc[k - 1];
 		pc[k - 1] = pc[j];
 		pc[j] = t;
@@ -884,42 +879,43 @@ START_TEST(test_alloc_faults)
 	char *path = path_in("f.safetensors");
 	struct st_writer *w;
 	struct st_reader *r;
-	bool done = false;
+	struct t_nth fw = T_NTH(TIER_FAULT_ALLOC, -ENOMEM, 999), fr = fw;
 
 	NEED_FAULTS();
-	for (uint64_t nth = 1; !done; nth++) {
+	while (t_nth_next(&fw)) {
 		int rc;
+		bool done;
 
-		ck_assert_uint_lt(nth, 1000);
-		ck_assert_int_eq(ts_fault_arm(TIER_FAULT_ALLOC, nth, 1, -ENOMEM), 0);
+		t_nth_arm(&fw);
 		rc = st_writer_open(path, d_mixed, ARRAY_SIZE(d_mixed), kv, 2, &w);
-		done = ts_fault_fired(TIER_FAULT_ALLOC) == 0;
-		ts_fault_disarm(TIER_FAULT_ALLOC);
+		done = !t_nth_fired(&fw);
 		if (rc) {
-			ck_assert_msg(rc == -ENOMEM, "nth %llu: %d %s", (unsigned long long)nth, rc,
+			ck_assert_msg(rc == -ENOMEM, "nth %llu: %d %s", (unsigned long long)fw.nth, rc,
 				      tier_last_error());
 			ck_assert_int_eq(entries(), 0);
-			continue;
+		} else {
+			ck_assert(done);
+			ck_assert_int_eq(st_writer_finish(w), 0);
 		}
-		ck_assert(done);
-		ck_assert_int_eq(st_writer_finish(w), 0);
+		if (done)
+			break;
 	}
-	done = false;
-	for (uint64_t nth = 1; !done; nth++) {
+	while (t_nth_next(&fr)) {
 		int rc;
+		bool done;
 
-		ck_assert_uint_lt(nth, 1000);
-		ck_assert_int_eq(ts_fault_arm(TIER_FAULT_ALLOC, nth, 1, -ENOMEM), 0);
+		t_nth_arm(&fr);
 		rc = st_reader_open(path, &r);
-		done = ts_fault_fired(TIER_FAULT_ALLOC) == 0;
-		ts_fault_disarm(TIER_FAULT_ALLOC);
+		done = !t_nth_fired(&fr);
 		if (rc) {
-			ck_assert_msg(rc == -ENOMEM, "nth %llu: %d %s", (unsigned long long)nth, rc,
+			ck_assert_msg(rc == -ENOMEM, "nth %llu: %d %s", (unsigned long long)fr.nth, rc,
 				      tier_last_error());
-			continue;
+		} else {
+			ck_assert(done);
+			st_reader_close(r);
 		}
-		ck_assert(done);
-		st_reader_close(r);
+		if (done)
+			break;
 	}
 	free(path);
 }
