@@ -1,5 +1,6 @@
 /*
- * tierstore.h - the public header of libtierstore: include this one.
+ * tierstore.h - the public header of libtierstore for a trainer: include
+ * this one.
  *
  * tierstore keeps optimizer state in three tiers: GPU memory (HBM) caches
  * pinned host memory (DRAM), which caches NVMe files driven by io_uring.  A
@@ -15,24 +16,24 @@
  *    one) and the detail "FN: ARG is NULL", unless the argument is
  *    documented as optional; close and free functions take NULL as a no-op.
  *  - Objects are returned through out-parameters, never as the only error
- *    signal.  Parameter structs have a size field and an init function
- *    (tierstore/common.h).  Names are tier_<object>_<verb>; no CUDA or liburing type appears
- *    here, and the header is valid C17 and C++.
+ *    signal.  Parameter structs have a size field and an exported init
+ *    function (tierstore/common.h).  Names are tier_<object>_<verb>; no
+ *    CUDA or liburing type appears here, and the header is valid C17 and
+ *    C++.
  *
- * Its parts follow the library's layers: tierstore/common.h (version,
- * errors, options, element types, thread pool, tickets, latency
- * histograms), tierstore/kernels.h (the AdamW update, gradient checks,
- * loss scaling), tierstore/tiers.h (the NVMe tier and the store), here
- * what takes a manifest or builds on the store (the manifest, opening
- * tiers and stores, the optimizer), and tierstore/live.h, included at the
- * end, the live view.
+ * What a trainer needs: tierstore/common.h (version, errors, options,
+ * element types, thread pool, tickets, latency histograms, and the
+ * store's parameters and the loss scaler's state), here the manifest,
+ * opening a store, the optimizer and the communicator, and
+ * tierstore/live.h, included at the end, the live view.  The calls that
+ * drive the tiers and kernels directly (the NVMe tier, store objects,
+ * the AdamW kernels, GPU buffers: what tier-bench uses) are the toolkit,
+ * tierstore/toolkit.h (docs/toolkit.md), which includes this header.
  */
 #ifndef TIERSTORE_H
 #define TIERSTORE_H
 
 #include "tierstore/common.h"
-#include "tierstore/kernels.h"
-#include "tierstore/tiers.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -44,61 +45,9 @@ extern "C" {
  * Number of CUDA devices this process can use.  0 (and *count 0) on a
  * machine without a GPU or driver, or in a build without CUDA; @why, when
  * not NULL, then receives the reason.  Returns 0 or -errno.
+ * (tier_gpu_selftest and GPU buffers: tierstore/toolkit.h.)
  */
 TIER_API int tier_gpu_count(int *count, char *why, size_t whylen);
-
-/*
- * Runs a kernel on CUDA device @index that fills 4 MiB of device memory,
- * copies it back on a stream and checks every word.  Returns 0, -ENODEV
- * (no such device, or no CUDA in this build), -ENOMEM or -EIO.
- */
-TIER_API int tier_gpu_selftest(int index);
-
-/*
- * GPU buffers and the CUDA update, for programs without a CUDA runtime of
- * their own (tier-bench's `adam --gpu` and `step --grads device`; a
- * trainer in C).  In a build without CUDA, or without device @gpu, each
- * returns -ENODEV with the reason in tier_last_error().
- *
- * tier_gpu_alloc: @len bytes (1 for 0) of device memory on device @gpu
- * (TIER_GPU_DEVICE), or of page-locked host memory the devices reach by
- * DMA (TIER_GPU_PINNED), into *ptr (NULL on failure).  0, -EINVAL (a bad
- * @kind or a NULL @ptr), -ENOMEM, -ENODEV or -EIO.
- * tier_gpu_free: frees what tier_gpu_alloc gave, with the same @kind
- * (NULL: nothing; errors are ignored).
- * tier_gpu_copy: copies @len bytes between host, pinned and device memory
- * in any direction, and waits for the copy.  It runs on the calling
- * thread's default stream (after the work queued on the device's default
- * stream), so two threads' copies run at once: the link's two directions
- * together, as a training step uses them.
- * tier_gpu_sync: waits for the work tier_adam_step_gpu and
- * tier_adam_roofline_gpu queued on device @gpu.
- */
-enum tier_gpu_mem {
-	TIER_GPU_DEVICE = 0, /* device memory (cudaMalloc) */
-	TIER_GPU_PINNED = 1, /* page-locked host memory (cudaHostAlloc) */
-};
-TIER_API int tier_gpu_alloc(int gpu, enum tier_gpu_mem kind, size_t len, void **ptr);
-TIER_API void tier_gpu_free(enum tier_gpu_mem kind, void *ptr);
-TIER_API int tier_gpu_copy(void *dst, const void *src, size_t len);
-TIER_API int tier_gpu_sync(int gpu);
-
-/*
- * tier_adam_step on CUDA device @gpu: every array of @t in its memory
- * (tier_gpu_alloc's TIER_GPU_DEVICE, or any cudaMalloc'd memory of that
- * device), any dtypes tier_adam_step takes, the same bits as it gives
- * (docs/kernels.md).  Queued on the device's default stream; the call
- * returns at once and tier_gpu_sync waits for it.  0, -EINVAL (as
- * tier_adam_step), -ENODEV, or a CUDA error (-EIO).
- * tier_adam_roofline_gpu: its same-traffic kernel (what tier_adam_roofline
- * is to tier_adam_step): the same loads and stores of every array with
- * one integer operation per word, so update time / roofline time is the
- * update's distance from the device's memory bound.  It leaves every
- * array as it was.
- */
-TIER_API int tier_adam_step_gpu(int gpu, const struct tier_adam_params *p,
-				const struct tier_adam_tensors *t);
-TIER_API int tier_adam_roofline_gpu(int gpu, const struct tier_adam_tensors *t);
 
 /* -------------------------------------------------------------- manifest */
 
@@ -112,7 +61,8 @@ TIER_API int tier_adam_roofline_gpu(int gpu, const struct tier_adam_tensors *t);
  */
 struct tier_manifest;
 
-/* Flags for tier_manifest_load_flags() and tier_manifest_parse(). */
+/* Flags for tier_manifest_parse(), tier_manifest_load_rank() and
+ * tier_manifest_parse_rank(). */
 enum {
 	/*
 	 * Check the document against the schema only: touch no file
@@ -131,10 +81,6 @@ enum {
  *   "FILE:LINE:COL: message".
  */
 TIER_API int tier_manifest_load(const char *path, struct tier_manifest **out);
-
-/* tier_manifest_load() with TIER_MANIFEST_* @flags. */
-TIER_API int tier_manifest_load_flags(const char *path, unsigned flags,
-				      struct tier_manifest **out);
 
 /*
  * Parses a manifest held in memory.  @name is used in messages in place of
@@ -167,8 +113,10 @@ struct tier_rank {
 TIER_API int tier_rank_from_env(struct tier_rank *out);
 
 /*
- * tier_manifest_load_flags() and tier_manifest_parse() for the rank @rank
- * (NULL: tier_rank_from_env()).  -EINVAL when @rank is inconsistent.
+ * tier_manifest_load() with TIER_MANIFEST_* @flags, and
+ * tier_manifest_parse(), for the rank @rank (NULL: tier_rank_from_env(),
+ * as tier_manifest_load() and tier_manifest_parse() take).  -EINVAL when
+ * @rank is inconsistent.
  */
 TIER_API int tier_manifest_load_rank(const char *path, unsigned flags,
 				     const struct tier_rank *rank,
@@ -263,19 +211,7 @@ TIER_API int tier_manifest_path(const struct tier_manifest *m, unsigned i,
 TIER_API void tier_manifest_free(struct tier_manifest *m);
 
 
-/* ------------------------------------------- opening tiers from a manifest */
-
-/*
- * Opens the NVMe tier the manifest describes: creates or reuses each
- * backing file (mode 0600, preallocated to its capacity, O_DIRECT unless
- * the path says direct: false), writes its header, sets up one ring per
- * path.  A file that exists but is not a tierstore backing file is never
- * overwritten (-EEXIST).  Returns 0, -ENODEV (the manifest has no NVMe
- * paths), -ENOSPC, -EEXIST, -EINVAL (O_DIRECT refused), -ENOMEM or the
- * error of the failing system call, with the path in the detail.
- */
-TIER_API int tier_nvme_open(const struct tier_manifest *m, unsigned flags,
-			    struct tier_nvme **out);
+/* ------------------------------------------------ opening a store */
 
 /*
  * Opens a store over the manifest's tiers (@p may be NULL).  Returns 0,
@@ -398,30 +334,9 @@ struct tier_optim_params {
 /* torch's AdamW defaults (lr 1e-3, betas 0.9/0.999, eps 1e-8, weight decay
  * 0.01), no clipping, no loss scaling, Megatron's scaler parameters (min
  * 1, growth 2, backoff 0.5, interval 1000, hysteresis 2) for when
- * dynamic_loss_scale is set, the manifest's dtype, split and shard size,
- * TIER_THREADS threads. */
-static inline void tier_optim_params_init(struct tier_optim_params *p)
-{
-	memset(p, 0, sizeof(*p));
-	p->size = (uint32_t)sizeof(*p);
-	p->lr = 1e-3;
-	p->beta1 = 0.9;
-	p->beta2 = 0.999;
-	p->eps = 1e-8;
-	p->weight_decay = 0.01;
-	p->decoupled = true;
-	p->moment_dtype = TIER_DTYPE_MANIFEST;
-	p->rounding = TIER_ROUND_MANIFEST;
-	p->out_rounding = TIER_ROUND_MANIFEST;
-	p->seed = TIER_SEED_MANIFEST;
-	p->offload_fraction = TIER_OFFLOAD_MANIFEST;
-	p->loss_scale = 1.0;
-	p->min_loss_scale = 1.0;
-	p->growth_factor = 2.0;
-	p->backoff_factor = 0.5;
-	p->growth_interval = 1000;
-	p->hysteresis = 2;
-}
+ * dynamic_loss_scale is set, the manifest's dtype, rounding, seed, split
+ * and shard size, TIER_THREADS threads, not partitioned. */
+TIER_API void tier_optim_params_init(struct tier_optim_params *p);
 
 /* An optimizer on @s (which must outlive it); @p NULL takes the defaults
  * of tier_optim_params_init.  0, -EINVAL naming the bad
@@ -446,17 +361,7 @@ struct tier_group_params {
 
 /* torch.optim.AdamW's defaults (lr 1e-3, betas 0.9/0.999, eps 1e-8,
  * weight decay 0.01, decoupled). */
-static inline void tier_group_params_init(struct tier_group_params *g)
-{
-	memset(g, 0, sizeof(*g));
-	g->size = (uint32_t)sizeof(*g);
-	g->lr = 1e-3;
-	g->beta1 = 0.9;
-	g->beta2 = 0.999;
-	g->eps = 1e-8;
-	g->weight_decay = 0.01;
-	g->decoupled = true;
-}
+TIER_API void tier_group_params_init(struct tier_group_params *g);
 
 /* Adds a group; *gid (may be NULL) gets its index.  0, -EINVAL naming the
  * bad value, -EBUSY (inside a step or with a failed step pending),
@@ -508,9 +413,6 @@ TIER_API int tier_optim_freeze(struct tier_optim *o, uint32_t id, bool frozen);
 TIER_API int tier_optim_remove_param(struct tier_optim *o, uint32_t id);
 
 TIER_API uint32_t tier_optim_nparams(const struct tier_optim *o);
-/* The parameter's name and element count; NULL / 0 for a bad id. */
-TIER_API const char *tier_optim_param_name(const struct tier_optim *o, uint32_t id);
-TIER_API size_t tier_optim_param_numel(const struct tier_optim *o, uint32_t id);
 
 /* What a parameter is now: for a binding's state_dict and checkpoints. */
 struct tier_param_info {
@@ -543,7 +445,9 @@ struct tier_step_result {
 	double loss_scale;     /* the scale the step's gradients carried */
 	double next_loss_scale;/* the scale for the next step */
 	double clip_coef;      /* 1 when not clipped */
-	double cpu_fraction;   /* share of the shards updated on the CPU */
+	double offload_fraction; /* the split this step ran at: the share of the
+				  * shards updated on the CPU (as
+				  * tier_optim_params.offload_fraction) */
 	uint32_t cpu_shards, gpu_shards;
 	double step_s;         /* begin to end, seconds */
 	/* time the update waited for state to arrive: per lane, and the
@@ -627,7 +531,7 @@ TIER_API int tier_optim_end(struct tier_optim *o, struct tier_step_result *res);
 /*
  * Reads parameter @id's state back into host buffers (any may be NULL):
  * master weights (fp32) and the moments in the optimizer's moment dtype
- * (q8 moments as fp32 values: tier_q8_decode).
+ * (q8 moments as fp32 values, as tier_q8_decode gives them).
  * A partitioned optimizer reads (and tier_optim_write writes) this rank's
  * piece: tier_param_info.part_numel elements.
  */
@@ -651,11 +555,6 @@ TIER_API int tier_optim_write(struct tier_optim *o, uint32_t id, const float *ma
 TIER_API int tier_optim_get_scaler(const struct tier_optim *o, struct tier_loss_scaler *out);
 TIER_API int tier_optim_set_scaler(struct tier_optim *o, const struct tier_loss_scaler *in);
 
-/* The moment dtype, and the current CPU share of the split (TIER_FP32 and
- * 1 for NULL). */
-TIER_API enum tier_dtype tier_optim_moment_dtype(const struct tier_optim *o);
-TIER_API double tier_optim_cpu_fraction(const struct tier_optim *o);
-
 /* What an optimizer resolved its parameters and the manifest to: the one
  * place a program (tier-bench among them) reads them from. */
 struct tier_optim_info {
@@ -668,7 +567,9 @@ struct tier_optim_info {
 	uint64_t hbm_budget;       /* the GPU lane's window in HBM (0: no GPU lane) */
 	uint32_t write_behind;     /* write-backs in flight behind the update */
 	unsigned threads;          /* the CPU lane's threads */
-	double cpu_fraction;       /* the CPU share of the split now */
+	double offload_fraction;   /* the split now: the share of the shards updated
+				    * on the CPU (tier_optim_params.offload_fraction
+				    * resolved; it moves while "auto" measures) */
 	bool auto_split;           /* the split is measured ("auto") */
 	bool gpu_lane;             /* shards can be updated on the HBM tier */
 	uint32_t nparams, nshards;
@@ -823,12 +724,8 @@ struct tier_comm_params {
 	const struct tier_comm_callbacks *callbacks;
 };
 
-static inline void tier_comm_params_init(struct tier_comm_params *p)
-{
-	memset(p, 0, sizeof(*p));
-	p->size = (uint32_t)sizeof(*p);
-	p->device = -1;
-}
+/* Every field zero (backend chosen as above, timeout 300 s), device -1. */
+TIER_API void tier_comm_params_init(struct tier_comm_params *p);
 
 /*
  * Opens a communicator (@p may be NULL: the defaults).  With mpi,

@@ -12,7 +12,7 @@
 #include "common/error.h"
 #include "kernels/adamw_cuda.h"
 #include "tiers/gpu.h"
-#include "tierstore.h"
+#include "tierstore/toolkit.h"
 
 int tier_gpu_count(int *count, char *why, size_t whylen)
 {

@@ -21,6 +21,7 @@
 #include "runtime/open.h"
 #include "tiers/nvme.h"
 #include "tiers/store.h"
+#include "tierstore/toolkit.h" /* tier_nvme_open */
 
 struct rstore {
 	struct tier_manifest m;   /* the store's manifest, paths left out */

@@ -41,7 +41,7 @@ for k, j in enumerate(rows, 1):
         k, j["step_s"], j["bound_s"], j["bound_by"], j["efficiency"],
         na(j["mixed_bound_s"], "%.4f"), na(j["mixed_efficiency"], "%.3f"), j["stall_frac"],
         j["read_GBps"], j["write_GBps"], na(j["mixed_GBps"], "%.3f"), j["update_s"],
-        j["nvme_read_bytes_per_step"], j["nvme_write_bytes_per_step"], j["cpu_fraction"]))
+        j["nvme_read_bytes_per_step"], j["nvme_write_bytes_per_step"], j.get("offload_fraction", j.get("cpu_fraction"))))
 med = lambda key: statistics.median(x[key] for x in rows)
 mixed = [x["mixed_efficiency"] for x in rows if x["mixed_efficiency"] is not None]
 print("median over %d rounds: step %.4f s, bound %.4f s, efficiency %.3f, mixed efficiency %s, stall share %.3f, read %.3f GB/s, write %.3f GB/s" % (

@@ -54,7 +54,7 @@ def main():
             rin, rout = j["read_GBps"], j["write_GBps"]
         print("%-6s %-7s %-5s %8.4f %8.4f  %.3f  %-6s  %7.2f  %8.2f  %8.3f  %s" % (
             j.get("regime") or "nvme", j["grads"], j["offload_fraction"], t,
-            j["bound_s"], eff, j["bound_by"], rin, rout, j["cpu_fraction"],
+            j["bound_s"], eff, j["bound_by"], rin, rout, j.get("offload_fraction", j.get("cpu_fraction")),
             j["hbm_backend"]))
         by_key.setdefault(key(j), []).append((t, eff))
     print()

@@ -5,7 +5,8 @@
  * bandwidth measurement of `tier-bench io` (tools/bench_io.c), which
  * `tier-bench step` runs again for its bound.  Each subcommand has its own
  * file: bench_io.c, bench_cache.c, bench_adam.c, bench_step*.c.
- * Tools see only include/tierstore.h; this header adds nothing to it.
+ * Tools see only the public headers (tierstore/toolkit.h); this header
+ * adds nothing to them.
  */
 #ifndef TIER_BENCH_H
 #define TIER_BENCH_H
@@ -16,7 +17,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "tierstore.h"
+#include "tierstore/toolkit.h"
 
 enum { EXIT_USAGE = 2 };
 

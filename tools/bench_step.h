@@ -291,7 +291,7 @@ void step_bytes(const struct step_opts *o, const struct step_record *rec, double
 		double *wr_b);
 /* Median HBM bytes a step moved each way, and its CPU share. */
 void step_hbm_medians(const struct step_opts *o, const struct step_record *rec, double *h2d_b,
-		      double *d2h_b, double *cpu_fraction);
+		      double *d2h_b, double *offload_fraction);
 
 /* The store's side of the report. */
 struct step_store_summary {

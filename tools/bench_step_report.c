@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "bench_step.h"
+#include "json_out.h"
 
 typedef double (*step_get)(const struct step_record *r);
 
@@ -29,7 +30,7 @@ static double get_h2d(const struct step_record *r) { return (double)r->res.h2d_b
 static double get_d2h(const struct step_record *r) { return (double)r->res.d2h_bytes; }
 static double get_rbps(const struct step_record *r) { return r->res.nvme_read_Bps; }
 static double get_wbps(const struct step_record *r) { return r->res.nvme_write_Bps; }
-static double get_cpu(const struct step_record *r) { return r->res.cpu_fraction; }
+static double get_cpu(const struct step_record *r) { return r->res.offload_fraction; }
 static double get_norm(const struct step_record *r) { return r->res.grad_norm; }
 static double get_coll(const struct step_record *r) { return (double)r->res.collectives; }
 static double get_cbytes(const struct step_record *r) { return (double)r->res.comm_bytes; }
@@ -55,7 +56,7 @@ static const struct {
 	{ "d2h_bytes", get_d2h },
 	{ "nvme_read_Bps", get_rbps },
 	{ "nvme_write_Bps", get_wbps },
-	{ "cpu_fraction", get_cpu },
+	{ "offload_fraction", get_cpu },
 	{ "grad_norm", get_norm },
 	{ "collectives", get_coll },
 	{ "comm_bytes", get_cbytes },
@@ -91,11 +92,11 @@ void step_bytes(const struct step_opts *o, const struct step_record *rec, double
 }
 
 void step_hbm_medians(const struct step_opts *o, const struct step_record *rec, double *h2d_b,
-		      double *d2h_b, double *cpu_fraction)
+		      double *d2h_b, double *offload_fraction)
 {
 	*h2d_b = med_of(rec, step_first_counted(o), o->steps, get_h2d);
 	*d2h_b = med_of(rec, step_first_counted(o), o->steps, get_d2h);
-	*cpu_fraction = med_of(rec, step_first_counted(o), o->steps, get_cpu);
+	*offload_fraction = med_of(rec, step_first_counted(o), o->steps, get_cpu);
 }
 
 /* The figures of the steps counted. */
@@ -193,23 +194,6 @@ static void ckpt_figs(const struct step_opts *o, const struct step_nvme *nv,
 }
 
 /* ---------------------------------------------------------------- JSON */
-
-/* A JSON string: quotes, backslashes and control characters escaped. */
-static void print_json_str(const char *s)
-{
-	putchar('"');
-	for (; *s; s++) {
-		unsigned char ch = (unsigned char)*s;
-
-		if (ch == '"' || ch == '\\')
-			printf("\\%c", ch);
-		else if (ch < 0x20)
-			printf("\\u%04x", ch);
-		else
-			putchar(ch);
-	}
-	putchar('"');
-}
 
 /* "KEY": [GB/s of each of the @n passes of @size bytes] */
 static void print_pass_rates(const char *key, const double *pass_s, unsigned n, uint64_t size)
@@ -365,9 +349,9 @@ static void print_json(const struct step_opts *o, const struct step_setup *su,
 	       su->manifest_dram, su->shard_size, su->lookahead, su->manifest_lookahead, f->hbm,
 	       emulated ? su->hbm_capacity : 0, emulated ? o->hbm_bandwidth : 0.0,
 	       su->offload_text, su->threads, tier_adam_isa());
-	print_json_str(su->source);
+	json_out_str(stdout, su->source);
 	print_json_ckpt(o, rec, st, c);
-	printf(", \"cpu_fraction\": %.4f, \"cpu_shards\": %u, \"gpu_shards\": %u"
+	printf(", \"offload_fraction\": %.4f, \"cpu_shards\": %u, \"gpu_shards\": %u"
 	       ", \"h2d_bytes_per_step\": %.0f, \"d2h_bytes_per_step\": %.0f"
 	       ", \"dram_hits\": %" PRIu64 ", \"dram_misses\": %" PRIu64
 	       ", \"nsteps\": %" PRIu64 ", \"steps_counted\": %" PRIu64
@@ -588,7 +572,7 @@ static void print_text(const struct step_opts *o, const struct step_setup *su,
 	       " bytes over step time)\n", "NVMe achieved",
 	       med_of(rec, f->first, o->steps, get_rbps) * 1e-9,
 	       med_of(rec, f->first, o->steps, get_wbps) * 1e-9);
-	printf("  %-20s cpu_fraction %.3f (last step: %u shards on the CPU, %u on the"
+	printf("  %-20s offload_fraction %.3f (last step: %u shards on the CPU, %u on the"
 	       " HBM tier)\n", "CPU/GPU split", f->cpu, f->last->cpu_shards, f->last->gpu_shards);
 	printf("  %-20s h2d %.0f B, d2h %.0f B\n", "HBM per step", f->h2d, f->d2h);
 	if (o->checkpoint_every)
@@ -601,7 +585,7 @@ static void print_text(const struct step_opts *o, const struct step_setup *su,
 		printf("  %4" PRIu64 " %9.4f %9.4f %9.4f %14" PRIu64 " %14" PRIu64
 		       " %6.3f %14" PRIu64 " %14" PRIu64 "%s", k + 1, r->step_s,
 		       rec[k].wall_s, r->stall_s, r->nvme_read_bytes, r->nvme_write_bytes,
-		       r->cpu_fraction, r->h2d_bytes, r->d2h_bytes, r->applied ? "" : "  skipped");
+		       r->offload_fraction, r->h2d_bytes, r->d2h_bytes, r->applied ? "" : "  skipped");
 		if (rec[k].tries > 1)
 			printf("  run %u times (a transient error)", rec[k].tries);
 		if (rec[k].ckpt)

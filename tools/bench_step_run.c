@@ -334,11 +334,14 @@ static int step_call(const struct step_opts *o, struct step_model *sm, uint64_t 
 		return rc;
 	}
 	for (int i = STEP_NPARAMS - 1; i >= 0; i--) {
+		struct tier_param_info pi = { 0 };
+
+		(void)tier_optim_param_info(sm->opt, (uint32_t)i, &pi);
 		struct tier_tensor out = {
 			.ptr = sm->obufs[i],
 			.dtype = o->copy_out < 0 ? TIER_BF16 : (enum tier_dtype)o->copy_out,
 			.mem = sm->mem,
-			.numel = tier_optim_param_numel(sm->opt, (uint32_t)i),
+			.numel = pi.numel,
 		};
 
 		g.numel = out.numel;
@@ -698,9 +701,12 @@ static int step_verify(const struct step_opts *o, const struct step_setup *su,
 		if (verify_param(o, su, sm, pool, id, rec, &vb, &what, &at, digest))
 			goto done;
 		if (what) {
+			struct tier_param_info pi = { 0 };
+
+			(void)tier_optim_param_info(sm->opt, id, &pi);
 			fprintf(stderr, STEP_WHO ": --verify: parameter %u ('%s', %zu elements): %s"
 				" differs from tier_adam_step in memory first at element %zu",
-				id, tier_optim_param_name(sm->opt, id), su->sizes[id], what, at);
+				id, pi.name, su->sizes[id], what, at);
 			if (strcmp(what, "master weights") == 0)
 				fprintf(stderr, " (%.9g, expected %.9g)",
 					(double)vb.got_master[at - su->part_off[id]],

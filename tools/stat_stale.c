@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "stat_live.h"
-#include "tierstore.h"
+#include "tierstore/toolkit.h"
 
 static bool pid_gone(long pid)
 {

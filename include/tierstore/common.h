@@ -1,9 +1,14 @@
 /*
  * tierstore/common.h - the base of the public API: the version, errors,
- * options, element types, the thread pool, tickets, latency histograms and
- * the convention of parameter structs.  Part of tierstore.h: include that.
- * It is implemented in common/, the bottom layer of the library, which of
- * the public headers may include this one alone.
+ * options, element types and rounding, the thread pool, tickets, latency
+ * histograms and the convention of parameter structs; and the types of the
+ * layers above that the trainer's header, tierstore.h, uses without their
+ * functions (the store's parameters, levels and policies, the loss
+ * scaler's state), so that tierstore.h need not include the toolkit's
+ * tierstore/tiers.h and tierstore/kernels.h.  Part of tierstore.h:
+ * include that.  It is implemented in common/, the bottom layer of the
+ * library, which of the public headers may include this one (and the
+ * generated tierstore/version.h it includes) alone.
  */
 #ifndef TIERSTORE_COMMON_H
 #define TIERSTORE_COMMON_H
@@ -26,9 +31,10 @@ extern "C" {
 
 /* ---------------------------------------------------------------- version */
 
-#define TIER_VERSION_MAJOR 0
-#define TIER_VERSION_MINOR 8
-#define TIER_VERSION_PATCH 0
+/* TIER_VERSION_MAJOR, _MINOR, _PATCH and TIER_VERSION_STRING: the
+ * header's version, generated from meson.build's project(). */
+#include "tierstore/version.h"
+
 /* The header's version as one number: MAJOR * 10000 + MINOR * 100 + PATCH. */
 #define TIER_VERSION_NUMBER \
 	(TIER_VERSION_MAJOR * 10000 + TIER_VERSION_MINOR * 100 + TIER_VERSION_PATCH)
@@ -86,13 +92,15 @@ TIER_API int tier_options_print(FILE *out);
 
 /*
  * Every struct tier_*_params (tier_store_params, tier_optim_params,
- * tier_adam_params) begins with a size field and has an init function,
- * tier_*_params_init(&p): it sets size to sizeof the struct as the caller
- * was compiled with, and every other field to its default; set what you
- * need after it.  A function that takes one refuses a struct whose size it
- * does not know (-EINVAL: not initialised, or built against another
- * version of this header), so the struct can grow.  NULL, where a function
- * allows it, takes the defaults.
+ * tier_group_params, tier_comm_params, tier_adam_params) begins with a size
+ * field and has an init function, tier_*_params_init(&p), exported by the
+ * library (the defaults live there alone; a binding calls it too): it sets
+ * size to sizeof the struct as the caller was compiled with, and every
+ * other field to its default; set what you need after it.  A NULL @p is
+ * refused (nothing done; the detail names it).  A function that takes one
+ * refuses a struct whose size it does not know (-EINVAL: not initialised,
+ * or built against another version of this header), so the struct can
+ * grow.  NULL, where a function allows it, takes the defaults.
  */
 
 /* ------------------------------------------------------------ element types */
@@ -112,6 +120,19 @@ TIER_API size_t tier_dtype_size(enum tier_dtype d);
 TIER_API const char *tier_dtype_name(enum tier_dtype d);
 /* The dtype named @name (as tier_dtype_name gives it): 0, or -EINVAL. */
 TIER_API int tier_dtype_parse(const char *name, enum tier_dtype *out);
+
+/*
+ * How an fp32 result becomes a narrower type (docs/kernels.md,
+ * "Rounding"): to nearest even, or stochastically, up or down with the
+ * probabilities that make the expected result the fp32 value, from a
+ * counter-based random stream keyed by (seed, step, element index), so
+ * that the result is reproducible and the same on every kernel (scalar,
+ * SIMD, CUDA) whatever the split of the tensor.
+ */
+enum tier_rounding {
+	TIER_ROUND_NEAREST = 0,
+	TIER_ROUND_STOCHASTIC = 1,
+};
 
 /* ------------------------------------------------------------ thread pool */
 
@@ -155,6 +176,77 @@ TIER_API int tier_ticket_wait(struct tier_ticket *tk);
 TIER_API unsigned tier_lat_bucket(uint64_t ns);
 TIER_API uint64_t tier_lat_bucket_upper_ns(unsigned bucket);
 TIER_API uint64_t tier_lat_quantile_ns(const uint64_t hist[TIER_LAT_BUCKETS], double q);
+
+/* ------------------------------------------------- the store's parameters */
+
+/*
+ * The tiered store (tierstore/tiers.h has its functions, tierstore.h
+ * tier_store_open and tier_store_close): opaque.  Its levels, top down:
+ * HBM (absent without a GPU tier), DRAM, NVMe (absent when DRAM is the
+ * home).  TIER_LEVELS of them; the live view's level[] is indexed by them.
+ */
+struct tier_store;
+enum tier_level { TIER_HBM = 0, TIER_DRAM = 1, TIER_NVME = 2 };
+#define TIER_LEVELS 3
+
+/* Eviction policies. */
+enum tier_policy {
+	/* Farthest next use in the registered schedule first (Belady's MIN on
+	 * the known future); objects outside the schedule go first, least
+	 * recently used first. */
+	TIER_POLICY_BELADY = 0,
+	/* Least recently used, ignoring the schedule. */
+	TIER_POLICY_LRU = 1,
+};
+
+/* Flags for tier_store_params.flags. */
+enum {
+	/* Remove on close the NVMe backing files this open created. */
+	TIER_STORE_SCRATCH = 1u << 0,
+};
+
+/*
+ * Overrides of the manifest for one store (tier_store_open); zero (or
+ * NULL) fields keep the manifest's value.  tier_store_params_init sets
+ * every field so.
+ */
+struct tier_store_params {
+	uint32_t size;            /* sizeof, set by tier_store_params_init */
+	uint64_t dram_capacity;   /* bytes; 0 = the manifest's */
+	/* HBM backend: NULL = "cuda" when the manifest has a GPU, else no HBM
+	 * tier; "host" = emulated device in host memory; "null" = capacity
+	 * without data (tests); "none" = no HBM tier. */
+	const char *hbm_backend;
+	uint64_t hbm_capacity;    /* bytes; 0 = the manifest's (required for host/null) */
+	double hbm_bandwidth;     /* emulated link, bytes/s per direction; 0 = unlimited */
+	enum tier_policy policy;
+	unsigned flags;           /* TIER_STORE_* */
+	/* Files that hold a committed store reopen at their newest commit
+	 * that loads; a generation here (among the kept ones) reopens at it
+	 * instead and drops the newer ones, durably (a roll back). */
+	uint64_t generation;
+};
+
+/* Every field zero: the manifest's values, TIER_POLICY_BELADY. */
+TIER_API void tier_store_params_init(struct tier_store_params *p);
+
+/* ------------------------------------------------- the loss scaler's state */
+
+/*
+ * A dynamic loss scaler with Megatron's semantics (DynamicGradScaler):
+ * on overflow the growth count resets and the hysteresis count drops by
+ * one; when it reaches 0 the scale is multiplied by backoff (not below
+ * min_scale).  After growth_interval clean steps in a row the scale is
+ * multiplied by growth and the hysteresis count is reset.  The optimizer
+ * keeps one (tier_optim_get_scaler, tier_optim_set_scaler in
+ * tierstore.h); tierstore/kernels.h has the functions that run one.
+ */
+struct tier_loss_scaler {
+	double scale, min_scale, growth_factor, backoff_factor;
+	uint32_t growth_interval, hysteresis;
+	uint32_t growth_tracker;
+	int32_t hysteresis_tracker;
+};
 
 #ifdef __cplusplus
 }

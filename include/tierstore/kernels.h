@@ -1,7 +1,9 @@
 /*
  * tierstore/kernels.h - the compute kernels of the public API: the CPU
- * Adam/AdamW update and its roofline, gradient checks, clipping and the
- * dynamic loss scaler.  Part of tierstore.h: include that.  Implemented in
+ * Adam/AdamW update and its roofline, q8 moments, gradient checks,
+ * clipping and the dynamic loss scaler.  Part of the toolkit (the calls a
+ * benchmark or a program of its own kernels uses; a trainer's optimizer
+ * runs them for it): include tierstore/toolkit.h.  Implemented in
  * kernels/, which of the public headers may include this one and
  * tierstore/common.h.
  */
@@ -15,19 +17,6 @@ extern "C" {
 #endif
 
 /*
- * How an fp32 result becomes a narrower type (docs/kernels.md,
- * "Rounding"): to nearest even, or stochastically, up or down with the
- * probabilities that make the expected result the fp32 value, from a
- * counter-based random stream keyed by (seed, step, element index), so
- * that the result is reproducible and the same on every kernel (scalar,
- * SIMD, CUDA) whatever the split of the tensor.
- */
-enum tier_rounding {
-	TIER_ROUND_NEAREST = 0,
-	TIER_ROUND_STOCHASTIC = 1,
-};
-
-/*
  * One step's hyperparameters, with the semantics of torch.optim.AdamW
  * (decoupled = true) and torch.optim.Adam (decoupled = false: the weight
  * decay is an L2 term added to the gradient).  docs/kernels.md gives the
@@ -39,7 +28,8 @@ struct tier_adam_params {
 	bool decoupled;
 	uint64_t step;            /* 1 for the first step (bias correction) */
 	double grad_scale;        /* multiplies every gradient: clip_coef / loss_scale */
-	/* bf16 moments and the bf16 parameter copy: enum tier_rounding */
+	/* bf16 moments and the bf16 parameter copy: enum tier_rounding
+	 * (tierstore/common.h) */
 	int rounding, out_rounding;
 	/* the random stream's seed (stochastic rounding): one per tensor, e.g.
 	 * a run seed mixed with the parameter's id */
@@ -49,19 +39,7 @@ struct tier_adam_params {
 /* torch.optim.AdamW's defaults (lr 1e-3, betas 0.9/0.999, eps 1e-8, weight
  * decay 0.01, decoupled), step 1, grad_scale 1, round to nearest even,
  * seed 0. */
-static inline void tier_adam_params_init(struct tier_adam_params *p)
-{
-	memset(p, 0, sizeof(*p));
-	p->size = (uint32_t)sizeof(*p);
-	p->lr = 1e-3;
-	p->beta1 = 0.9;
-	p->beta2 = 0.999;
-	p->eps = 1e-8;
-	p->weight_decay = 0.01;
-	p->decoupled = true;
-	p->step = 1;
-	p->grad_scale = 1.0;
-}
+TIER_API void tier_adam_params_init(struct tier_adam_params *p);
 
 /*
  * The arrays of one update, all of @n elements: fp32 master parameters,
@@ -153,19 +131,10 @@ TIER_API int tier_grad_check(struct tier_pool *pool, const void *grad, enum tier
 TIER_API double tier_clip_coef(double total_norm, double max_norm);
 
 /*
- * A dynamic loss scaler with Megatron's semantics (DynamicGradScaler):
- * on overflow the growth count resets and the hysteresis count drops by
- * one; when it reaches 0 the scale is multiplied by backoff (not below
- * min_scale).  After growth_interval clean steps in a row the scale is
- * multiplied by growth and the hysteresis count is reset.
+ * The dynamic loss scaler (struct tier_loss_scaler, tierstore/common.h):
+ * init sets its parameters and state; 0, or -EINVAL naming the bad
+ * parameter.
  */
-struct tier_loss_scaler {
-	double scale, min_scale, growth_factor, backoff_factor;
-	uint32_t growth_interval, hysteresis;
-	uint32_t growth_tracker;
-	int32_t hysteresis_tracker;
-};
-/* 0, or -EINVAL naming the bad parameter. */
 TIER_API int tier_loss_scaler_init(struct tier_loss_scaler *s, double initial_scale,
 				   double min_scale, double growth_factor, double backoff_factor,
 				   uint32_t growth_interval, uint32_t hysteresis);

@@ -199,7 +199,7 @@ extern "C" {
 	  TXT(6, ", last step ", "", secs), "Duration of the last step.") \
 	X(last_stall_ns, u64, ns, gauge, feed, "last_stall_seconds", "last_stall_seconds", \
 	  TXT(7, " (stall ", ")", secs), "Stall of the last step.") \
-	X(cpu_fraction, double, ratio, gauge, feed, "cpu_fraction", "cpu_fraction", \
+	X(offload_fraction, double, ratio, gauge, feed, "offload_fraction", "offload_fraction", \
 	  TXT(8, ", CPU share ", "", f2), "Share of the shards updated on the CPU.") \
 	X(loss_scale, double, scalar, gauge, feed, "loss_scale", "loss_scale", \
 	  TXT(9, ", loss scale ", "", g), "Loss scale of the next step.") \

@@ -1,10 +1,14 @@
 /*
  * tierstore/tiers.h - the tiers of the public API: the NVMe tier and the
  * tiered store (objects, residency, pins, eviction, counters).  Part of
- * tierstore.h: include that; opening either from a manifest is there
- * (tier_nvme_open, tier_store_open, tier_store_close).  Implemented in
- * tiers/, which of the public headers may include this one and those of
- * the layers below (tierstore/common.h, tierstore/kernels.h).
+ * the toolkit (what tier-bench and a program that drives the tiers itself
+ * use; a trainer's optimizer drives them for it): include
+ * tierstore/toolkit.h.  Opening either from a manifest is there
+ * (tier_nvme_open) and in tierstore.h (tier_store_open, tier_store_close);
+ * the store's parameters, levels and policies are in tierstore/common.h,
+ * for tierstore.h.  Implemented in tiers/, which of the public headers may
+ * include this one and those of the layers below (tierstore/common.h,
+ * tierstore/kernels.h).
  */
 #ifndef TIERSTORE_TIERS_H
 #define TIERSTORE_TIERS_H
@@ -29,7 +33,7 @@ extern "C" {
 struct tier_nvme;
 struct tier_nvme_obj;
 
-/* Flags for tier_nvme_open() (tierstore.h). */
+/* Flags for tier_nvme_open() (tierstore/toolkit.h). */
 enum {
 	/* Remove on close the backing files this open created (benchmarks,
 	 * tests); files that existed before are kept. */
@@ -314,55 +318,10 @@ TIER_API void tier_nvme_get_path_stats(struct tier_nvme *t, unsigned i,
  * while in use.  docs/store.md describes the state machine, the eviction
  * policy and the guarantees.  Every function is thread-safe.
  */
-struct tier_store;
+/* struct tier_store, its levels (enum tier_level, TIER_LEVELS), policies
+ * (enum tier_policy) and parameters (struct tier_store_params,
+ * tier_store_params_init, TIER_STORE_SCRATCH) are in tierstore/common.h. */
 struct tier_obj;
-
-/* Tier levels, top down. */
-enum tier_level { TIER_HBM = 0, TIER_DRAM = 1, TIER_NVME = 2 };
-#define TIER_LEVELS 3
-
-/* Eviction policies. */
-enum tier_policy {
-	/* Farthest next use in the registered schedule first (Belady's MIN on
-	 * the known future); objects outside the schedule go first, least
-	 * recently used first. */
-	TIER_POLICY_BELADY = 0,
-	/* Least recently used, ignoring the schedule. */
-	TIER_POLICY_LRU = 1,
-};
-
-/* Flags for tier_store_params.flags. */
-enum {
-	/* Remove on close the NVMe backing files this open created. */
-	TIER_STORE_SCRATCH = 1u << 0,
-};
-
-/*
- * Overrides of the manifest for one store; zero (or NULL) fields keep the
- * manifest's value.  tier_store_params_init sets every field so.
- */
-struct tier_store_params {
-	uint32_t size;            /* sizeof, set by tier_store_params_init */
-	uint64_t dram_capacity;   /* bytes; 0 = the manifest's */
-	/* HBM backend: NULL = "cuda" when the manifest has a GPU, else no HBM
-	 * tier; "host" = emulated device in host memory; "null" = capacity
-	 * without data (tests); "none" = no HBM tier. */
-	const char *hbm_backend;
-	uint64_t hbm_capacity;    /* bytes; 0 = the manifest's (required for host/null) */
-	double hbm_bandwidth;     /* emulated link, bytes/s per direction; 0 = unlimited */
-	enum tier_policy policy;
-	unsigned flags;           /* TIER_STORE_* */
-	/* Files that hold a committed store reopen at their newest commit
-	 * that loads; a generation here (among the kept ones) reopens at it
-	 * instead and drops the newer ones, durably (a roll back). */
-	uint64_t generation;
-};
-
-static inline void tier_store_params_init(struct tier_store_params *p)
-{
-	memset(p, 0, sizeof(*p));
-	p->size = (uint32_t)sizeof(*p);
-}
 
 /* Whether the store has the level (HBM may be absent). */
 TIER_API bool tier_store_has_level(const struct tier_store *s, enum tier_level level);

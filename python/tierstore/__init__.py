@@ -1,7 +1,8 @@
 """tierstore: optimizer state in tiers (HBM over pinned DRAM over NVMe).
 
-A ctypes binding of libtierstore (API 0.8) and, in tierstore.torch, the
-PyTorch optimizer TierAdamW.  docs/python.md describes both.
+A ctypes binding of libtierstore (its trainer's API, include/tierstore.h)
+and, in tierstore.torch, the PyTorch optimizer TierAdamW.  docs/python.md
+describes both.
 
     import tierstore
     m = tierstore.Manifest("node.yaml")        # or Manifest.from_text(yaml)

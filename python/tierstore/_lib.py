@@ -1,20 +1,51 @@
-"""ctypes declarations of libtierstore (include/tierstore.h, API 0.8).
+"""ctypes declarations of libtierstore (include/tierstore.h, the trainer's
+header).
 
 The library is the copy bundled next to this package (a wheel built by
 meson-python installs it there), else the file $TIERSTORE_LIBRARY names
 (the tests point it at the build tree's libtierstore.so).  Every struct here
 mirrors the header field for field; tests/python/test_abi.py compares the
-layout with what the C compiler gives (tests/python/abi_dump.c).  The
-*_params_init functions are static inline in C, so the defaults are set
-here, with size = sizeof: the library refuses a size it does not know, which
-catches a struct that drifted.
+layout with what the C compiler gives (tests/python/abi_dump.c), and
+tests/python/test_binding.py the prototypes, constants and defaults with
+the headers.  The defaults of the parameter structs are the library's:
+each Params.init() calls the exported tier_*_params_init, which sets size =
+sizeof as this struct has it (the library refuses a size it does not know,
+which catches a struct that drifted).
+
+The API version this binding speaks is project()'s in meson.build, the one
+place it is written: meson generates _version.py from it into an installed
+package; run from the source tree (PYTHONPATH=python), the binding reads
+that meson.build itself.
 """
 import ctypes
 import errno
 import os
+import re
 
-API_MAJOR = 0
-API_MINOR = 8
+
+def _api_version():
+    """(major, minor) of the API this binding was made with."""
+    try:
+        from ._version import VERSION
+    except ImportError:
+        here = os.path.dirname(os.path.abspath(__file__))
+        build = os.path.join(os.path.dirname(os.path.dirname(here)), "meson.build")
+        try:
+            with open(build, encoding="utf-8") as f:
+                text = f.read()
+        except OSError:
+            raise ImportError(
+                f"tierstore: no _version.py beside {__file__} (meson generates it when it "
+                f"installs the package) and no source tree's meson.build at {build}") from None
+        m = re.search(r"project\(\s*'tierstore'[^)]*?version:\s*'([^']+)'", text, re.S)
+        if not m:
+            raise ImportError(f"tierstore: {build}: no project('tierstore', version: ...)")
+        VERSION = m.group(1)
+    major, minor = VERSION.split(".")[:2]
+    return int(major), int(minor)
+
+
+API_MAJOR, API_MINOR = _api_version()
 
 # enum tier_dtype
 TIER_FP32, TIER_BF16, TIER_FP16, TIER_Q8 = 0, 1, 2, 3
@@ -41,6 +72,14 @@ c_int = ctypes.c_int
 c_uint = ctypes.c_uint
 c_char_p = ctypes.c_char_p
 c_void_p = ctypes.c_void_p
+
+
+def _params_init(cls, function):
+    """A struct cls filled by the library's tier_*_params_init: the
+    defaults live there alone."""
+    p = cls()
+    getattr(lib(), function)(ctypes.byref(p))
+    return p
 
 
 class TierError(OSError):
@@ -78,23 +117,8 @@ class OptimParams(ctypes.Structure):
 
     @classmethod
     def init(cls):
-        """tier_optim_params_init"""
-        p = cls()
-        p.size = ctypes.sizeof(cls)
-        p.lr, p.beta1, p.beta2, p.eps, p.weight_decay = 1e-3, 0.9, 0.999, 1e-8, 0.01
-        p.decoupled = True
-        p.moment_dtype = TIER_DTYPE_MANIFEST
-        p.rounding = TIER_ROUND_MANIFEST
-        p.out_rounding = TIER_ROUND_MANIFEST
-        p.seed = TIER_SEED_MANIFEST
-        p.offload_fraction = TIER_OFFLOAD_MANIFEST
-        p.loss_scale = 1.0
-        p.min_loss_scale = 1.0
-        p.growth_factor = 2.0
-        p.backoff_factor = 0.5
-        p.growth_interval = 1000
-        p.hysteresis = 2
-        return p
+        """The defaults: tier_optim_params_init"""
+        return _params_init(cls, "tier_optim_params_init")
 
 
 class GroupParams(ctypes.Structure):
@@ -107,12 +131,8 @@ class GroupParams(ctypes.Structure):
 
     @classmethod
     def init(cls):
-        """tier_group_params_init"""
-        g = cls()
-        g.size = ctypes.sizeof(cls)
-        g.lr, g.beta1, g.beta2, g.eps, g.weight_decay = 1e-3, 0.9, 0.999, 1e-8, 0.01
-        g.decoupled = True
-        return g
+        """The defaults: tier_group_params_init"""
+        return _params_init(cls, "tier_group_params_init")
 
 
 class Tensor(ctypes.Structure):
@@ -126,7 +146,7 @@ class StepResult(ctypes.Structure):
         ("applied", c_bool),
         ("step", u64),
         ("grad_norm", dbl), ("loss_scale", dbl), ("next_loss_scale", dbl),
-        ("clip_coef", dbl), ("cpu_fraction", dbl),
+        ("clip_coef", dbl), ("offload_fraction", dbl),
         ("cpu_shards", u32), ("gpu_shards", u32),
         ("step_s", dbl),
         ("stall_s", dbl), ("cpu_stall_s", dbl), ("gpu_stall_s", dbl),
@@ -180,10 +200,8 @@ class StoreParams(ctypes.Structure):
 
     @classmethod
     def init(cls):
-        """tier_store_params_init"""
-        p = cls()
-        p.size = ctypes.sizeof(cls)
-        return p
+        """The defaults: tier_store_params_init"""
+        return _params_init(cls, "tier_store_params_init")
 
 
 class OptimInfo(ctypes.Structure):
@@ -196,7 +214,7 @@ class OptimInfo(ctypes.Structure):
         ("window_bytes", u64), ("hbm_budget", u64),
         ("write_behind", u32),
         ("threads", c_uint),
-        ("cpu_fraction", dbl),
+        ("offload_fraction", dbl),
         ("auto_split", c_bool), ("gpu_lane", c_bool),
         ("nparams", u32), ("nshards", u32),
         ("state_bytes", u64),
@@ -286,11 +304,8 @@ class CommParams(ctypes.Structure):
 
     @classmethod
     def init(cls):
-        """tier_comm_params_init"""
-        p = cls()
-        p.size = ctypes.sizeof(cls)
-        p.device = -1
-        return p
+        """The defaults: tier_comm_params_init"""
+        return _params_init(cls, "tier_comm_params_init")
 
 
 # The structs the ABI test compares with the C layout: C name -> class.
@@ -328,9 +343,12 @@ _PROTOS = {
     "tier_manifest_emit": (c_int, [vp, vp]),
     "tier_manifest_info": (c_int, [vp, P(ManifestInfo)]),
     "tier_manifest_free": (None, [vp]),
+    "tier_store_params_init": (None, [P(StoreParams)]),
     "tier_store_open": (c_int, [vp, P(StoreParams), P(vp)]),
     "tier_store_close": (c_int, [vp]),
+    "tier_optim_params_init": (None, [P(OptimParams)]),
     "tier_optim_create": (c_int, [vp, P(OptimParams), P(vp)]),
+    "tier_group_params_init": (None, [P(GroupParams)]),
     "tier_optim_add_group": (c_int, [vp, P(GroupParams), P(u32)]),
     "tier_optim_set_group": (c_int, [vp, u32, P(GroupParams)]),
     "tier_optim_get_group": (c_int, [vp, u32, P(GroupParams)]),
@@ -348,7 +366,6 @@ _PROTOS = {
     "tier_optim_write": (c_int, [vp, u32, vp, vp, vp]),
     "tier_optim_get_scaler": (c_int, [vp, P(LossScaler)]),
     "tier_optim_set_scaler": (c_int, [vp, P(LossScaler)]),
-    "tier_optim_moment_dtype": (c_int, [vp]),
     "tier_optim_info": (c_int, [vp, P(OptimInfo)]),
     "tier_optim_checkpoint": (c_int, [vp, P(u64)]),
     "tier_optim_resume": (c_int, [vp, P(OptimParams), P(vp)]),
@@ -356,6 +373,7 @@ _PROTOS = {
     "tier_optim_import": (c_int, [vp, c_char_p, P(OptimParams), P(vp)]),
     "tier_optim_step_count": (u64, [vp]),
     "tier_optim_destroy": (c_int, [vp]),
+    "tier_comm_params_init": (None, [P(CommParams)]),
     "tier_comm_open": (c_int, [P(CommParams), P(vp)]),
     "tier_comm_close": (c_int, [vp]),
     "tier_comm_rank": (c_int, [vp]),

@@ -589,7 +589,9 @@ class TierAdamW(torch.optim.Optimizer):
             self._call("tier_optim_import", self._store.handle, os.fsencode(_adopt[1]),
                        ctypes.byref(p), ctypes.byref(h), what=f"import {_adopt[1]}")
         self._opt = h
-        self._moment = _lib.lib().tier_optim_moment_dtype(h)
+        info = _lib.OptimInfo()
+        _lib.call("tier_optim_info", h, ctypes.byref(info))
+        self._moment = info.moment_dtype
         super().__init__(params, defaults)
         if _adopt is not None:
             n = _lib.lib().tier_optim_nparams(h)

@@ -534,7 +534,7 @@ void optim_fill_result(struct tier_optim *o, struct tier_step_result *res, bool 
 	res->loss_scale = scale;
 	res->next_loss_scale = o->p.dynamic_loss_scale ? o->scaler.scale : o->p.loss_scale;
 	res->clip_coef = clip;
-	res->cpu_fraction = o->cpu_fraction;
+	res->offload_fraction = o->cpu_fraction;
 	for (size_t i = 0; i < o->nact; i++) {
 		if (o->shards[o->act[i]]->lane)
 			res->gpu_shards++;

@@ -3,11 +3,11 @@
 
     check_docs.py SOURCE_ROOT
 
-1. The API version.  The version lives in the public header,
-   include/tierstore/common.h (TIER_VERSION_MAJOR, _MINOR, _PATCH);
-   meson.build derives the library's and checks project()'s from it.  Here
-   every statement of a version in README.md, CONTRIBUTING.md and docs/*.md
-   must be the header's: "API X.Y", "API version X.Y", "(version X.Y)" in a
+1. The API version.  The version lives in meson.build's project(version:
+   'X.Y.Z') alone; meson generates the public header's tierstore/version.h
+   (TIER_VERSION_MAJOR, _MINOR, _PATCH), the soname and the binding's
+   _version.py from it.  Here every statement of a version in README.md,
+   CONTRIBUTING.md and docs/*.md must be project()'s: "API X.Y", "API version X.Y", "(version X.Y)" in a
    heading, "version (X, Y, Z)",
    the soname "libtierstore.so.X.Y[.Z]", a tool's "tierstore X.Y.Z" and a
    quoted "X.Y.Z" where tier_version's text is meant.  A mention of an
@@ -15,11 +15,11 @@
    before it ("before", "since", "from", "until", "added", "introduced",
    "written by", "built against", "was", a commit id of the build it
    measured, ...; a heading anywhere in it) or when it sits in a
-   "Changes in X.Y" section; a version newer than the header's is an error
-   wherever it is.  Also: project()'s version in meson.build and the
-   Python binding's API_MAJOR/API_MINOR (python/tierstore/_lib.py) are the
-   header's, and every version node TIERSTORE_X.Y a doc names is one of
-   tierstore.map's.
+   "Changes in X.Y" section; a version newer than project()'s is an error
+   wherever it is.  Also: no header or binding source writes the version
+   by hand (a #define TIER_VERSION_MAJOR in include/, an API_MAJOR = N in
+   python/tierstore/), and every version node TIERSTORE_X.Y a doc names is
+   one of tierstore.map's.
 2. The file map.  docs/architecture.md's table of folders names every
    .c, .cu and .h file of common/ formats/ kernels/ tiers/ prefetch/
    runtime/ tools/ and their rooms (runtime/optim/ ...: a file of a room is
@@ -54,15 +54,13 @@ NODE = re.compile(r"\bTIERSTORE_(\d+)\.(\d+)\b")
 SENTENCE_END = re.compile(r"[.;!?](?=\s)|\|")
 
 
-def header_version(root):
-    text = open(os.path.join(root, "include", "tierstore", "common.h")).read()
-    v = []
-    for part in ("MAJOR", "MINOR", "PATCH"):
-        m = re.search(r"^#define TIER_VERSION_%s (\d+)\s*$" % part, text, re.M)
-        if not m:
-            sys.exit("check_docs: include/tierstore/common.h has no TIER_VERSION_%s" % part)
-        v.append(int(m.group(1)))
-    return tuple(v)
+def project_version(root):
+    """(X, Y, Z) of meson.build's project(version: 'X.Y.Z')."""
+    text = open(os.path.join(root, "meson.build")).read()
+    m = re.search(r"project\([^)]*?version:\s*'(\d+)\.(\d+)\.(\d+)'", text, re.S)
+    if not m:
+        sys.exit("check_docs: meson.build: no project(version: 'X.Y.Z')")
+    return tuple(int(g) for g in m.groups())
 
 
 def paragraphs(path):
@@ -133,7 +131,7 @@ def check_versions(root, ver, problems):
                     continue
                 where = "%s:%d: %r" % (rel, n, m.group(0))
                 if got[:2] > mm or (got[:2] == mm and got > want):
-                    problems.append("%s states version %s, newer than the header's %s"
+                    problems.append("%s states version %s, newer than project()'s %s"
                                     % (where, ".".join(map(str, got)), ".".join(map(str, want))))
                     continue
                 if changes is not None:
@@ -145,24 +143,25 @@ def check_versions(root, ver, problems):
                     before = text[ends[-1] if ends else 0:m.start()]
                 if HISTORY.search(before):
                     continue
-                problems.append("%s states version %s; the header (include/tierstore/common.h) "
-                                "is %s (or say what makes it history: 'before', 'added in', ...)"
+                problems.append("%s states version %s; project() in meson.build "
+                                "says %s (or say what makes it history: 'before', 'added in', ...)"
                                 % (where, ".".join(map(str, got)), ".".join(map(str, want))))
 
 
 def check_other_versions(root, ver, problems):
-    v = "%d.%d.%d" % ver
-    mb = open(os.path.join(root, "meson.build")).read()
-    m = re.search(r"project\([^)]*?version:\s*'([^']+)'", mb, re.S)
-    if not m or m.group(1) != v:
-        problems.append("meson.build: project() version %r, the header's is %s"
-                        % (m and m.group(1), v))
-    lib = open(os.path.join(root, "python", "tierstore", "_lib.py")).read()
-    a = re.search(r"^API_MAJOR = (\d+)$", lib, re.M)
-    b = re.search(r"^API_MINOR = (\d+)$", lib, re.M)
-    if not a or not b or (int(a.group(1)), int(b.group(1))) != ver[:2]:
-        problems.append("python/tierstore/_lib.py: API_MAJOR, API_MINOR %s.%s, the header's %d.%d"
-                        % (a and a.group(1), b and b.group(1), ver[0], ver[1]))
+    """No second copy of the version: project() is the one place."""
+    hand = [(os.path.join("include", "tierstore.h"),
+             re.compile(r"^\s*#\s*define\s+TIER_VERSION_(MAJOR|MINOR|PATCH|STRING)\b", re.M))]
+    for d, pat in (("include/tierstore", r"^\s*#\s*define\s+TIER_VERSION_(MAJOR|MINOR|PATCH|STRING)\b"),
+                   ("python/tierstore", r"^\s*API_(MAJOR|MINOR)\s*=\s*\d")):
+        for f in sorted(os.listdir(os.path.join(root, d))):
+            if f.endswith((".h", ".py")):
+                hand.append((os.path.join(d, f), re.compile(pat, re.M)))
+    for rel, pat in hand:
+        m = pat.search(open(os.path.join(root, rel)).read())
+        if m:
+            problems.append("%s: writes the version by hand (%r): it is project()'s in "
+                            "meson.build, generated from there" % (rel, m.group(0).strip()))
 
 
 def check_file_map(root, problems):
@@ -205,7 +204,7 @@ def main(argv):
     if len(argv) != 2:
         sys.exit("usage: check_docs.py SOURCE_ROOT")
     root = argv[1]
-    ver = header_version(root)
+    ver = project_version(root)
     problems = []
     check_versions(root, ver, problems)
     check_other_versions(root, ver, problems)

@@ -35,9 +35,11 @@ ROOMS = {"runtime": ["manifest", "optim", "comm"]}
 RANK = {name: i for i, name in enumerate(LAYERS)}
 PUBLIC = {
     "tierstore/common.h": "common",
+    "tierstore/version.h": "common",
     "tierstore/kernels.h": "kernels",
     "tierstore/tiers.h": "tiers",
     "tierstore/live.h": "runtime",
+    "tierstore/toolkit.h": "runtime",
     "tierstore.h": "runtime",
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')

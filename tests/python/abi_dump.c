@@ -1,10 +1,18 @@
 /*
- * abi_dump - prints the layout of the public structs the Python binding
- * (python/tierstore/_lib.py) declares with ctypes: for each struct its
- * size and alignment, and every field's offset and size, as JSON.
- * tests/python/test_abi.py compares them with the ctypes layout.
+ * abi_dump - prints, as JSON, what the Python binding
+ * (python/tierstore/_lib.py) must agree with, as the C compiler sees the
+ * trainer's header: "structs", the layout of the public structs the
+ * binding declares with ctypes (each struct's size and alignment, every
+ * field's offset and size; tests/python/test_abi.py); "constants", the
+ * value and kind ("int" or "double") of every constant of the trainer's
+ * headers (tierstore.h, tierstore/common.h, tierstore/live.h, and the
+ * generated tierstore/version.h's numbers); and "defaults", every field
+ * of the parameter structs as the library's tier_*_params_init fills them
+ * (tests/python/test_binding.py).  It includes tierstore.h alone: the
+ * trainer's header compiles standalone.
  */
 #include <stdalign.h>
+#include <stdbool.h>
 #include <stdio.h>
 
 #include <tierstore.h>
@@ -14,7 +22,7 @@ static int nfield;
 
 static void open_struct(const char *name, size_t size, size_t align)
 {
-	printf("%s\n  \"%s\": {\"size\": %zu, \"align\": %zu, \"fields\": {",
+	printf("%s\n    \"%s\": {\"size\": %zu, \"align\": %zu, \"fields\": {",
 	       nstruct++ ? "," : "", name, size, align);
 	nfield = 0;
 }
@@ -28,9 +36,8 @@ static void field(const char *name, size_t off, size_t size)
 #define F(T, f) field(#f, offsetof(struct T, f), sizeof(((struct T *)0)->f))
 #define E() printf("}}")
 
-int main(void)
+static void structs(void)
 {
-	printf("{");
 	S(tier_optim_params);
 	F(tier_optim_params, size); F(tier_optim_params, lr); F(tier_optim_params, beta1);
 	F(tier_optim_params, beta2); F(tier_optim_params, eps);
@@ -57,7 +64,7 @@ int main(void)
 	F(tier_step_result, applied); F(tier_step_result, step);
 	F(tier_step_result, grad_norm); F(tier_step_result, loss_scale);
 	F(tier_step_result, next_loss_scale); F(tier_step_result, clip_coef);
-	F(tier_step_result, cpu_fraction); F(tier_step_result, cpu_shards);
+	F(tier_step_result, offload_fraction); F(tier_step_result, cpu_shards);
 	F(tier_step_result, gpu_shards); F(tier_step_result, step_s);
 	F(tier_step_result, stall_s); F(tier_step_result, cpu_stall_s);
 	F(tier_step_result, gpu_stall_s); F(tier_step_result, nvme_read_bytes);
@@ -93,7 +100,7 @@ int main(void)
 	F(tier_optim_info, shard_elems); F(tier_optim_info, shard_bytes);
 	F(tier_optim_info, window_bytes); F(tier_optim_info, hbm_budget);
 	F(tier_optim_info, write_behind); F(tier_optim_info, threads);
-	F(tier_optim_info, cpu_fraction); F(tier_optim_info, auto_split);
+	F(tier_optim_info, offload_fraction); F(tier_optim_info, auto_split);
 	F(tier_optim_info, gpu_lane); F(tier_optim_info, nparams);
 	F(tier_optim_info, nshards); F(tier_optim_info, state_bytes);
 	F(tier_optim_info, rank); F(tier_optim_info, world);
@@ -127,6 +134,147 @@ int main(void)
 	F(tier_comm_params, nranks); F(tier_comm_params, device); F(tier_comm_params, timeout_s);
 	F(tier_comm_params, callbacks);
 	E();
+}
+
+/* ------------------------------------------------------------- values */
+
+static int nvalue;
+
+static void key(const char *name)
+{
+	printf("%s\"%s\": ", nvalue++ ? ", " : "", name);
+}
+
+static void v_int(const char *name, long long v) { key(name); printf("[%lld, \"int\"]", v); }
+static void v_uint(const char *name, unsigned long long v)
+{
+	key(name);
+	printf("[%llu, \"int\"]", v);
+}
+static void v_dbl(const char *name, double v) { key(name); printf("[%.17g, \"double\"]", v); }
+static void v_bool(const char *name, bool v)
+{
+	key(name);
+	printf("[%s, \"bool\"]", v ? "true" : "false");
+}
+static void v_ptr(const char *name, const void *v)
+{
+	key(name);
+	printf("[%s, \"pointer\"]", v ? "\"not NULL\"" : "null");
+}
+
+/* A value by its C type: an enum is its compatible integer type; a
+ * pointer field of a type not listed here is a compile error (list it). */
+#define VALUE(name, x) _Generic((x), \
+	double: v_dbl, bool: v_bool, \
+	int: v_int, long: v_int, long long: v_int, \
+	unsigned: v_uint, unsigned long: v_uint, unsigned long long: v_uint, \
+	const char *: v_ptr, void *: v_ptr, const void *: v_ptr, \
+	struct tier_comm *: v_ptr, \
+	const struct tier_comm_callbacks *: v_ptr)(name, x)
+
+/* Every public constant of the trainer's headers.  test_binding.py checks
+ * that this list names each one the headers define. */
+static void constants(void)
+{
+	nvalue = 0;
+	printf("{");
+	VALUE("TIER_VERSION_MAJOR", TIER_VERSION_MAJOR);
+	VALUE("TIER_VERSION_MINOR", TIER_VERSION_MINOR);
+	VALUE("TIER_VERSION_PATCH", TIER_VERSION_PATCH);
+	VALUE("TIER_VERSION_NUMBER", TIER_VERSION_NUMBER);
+	VALUE("TIER_POOL_MAX_THREADS", TIER_POOL_MAX_THREADS);
+	VALUE("TIER_LAT_BUCKETS", TIER_LAT_BUCKETS);
+	VALUE("TIER_FP32", TIER_FP32);
+	VALUE("TIER_BF16", TIER_BF16);
+	VALUE("TIER_FP16", TIER_FP16);
+	VALUE("TIER_Q8", TIER_Q8);
+	VALUE("TIER_ROUND_NEAREST", TIER_ROUND_NEAREST);
+	VALUE("TIER_ROUND_STOCHASTIC", TIER_ROUND_STOCHASTIC);
+	VALUE("TIER_HBM", TIER_HBM);
+	VALUE("TIER_DRAM", TIER_DRAM);
+	VALUE("TIER_NVME", TIER_NVME);
+	VALUE("TIER_LEVELS", TIER_LEVELS);
+	VALUE("TIER_POLICY_BELADY", TIER_POLICY_BELADY);
+	VALUE("TIER_POLICY_LRU", TIER_POLICY_LRU);
+	VALUE("TIER_STORE_SCRATCH", TIER_STORE_SCRATCH);
+	VALUE("TIER_OFFLOAD_AUTO", TIER_OFFLOAD_AUTO);
+	VALUE("TIER_MANIFEST_NO_PROBE", TIER_MANIFEST_NO_PROBE);
+	VALUE("TIER_MEM_HOST", TIER_MEM_HOST);
+	VALUE("TIER_MEM_DEVICE", TIER_MEM_DEVICE);
+	VALUE("TIER_DTYPE_MANIFEST", TIER_DTYPE_MANIFEST);
+	VALUE("TIER_ROUND_MANIFEST", TIER_ROUND_MANIFEST);
+	VALUE("TIER_SEED_MANIFEST", TIER_SEED_MANIFEST);
+	VALUE("TIER_OFFLOAD_MANIFEST", TIER_OFFLOAD_MANIFEST);
+	VALUE("TIER_LR_KEEP", TIER_LR_KEEP);
+	VALUE("TIER_COMM_F64", TIER_COMM_F64);
+	VALUE("TIER_COMM_F32", TIER_COMM_F32);
+	VALUE("TIER_COMM_BF16", TIER_COMM_BF16);
+	VALUE("TIER_COMM_F16", TIER_COMM_F16);
+	VALUE("TIER_LIVE_VERSION", TIER_LIVE_VERSION);
+	VALUE("TIER_LIVE_MAX_PATHS", TIER_LIVE_MAX_PATHS);
+	printf("}");
+}
+
+#define D(var, f) VALUE(#f, (var).f)
+
+/* The parameter structs as their exported init functions fill them. */
+static void defaults(void)
+{
+	struct tier_optim_params op;
+	struct tier_group_params gp;
+	struct tier_store_params sp;
+	struct tier_comm_params cp;
+
+	tier_optim_params_init(&op);
+	tier_group_params_init(&gp);
+	tier_store_params_init(&sp);
+	tier_comm_params_init(&cp);
+
+	nvalue = 0;
+	printf("{\n    \"tier_optim_params\": {");
+	D(op, size); D(op, lr);
+	D(op, beta1); D(op, beta2);
+	D(op, eps); D(op, weight_decay);
+	D(op, decoupled); D(op, moment_dtype);
+	D(op, rounding); D(op, out_rounding);
+	D(op, seed); D(op, offload_fraction);
+	D(op, max_grad_norm); D(op, loss_scale);
+	D(op, dynamic_loss_scale); D(op, min_loss_scale);
+	D(op, growth_factor); D(op, backoff_factor);
+	D(op, growth_interval); D(op, hysteresis);
+	D(op, shard_size); D(op, threads);
+	D(op, comm);
+	nvalue = 0;
+	printf("},\n    \"tier_group_params\": {");
+	D(gp, size); D(gp, lr);
+	D(gp, beta1); D(gp, beta2);
+	D(gp, eps); D(gp, weight_decay);
+	D(gp, decoupled);
+	nvalue = 0;
+	printf("},\n    \"tier_store_params\": {");
+	D(sp, size); D(sp, dram_capacity);
+	D(sp, hbm_backend); D(sp, hbm_capacity);
+	D(sp, hbm_bandwidth); D(sp, policy);
+	D(sp, flags); D(sp, generation);
+	nvalue = 0;
+	printf("},\n    \"tier_comm_params\": {");
+	D(cp, size); D(cp, backend);
+	D(cp, mpi_comm); D(cp, nccl_comm);
+	D(cp, nccl_id); D(cp, rank);
+	D(cp, nranks); D(cp, device);
+	D(cp, timeout_s); D(cp, callbacks);
+	printf("}\n  }");
+}
+
+int main(void)
+{
+	printf("{\n  \"structs\": {");
+	structs();
+	printf("\n  },\n  \"constants\": ");
+	constants();
+	printf(",\n  \"defaults\": ");
+	defaults();
 	printf("\n}\n");
 	return 0;
 }

@@ -81,10 +81,18 @@ static int train_to(struct tier_optim *o, unsigned to)
 
 static int dump(struct tier_optim *o, const char *prefix)
 {
-	size_t mb = tier_dtype_size(tier_optim_moment_dtype(o));
+	struct tier_optim_info oi;
+
+	if (tier_optim_info(o, &oi))
+		return fail("info");
+	size_t mb = tier_dtype_size(oi.moment_dtype);
 
 	for (uint32_t p = 0; p < tier_optim_nparams(o); p++) {
-		size_t n = tier_optim_param_numel(o, p);
+		struct tier_param_info pi;
+
+		if (tier_optim_param_info(o, p, &pi))
+			return fail("param_info");
+		size_t n = pi.numel;
 		void *part[3] = { malloc(n * 4), malloc(n * mb), malloc(n * mb) };
 		static const char *const names[3] = { "master", "exp_avg", "exp_avg_sq" };
 
@@ -94,7 +102,7 @@ static int dump(struct tier_optim *o, const char *prefix)
 			char path[4096];
 			FILE *f;
 
-			snprintf(path, sizeof(path), "%s.%s.%s.bin", prefix, tier_optim_param_name(o, p), names[k]);
+			snprintf(path, sizeof(path), "%s.%s.%s.bin", prefix, pi.name, names[k]);
 			f = fopen(path, "wb");
 			if (!f || fwrite(part[k], k ? mb : 4, n, f) != n || fclose(f) != 0) {
 				fprintf(stderr, "optim_tool: %s: %s\n", path, strerror(errno));

@@ -31,7 +31,6 @@
 #include "common/fault.h"
 #include "t_helpers.h"
 
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define KiB (1ull << 10)
 #define MiB (1ull << 20)
 #define U64(x) ((unsigned long long)(x))
@@ -203,7 +202,10 @@ static size_t read_mb(enum tier_dtype md)
 
 static void read_state(struct tier_optim *o, struct state *st)
 {
-	size_t mb = read_mb(tier_optim_moment_dtype(o)), total = 0, at = 0;
+	struct tier_optim_info oi;
+
+	ck_assert_int_eq(tier_optim_info(o, &oi), 0);
+	size_t mb = read_mb(oi.moment_dtype), total = 0, at = 0;
 
 	for (unsigned p = 0; p < NPARAMS; p++)
 		total += g_numel[p] * (4 + 2 * mb);
@@ -288,8 +290,11 @@ START_TEST(test_resume_exact)
 	ck_assert_uint_eq(tier_optim_step_count(o), r->every * 2);
 	ck_assert_uint_eq(tier_optim_nparams(o), NPARAMS);
 	for (unsigned p = 0; p < NPARAMS; p++) {
-		ck_assert_str_eq(tier_optim_param_name(o, p), g_pname[p]);
-		ck_assert_uint_eq(tier_optim_param_numel(o, p), g_numel[p]);
+		struct tier_param_info pi;
+
+		ck_assert_int_eq(tier_optim_param_info(o, p, &pi), 0);
+		ck_assert_str_eq(pi.name, g_pname[p]);
+		ck_assert_uint_eq(pi.numel, g_numel[p]);
 	}
 	ck_assert_int_eq(steps(o, r, r->steps, -1, false), 0);
 	read_state(o, &got);
@@ -610,7 +615,8 @@ static void killed(bool fault)
 	const struct run *r = &crash_run;
 	struct tier_manifest *m = manifest("crash", r);
 	struct state ref;
-	unsigned kills = 0, unreported = 0, resumed_at[64] = { 0 }, seed = 12345 + (unsigned)fault;
+	unsigned kills = 0, unreported = 0, resumed_at[64] = { 0 };
+	uint64_t rng = 12345 + (unsigned)fault;
 	uint64_t prev_gen = 0, prev_step = 0;
 	uint64_t full_ns = 0;
 	unsigned want = kills_wanted();
@@ -630,26 +636,21 @@ static void killed(bool fault)
 		int rc;
 
 		ck_assert_int_eq(pipe2(pfd, O_CLOEXEC), 0);
-		seed = seed * 1103515245u + 12345u;
+		/* the child's fault site and call */
+		unsigned seed = (unsigned)(t_rnd_next(&rng) >> 32);
+
 		pid = fork();
 		ck_assert_int_ge(pid, 0);
 		if (pid == 0) {
 			close(pfd[0]);
-			child(r, m, pfd[1], fault, seed >> 8);
+			child(r, m, pfd[1], fault, seed);
 		}
 		close(pfd[1]);
-		/* Anywhere in the run: its start (opening, resuming) too. */
-		{
-			/* 64 random bits: the run may last seconds (a 32-bit seed
-			 * shifted gave at most 0.27 s, the start of a slow run). */
-			uint64_t x = (uint64_t)seed * 0x9e3779b97f4a7c15ull;
-
-			x ^= x >> 29;
-			x *= 0xbf58476d1ce4e5b9ull;
-			x ^= x >> 32;
-			/* over what is left of the run: it goes on from prev_step */
-			delay = x % (full_ns * (r->steps - prev_step + 2) / (r->steps + 2) + 1);
-		}
+		/* Anywhere in what is left of the run (it goes on from
+		 * prev_step), its start (opening, resuming) too: 64 random
+		 * bits, since the run may last seconds (a 32-bit value shifted
+		 * gave at most 0.27 s, the start of a slow run). */
+		delay = t_rnd_next(&rng) % (full_ns * (r->steps - prev_step + 2) / (r->steps + 2) + 1);
 		{
 			struct timespec ts = { (time_t)(delay / 1000000000u), (long)(delay % 1000000000u) };
 

@@ -9,6 +9,7 @@
  */
 #include "tierstore/live.h"
 #include "tierstore.h"
+#include "tierstore/toolkit.h"
 
 #include <cstring>
 

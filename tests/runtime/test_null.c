@@ -31,9 +31,8 @@
 #include <string.h>
 
 #include "t_helpers.h"
-#include "tierstore.h"
+#include "tierstore/toolkit.h"
 
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define OBJ_BYTES (64u << 10)
 
 struct fx {
@@ -136,6 +135,7 @@ static void io_cb(void *arg, int result, const char *detail)
 	X(ZERO, 0, tier_pool_size, pool, tier_pool_size(NULL))                           \
 	X(INT, EINV, tier_ticket_wait, tk, tier_ticket_wait(NULL))                       \
 	X(ZERO, 0, tier_lat_quantile_ns, hist, tier_lat_quantile_ns(NULL, 0.5))          \
+	X(VOID, 0, tier_adam_params_init, p, (tier_adam_params_init(NULL), 0))           \
 	X(INT, EINV, tier_adam_step, p, tier_adam_step(f->pool, NULL, &f->at))           \
 	X(INT, EINV, tier_adam_step, t, tier_adam_step(f->pool, &f->ap, NULL))           \
 	X(INT, EINV, tier_adam_roofline, t, tier_adam_roofline(f->pool, NULL))           \
@@ -160,8 +160,6 @@ static void io_cb(void *arg, int result, const char *detail)
 	X(INT, EINV, tier_gpu_count, count, tier_gpu_count(NULL, NULL, 0))               \
 	X(INT, EINV, tier_manifest_load, path, tier_manifest_load(NULL, &(struct tier_manifest *){ 0 }))          \
 	X(INT, EINV, tier_manifest_load, out, tier_manifest_load("x.yaml", NULL))        \
-	X(INT, EINV, tier_manifest_load_flags, path, tier_manifest_load_flags(NULL, 0, &(struct tier_manifest *){ 0 })) \
-	X(INT, EINV, tier_manifest_load_flags, out, tier_manifest_load_flags("x.yaml", 0, NULL)) \
 	X(INT, EINV, tier_manifest_parse, text, tier_manifest_parse(NULL, 4, "n", 0, &(struct tier_manifest *){ 0 })) \
 	X(INT, EINV, tier_manifest_parse, out, tier_manifest_parse("{}", 2, "n", 0, NULL)) \
 	X(INT, EINV, tier_manifest_load_rank, path, tier_manifest_load_rank(NULL, 0, NULL, &(struct tier_manifest *){ 0 })) \
@@ -186,16 +184,17 @@ static void io_cb(void *arg, int result, const char *detail)
 	X(NOOP, 0, tier_manifest_free, m, (tier_manifest_free(NULL), 0))                 \
 	X(INT, EINV, tier_nvme_open, m, tier_nvme_open(NULL, 0, &(struct tier_nvme *){ 0 }))                  \
 	X(INT, EINV, tier_nvme_open, out, tier_nvme_open(f->m, 0, NULL))                 \
+	X(VOID, 0, tier_store_params_init, p, (tier_store_params_init(NULL), 0))         \
 	X(INT, EINV, tier_store_open, m, tier_store_open(NULL, NULL, &(struct tier_store *){ 0 }))             \
 	X(INT, EINV, tier_store_open, out, tier_store_open(f->m, NULL, NULL))            \
 	X(NOOP, 0, tier_store_close, s, tier_store_close(NULL))                          \
+	X(VOID, 0, tier_optim_params_init, p, (tier_optim_params_init(NULL), 0))         \
+	X(VOID, 0, tier_group_params_init, g, (tier_group_params_init(NULL), 0))         \
 	X(INT, EINV, tier_optim_create, s, tier_optim_create(NULL, NULL, &(struct tier_optim *){ 0 }))        \
 	X(INT, EINV, tier_optim_create, out, tier_optim_create(f->s, NULL, NULL))        \
 	X(INT, EINV, tier_optim_add_param, o, tier_optim_add_param(NULL, "v", 64, NULL, NULL)) \
 	X(INT, EINV, tier_optim_add_param, name, tier_optim_add_param(f->op, NULL, 64, NULL, NULL)) \
 	X(ZERO, 0, tier_optim_nparams, o, tier_optim_nparams(NULL))                      \
-	X(PTR, 0, tier_optim_param_name, o, tier_optim_param_name(NULL, 0))              \
-	X(ZERO, 0, tier_optim_param_numel, o, tier_optim_param_numel(NULL, 0))           \
 	X(INT, EINV, tier_optim_step, o, tier_optim_step(NULL, 0, &f->grad, NULL, NULL)) \
 	X(INT, EINV, tier_optim_step, grads, tier_optim_step(f->op, 0, NULL, NULL, NULL)) \
 	X(INT, EINV, tier_optim_begin, o, tier_optim_begin(NULL, 0))                     \
@@ -204,8 +203,6 @@ static void io_cb(void *arg, int result, const char *detail)
 	  tier_optim_push(f->op, 0, NULL, NULL))           \
 	X(INT, EINV, tier_optim_end, o, tier_optim_end(NULL, NULL))                      \
 	X(INT, EINV, tier_optim_read, o, tier_optim_read(NULL, 0, f->p, NULL, NULL))     \
-	X(VAL, TIER_FP32, tier_optim_moment_dtype, o, tier_optim_moment_dtype(NULL))     \
-	X(VAL, 1, tier_optim_cpu_fraction, o, tier_optim_cpu_fraction(NULL))             \
 	X(INT, EINV, tier_optim_info, o, tier_optim_info(NULL, &(struct tier_optim_info){ 0 })) \
 	X(INT, EINV, tier_optim_info, out, tier_optim_info(f->op, NULL))                 \
 	X(NOOP, 0, tier_optim_destroy, o, tier_optim_destroy(NULL))                      \
@@ -369,6 +366,7 @@ static void io_cb(void *arg, int result, const char *detail)
 	X(INT, EINV, tier_store_record, record, tier_store_record(f->s, NULL, &(size_t){ 0 })) \
 	X(INT, EINV, tier_store_record, len, tier_store_record(f->s, &(const void *){ 0 }, NULL)) \
 	X(INT, EINV, tier_live_remove, l, tier_live_remove(NULL))                        \
+	X(VOID, 0, tier_comm_params_init, p, (tier_comm_params_init(NULL), 0))           \
 	X(INT, EINV, tier_comm_open, out, tier_comm_open(NULL, NULL))                    \
 	X(NOOP, 0, tier_comm_close, c, tier_comm_close(NULL))                            \
 	X(VAL, -1, tier_comm_rank, c, tier_comm_rank(NULL))                              \

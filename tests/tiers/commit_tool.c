@@ -28,7 +28,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tierstore.h"
+#include "tierstore/toolkit.h"
 
 /* Deterministic bytes of object @i at version @v. */
 static void pattern(unsigned i, unsigned v, unsigned char *buf, size_t n)
