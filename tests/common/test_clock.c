@@ -57,7 +57,7 @@ int main(void)
 	TCase *tc = tcase_create("clock");
 
 	tcase_add_test(tc, monotonic_never_backwards);
-	tcase_add_loop_test(tc, sleep_at_least, 0, (int)(sizeof(sleep_ns) / sizeof(sleep_ns[0])));
+	tcase_add_loop_test(tc, sleep_at_least, 0, (int)ARRAY_SIZE(sleep_ns));
 	tcase_add_test(tc, matches_clock_monotonic);
 	suite_add_tcase(s, tc);
 	return t_run_suite(s);

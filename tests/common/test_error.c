@@ -28,8 +28,6 @@
 #include "common/error.h"
 #include "t_helpers.h"
 
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
-
 /* A run of @len copies of @c, NUL-terminated (static: one at a time). */
 static const char *run_of(char c, size_t len)
 {

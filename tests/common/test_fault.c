@@ -39,8 +39,6 @@
 #include "common/sysinfo.h"
 #include "t_helpers.h"
 
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
-
 /* A site nothing in this test process calls on its own. */
 #define QUIET_SITE TIER_FAULT_MKDIR
 
@@ -539,27 +537,27 @@ END_TEST
 START_TEST(pool_create_alloc_faults)
 {
 	static char sentinel;
-	unsigned n;
+	struct t_nth f = T_NTH(TIER_FAULT_ALLOC, -ENOMEM, 63);
 
-	for (n = 1; n < 64; n++) {
+	while (t_nth_next(&f)) {
 		struct tier_pool *pool = (struct tier_pool *)(void *)&sentinel;
 		int rc;
 
-		ck_assert_int_eq(ts_fault_arm(TIER_FAULT_ALLOC, n, 1, -ENOMEM), 0);
+		t_nth_arm(&f);
 		rc = tier_pool_create(4, &pool);
-		if (ts_fault_fired(TIER_FAULT_ALLOC) == 0) {
+		if (!t_nth_fired(&f)) {
 			ck_assert_int_eq(rc, 0);
 			ck_assert_ptr_nonnull(pool);
 			ck_assert_uint_eq(tier_pool_size(pool), 4);
 			tier_pool_destroy(pool);
 			break;
 		}
-		ck_assert_msg(rc == -ENOMEM, "allocation %u: rc %d", n, rc);
+		ck_assert_msg(rc == -ENOMEM, "allocation %u: rc %d", (unsigned)f.nth, rc);
 		ck_assert_ptr_null(pool);
 		ck_assert_ptr_nonnull(strstr(tier_last_error(), "thread pool"));
 	}
 	/* A pool of 4: the pool, its thread array and 3 worker arguments. */
-	ck_assert_uint_eq(n, 6);
+	ck_assert_uint_eq(f.nth, 6);
 }
 END_TEST
 

@@ -28,8 +28,6 @@
 #include "common/log.h"
 #include "t_helpers.h"
 
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
-
 /* A subsystem bit as a constant expression (TIER_SS_X are objects). */
 #define SS(id) (1u << TIER_SSB_##id)
 

@@ -40,7 +40,6 @@
 #include "common/options.h"
 #include "t_helpers.h"
 
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define SS(id) (1u << TIER_SSB_##id)
 
 /* ------------------------------------------------------------- the sink */

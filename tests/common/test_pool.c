@@ -35,8 +35,6 @@
 #include "common/pool.h"
 #include "t_helpers.h"
 
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
-
 /* -------------------------------------------------------- the visitor */
 
 /*

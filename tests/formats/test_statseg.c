@@ -61,8 +61,6 @@
 #include "formats/statseg.h"
 #include "t_helpers.h"
 
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
-
 static char *g_dir;
 
 static void setup(void)
@@ -789,38 +787,35 @@ END_TEST
 
 START_TEST(fault_alloc)
 {
-	bool done_create = false, done_open = false;
+	struct t_nth fc = T_NTH(TIER_FAULT_ALLOC, -ENOMEM, 99), fo = fc;
 	struct statseg *s = NULL;
 
 	NEED_FAULTS();
-	for (uint64_t n = 1; !done_create && n < 100; n++) {
-		ck_assert_int_eq(ts_fault_arm(TIER_FAULT_ALLOC, n, 1, -ENOMEM), 0);
+	while (t_nth_next(&fc)) {
+		t_nth_arm(&fc);
 		int rc = statseg_create("a", "m", 8, &s);
 
-		if (rc == 0) {
-			done_create = true;
+		t_nth_fired(&fc);
+		if (rc == 0)
 			break;
-		}
 		ck_assert_int_eq(rc, -ENOMEM);
 		ck_assert_ptr_null(s);
 		ck_assert_int_eq(count_files(), 0);
 	}
-	ck_assert(done_create);
-	for (uint64_t n = 1; !done_open && n < 100; n++) {
+	while (t_nth_next(&fo)) {
 		struct statseg_view *v;
 
-		ck_assert_int_eq(ts_fault_arm(TIER_FAULT_ALLOC, n, 1, -ENOMEM), 0);
+		t_nth_arm(&fo);
 		int rc = statseg_open(statseg_path(s), &v);
 
+		t_nth_fired(&fo);
 		if (rc == 0) {
-			done_open = true;
 			statseg_view_close(v);
 			break;
 		}
 		ck_assert_int_eq(rc, -ENOMEM);
 		ck_assert_ptr_null(v);
 	}
-	ck_assert(done_open);
 	ts_fault_reset_all();
 	statseg_close(s);
 	ck_assert_int_eq(count_files(), 0);

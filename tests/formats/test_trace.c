@@ -42,8 +42,6 @@
 #include "formats/trace.h"
 #include "t_helpers.h"
 
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
-
 /*
  * ck_assert_msg for checks made per event: Check records the place of
  * every passing ck_assert (a write to its log), which over 100k events
@@ -1070,14 +1068,6 @@ struct writer {
 	uint64_t steps;
 };
 
-static uint64_t rnd(uint64_t *s)
-{
-	*s ^= *s >> 12;
-	*s ^= *s << 25;
-	*s ^= *s >> 27;
-	return *s * 2685821657736338717ull;
-}
-
 static void *writer_main(void *arg)
 {
 	struct writer *w = arg;
@@ -1085,8 +1075,8 @@ static void *writer_main(void *arg)
 
 	pthread_barrier_wait(w->go);
 	for (unsigned i = 0; i < PER_WRITER; i++) {
-		uint64_t begin = BASE + rnd(&seed) % 5000000;
-		uint64_t len = rnd(&seed) % 20000;
+		uint64_t begin = BASE + t_rnd_next(&seed) % 5000000;
+		uint64_t len = t_rnd_next(&seed) % 20000;
 
 		if (i % 50 == 0 && w->id == 0) {
 			trace_span(w->t, TRACE_STEP, 0, i / 50, begin, begin + len, 0);
@@ -1275,17 +1265,18 @@ START_TEST(fault_open)
 {
 	char *path = tpath("fault.json");
 	struct trace *t = NULL;
+	struct t_nth f = T_NTH(TIER_FAULT_ALLOC, -ENOMEM, 9);
 	int rc = -ENOMEM;
 
 	NEED_FAULTS();
-	for (uint64_t nth = 1; rc == -ENOMEM; nth++) {
-		ck_assert_int_eq(ts_fault_arm(TIER_FAULT_ALLOC, nth, 1, -ENOMEM), 0);
+	while (t_nth_next(&f)) {
+		t_nth_arm(&f);
 		rc = trace_open(path, 0, &t);
-		if (rc == -ENOMEM) {
-			ck_assert_ptr_null(t);
-			ck_assert_ptr_nonnull(strstr(tier_last_error(), path));
-		}
-		ck_assert_uint_lt(nth, 10);
+		t_nth_fired(&f);
+		if (rc != -ENOMEM)
+			break;
+		ck_assert_ptr_null(t);
+		ck_assert_ptr_nonnull(strstr(tier_last_error(), path));
 	}
 	ck_assert_int_eq(rc, 0);
 	ts_fault_reset_all();
@@ -1323,22 +1314,24 @@ END_TEST
 START_TEST(fault_close)
 {
 	char *path = tpath("fault.json");
+	struct t_nth f = T_NTH(TIER_FAULT_ALLOC, -ENOMEM, 19);
 	int rc = -ENOMEM;
 
 	NEED_FAULTS();
-	for (uint64_t nth = 1; rc == -ENOMEM; nth++) {
+	while (t_nth_next(&f)) {
 		struct trace *t = topen(path, 0);
 
 		trace_name_shard(t, 0, "zero");
 		for (unsigned i = 0; i < 100; i++)
 			trace_span(t, TRACE_NVME_WRITE, 0, 0, BASE, BASE + 100 + i, 1);
-		ck_assert_int_eq(ts_fault_arm(TIER_FAULT_ALLOC, nth, 1, -ENOMEM), 0);
+		t_nth_arm(&f);
 		rc = trace_close(t);
-		ts_fault_reset_all();
+		t_nth_fired(&f);
 		if (rc)
 			ck_assert_msg(strstr(tier_last_error(), path), "detail: %s",
 				      tier_last_error());
-		ck_assert_uint_lt(nth, 20);
+		if (rc != -ENOMEM)
+			break;
 	}
 	ck_assert_int_eq(rc, 0);
 	free(path);

@@ -49,9 +49,8 @@
 #include "kernels/adam_math.h"
 #include "kernels/adamw.h"
 #include "kernels/adamw_cuda.h"
-#include "tierstore.h"
+#include "tierstore/toolkit.h"
 
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define OUT_NONE (-1)
 #define MANY 150
 
@@ -68,19 +67,12 @@ static const char *const k_dt_names[] = { "fp32", "bf16", "fp16" };
 
 /* ------------------------------------------------------------- helpers */
 
+/* The program's random stream (t_rnd_next). */
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
-
-static uint64_t rnd(void)
-{
-	g_rng ^= g_rng >> 12;
-	g_rng ^= g_rng << 25;
-	g_rng ^= g_rng >> 27;
-	return g_rng * 2685821657736338717ull;
-}
 
 static float urand(float lo, float hi)
 {
-	return lo + (hi - lo) * ((float)(rnd() >> 40) * 0x1p-24f);
+	return lo + (hi - lo) * ((float)(t_rnd_next(&g_rng) >> 40) * 0x1p-24f);
 }
 
 static void put(int dt, void *base, size_t i, float x)
@@ -203,8 +195,8 @@ static void fill_chunk(struct hchunk *h, size_t n, int md, int gd, int od)
 			g = 1.0e-40f;                         /* fp32 subnormal */
 		h->p[i] = p;
 		if (md == TIER_Q8) {
-			((unsigned char *)h->m)[i] = (unsigned char)(rnd() >> 56);
-			((unsigned char *)h->v)[i] = (unsigned char)(rnd() >> 56);
+			((unsigned char *)h->m)[i] = (unsigned char)(t_rnd_next(&g_rng) >> 56);
+			((unsigned char *)h->v)[i] = (unsigned char)(t_rnd_next(&g_rng) >> 56);
 		} else {
 			put(md, h->m, i, urand(-0.1f, 0.1f));
 			put(md, h->v, i, i % 71 == 1 ? 0.0f : urand(0.0f, 0.01f));
@@ -378,7 +370,7 @@ START_TEST(test_step_many_chunks)
 	struct arena ar;
 
 	for (size_t k = 0; k < MANY; k++)
-		sizes[k] = k % 7 == 3 ? 0 : rnd() % 5000;
+		sizes[k] = k % 7 == 3 ? 0 : t_rnd_next(&g_rng) % 5000;
 	CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
 	arena_init(&ar, 32u << 20);
 	run_step(&ar, &k_adamw, TIER_BF16, TIER_FP16, TIER_BF16, sizes, MANY, 0, st,
@@ -400,7 +392,7 @@ static void *fill_grad(size_t n, int dt)
 
 	for (size_t i = 0; i < n; i++) {
 		/* magnitudes over 15 binades, so that the order of additions shows */
-		float x = urand(-3.0f, 3.0f) * (float)(1u << (rnd() % 15));
+		float x = urand(-3.0f, 3.0f) * (float)(1u << (t_rnd_next(&g_rng) % 15));
 
 		if (i % 67 == 1)
 			x = 0.0f;
@@ -489,7 +481,7 @@ START_TEST(test_grad_check)
 	int nf = -1;
 
 	for (size_t k = 0; k < MANY; k++)
-		many[k] = k % 9 == 4 ? 0 : rnd() % 40000;
+		many[k] = k % 9 == 4 ? 0 : t_rnd_next(&g_rng) % 40000;
 	CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
 	arena_init(&ar, 32u << 20);
 	snprintf(what, sizeof(what), "%s, aligned", k_dt_names[dt]);
@@ -597,9 +589,9 @@ START_TEST(test_public_gpu)
 	h.exp_avg_sq_scale = md == TIER_Q8 ? calloc(nb, 4) : NULL;
 	ck_assert(h.param && h.exp_avg && h.exp_avg_sq && h.grad);
 	for (size_t i = 0; i < n; i++) {
-		float g = (float)((double)(rnd() >> 11) * 0x1p-53 - 0.5);
+		float g = (float)((double)(t_rnd_next(&g_rng) >> 11) * 0x1p-53 - 0.5);
 
-		h.param[i] = (float)((double)(rnd() >> 11) * 0x1p-53 - 0.5);
+		h.param[i] = (float)((double)(t_rnd_next(&g_rng) >> 11) * 0x1p-53 - 0.5);
 		if (gd)
 			((uint16_t *)h.grad)[i] = f32_to_bf16(g);
 		else

@@ -69,9 +69,8 @@
 
 #include "common/fault.h"
 #include "kernels/adam_math.h"
-#include "tierstore.h"
+#include "tierstore/toolkit.h"
 
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define KiB (1ull << 10)
 #define MiB (1ull << 20)
 #define U64(x) ((unsigned long long)(x))
@@ -147,18 +146,10 @@ static const struct {
 
 /* ------------------------------------------------------------ helpers */
 
-static uint64_t rnd(uint64_t *s)
-{
-	*s ^= *s >> 12;
-	*s ^= *s << 25;
-	*s ^= *s >> 27;
-	return *s * 0x2545F4914F6CDD1Dull;
-}
-
 /* uniform in [-1, 1) */
 static float urand(uint64_t *s)
 {
-	return (float)((double)(rnd(s) >> 11) * 0x1p-52 - 1.0);
+	return (float)((double)(t_rnd_next(s) >> 11) * 0x1p-52 - 1.0);
 }
 
 static void put(int dt, void *buf, size_t i, float x)
@@ -298,7 +289,10 @@ static void world_open(struct gworld *w, const struct gcase *c, uint64_t seed)
 	hp.threads = 2;
 	rc = tier_optim_create(w->s, &hp, &w->o);
 	ck_assert_msg(rc == 0, "optim create: %d: %s", rc, tier_last_error());
-	ck_assert_int_eq(tier_optim_moment_dtype(w->o), c->md);
+	struct tier_optim_info oi;
+
+	ck_assert_int_eq(tier_optim_info(w->o, &oi), 0);
+	ck_assert_int_eq(oi.moment_dtype, c->md);
 	w->ms = tier_dtype_size((enum tier_dtype)c->md);
 	w->lr = hp.lr;
 
@@ -321,7 +315,7 @@ static void world_open(struct gworld *w, const struct gcase *c, uint64_t seed)
 		ck_assert(q->m && q->v);
 		for (k = 0; k < q->n; k++) {
 			q->p[k] = i == 0 ? 0.0f : urand(&w->rng) * 0.1f; /* parameter 0 from zeros */
-			q->rout[k] = (uint16_t)rnd(&w->rng);              /* a sentinel */
+			q->rout[k] = (uint16_t)t_rnd_next(&w->rng);       /* a sentinel */
 		}
 		memcpy(q->out, q->rout, q->n * 2);
 		if (on_dev(c->gmem, i, false))
@@ -399,7 +393,7 @@ static void world_grads(struct gworld *w)
 		struct gparam *q = &w->pa[i];
 
 		for (size_t k = 0; k < q->n; k++) {
-			uint64_t r = rnd(&w->rng);
+			uint64_t r = t_rnd_next(&w->rng);
 			float x = r % 61 == 0 ? 0.0f
 					      : urand(&w->rng) * ldexpf(1.0f, (int)((r >> 60) & 7) - 4);
 
@@ -526,13 +520,13 @@ static void check_result(struct gworld *w, const struct tier_step_result *r,
 	ck_assert_msg(r->cpu_shards + r->gpu_shards == w->nshards,
 		      "step %d: cpu_shards %u + gpu_shards %u != %u shards", k, r->cpu_shards,
 		      r->gpu_shards, w->nshards);
-	ck_assert_msg(r->cpu_fraction >= 0 && r->cpu_fraction <= 1, "step %d: cpu_fraction %g", k,
-		      r->cpu_fraction);
+	ck_assert_msg(r->offload_fraction >= 0 && r->offload_fraction <= 1, "step %d: offload_fraction %g", k,
+		      r->offload_fraction);
 	if (c->offload == 0.0)
-		ck_assert_msg(r->cpu_shards == 0 && r->cpu_fraction == 0.0 && r->h2d_bytes > 0 &&
+		ck_assert_msg(r->cpu_shards == 0 && r->offload_fraction == 0.0 && r->h2d_bytes > 0 &&
 				      r->d2h_bytes > 0,
-			      "step %d: all on the GPU lane, but cpu_shards %u, cpu_fraction %g, h2d %llu, d2h %llu",
-			      k, r->cpu_shards, r->cpu_fraction, U64(r->h2d_bytes), U64(r->d2h_bytes));
+			      "step %d: all on the GPU lane, but cpu_shards %u, offload_fraction %g, h2d %llu, d2h %llu",
+			      k, r->cpu_shards, r->offload_fraction, U64(r->h2d_bytes), U64(r->d2h_bytes));
 	if (c->offload == 0.5)
 		ck_assert_msg(r->cpu_shards > 0 && r->gpu_shards > 0 &&
 				      (r->gpu_shards > r->cpu_shards ? r->gpu_shards - r->cpu_shards
@@ -582,9 +576,9 @@ static void step_and_check(struct gworld *w, int k, double lr)
 	check_result(w, &res, &rr, k);
 	snprintf(when, sizeof(when), "%s, step %d", w->c->name, k);
 	check_state(w, when);
-	printf("%s, step %d: applied %d, norm %.6g, clip %.6g, cpu %u / gpu %u shards (cpu_fraction %.3f), %.1f ms\n",
+	printf("%s, step %d: applied %d, norm %.6g, clip %.6g, cpu %u / gpu %u shards (offload_fraction %.3f), %.1f ms\n",
 	       w->c->name, k, res.applied, res.grad_norm, res.clip_coef, res.cpu_shards,
-	       res.gpu_shards, res.cpu_fraction, res.step_s * 1e3);
+	       res.gpu_shards, res.offload_fraction, res.step_s * 1e3);
 }
 
 /* ------------------------------------------------------------ tests */

@@ -36,7 +36,6 @@
 
 #include "tierstore.h"
 
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define KiB (1ull << 10)
 #define MiB (1ull << 20)
 #define NP 4
@@ -59,14 +58,6 @@ static const struct zcase {
 	{ "fp32, all on the GPU lane", TIER_FP32, TIER_FP32, 0.0, 0.0 },
 	{ "bf16, half on each lane, clipped", TIER_BF16, TIER_BF16, 0.5, 0.5 },
 };
-
-static uint64_t rnd(uint64_t *s)
-{
-	*s ^= *s >> 12;
-	*s ^= *s << 25;
-	*s ^= *s >> 27;
-	return *s * 0x2545F4914F6CDD1Dull;
-}
 
 struct side {
 	char *dir;
@@ -151,7 +142,7 @@ START_TEST(zero_nccl_one_rank)
 		init[i] = malloc(k_sizes[i] * 4);
 		ck_assert_ptr_nonnull(init[i]);
 		for (size_t k = 0; k < k_sizes[i]; k++)
-			init[i][k] = (float)((double)(rnd(&seed) >> 11) * 0x1p-53 - 0.5);
+			init[i][k] = (float)((double)(t_rnd_next(&seed) >> 11) * 0x1p-53 - 0.5);
 		CU(cudaMalloc(&dg[i], k_sizes[i] * es));
 		CU(cudaMalloc(&douta[i], k_sizes[i] * es));
 		CU(cudaMalloc(&doutb[i], k_sizes[i] * es));
@@ -168,7 +159,7 @@ START_TEST(zero_nccl_one_rank)
 
 			ck_assert_ptr_nonnull(h);
 			for (size_t k = 0; k < n; k++) {
-				float x = (float)((double)(rnd(&seed) >> 11) * 0x1p-52 - 1.0);
+				float x = (float)((double)(t_rnd_next(&seed) >> 11) * 0x1p-52 - 1.0);
 
 				if (es == 4) {
 					memcpy(h + 4 * k, &x, 4);

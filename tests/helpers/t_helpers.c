@@ -1,5 +1,6 @@
 /*
- * t_helpers.c - scratch files and the suite runner for the Check suites.
+ * t_helpers.c - scratch files, the suite runner and the fail-Nth-until-clean
+ * fault loop for the Check suites.
  */
 #include <check.h>
 #include <dirent.h>
@@ -19,7 +20,7 @@
 #include <unistd.h>
 
 #include "t_helpers.h"
-#include "tierstore.h"
+#include "tierstore/toolkit.h"
 
 char *t_mkdtemp(void)
 {
@@ -67,10 +68,6 @@ char *t_write_file(const char *dir, const char *name, const char *text)
 }
 
 /* ------------------------------------------------------- fault cases */
-
-/* In the program: ts_fault_available() (common/fault.h, which this
- * library, built without the build tree's config.h, does not include). */
-bool ts_fault_available(void);
 
 #define T_FAULT_TAG "faults"
 #define T_MAX_FAULT_CASES 64
@@ -198,6 +195,51 @@ int t_run_suite(Suite *s)
 	failed = t_srunner_run(sr, s);
 	srunner_free(sr);
 	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
+
+/* ------------------------------------------- fail the Nth call, N = 1.. */
+
+bool t_nth_next(struct t_nth *f)
+{
+	const char *site = ts_fault_site_name(f->site);
+
+	if (f->nth > 0) {
+		ck_assert_msg(f->told, "fault site %s, run %llu: t_nth_fired() (or t_nth_ran()) never said "
+			      "whether it fired", site, (unsigned long long)f->nth);
+		ck_assert_msg(f->fired, "fault site %s, run %llu: the site did not fire (a clean run), yet "
+			      "the loop goes on: end it (break) there", site, (unsigned long long)f->nth);
+		ck_assert_msg(f->nth < f->max, "fault site %s fired in each of %llu runs: the operation "
+			      "never ran clean", site, (unsigned long long)f->nth);
+	}
+	f->nth++;
+	f->armed = f->told = f->fired = false;
+	return true;
+}
+
+void t_nth_arm(struct t_nth *f)
+{
+	int rc = ts_fault_arm(f->site, f->nth, 1, f->err);
+
+	ck_assert_msg(rc == 0, "arming fault site %s at call %llu: %s", ts_fault_site_name(f->site),
+		      (unsigned long long)f->nth, tier_last_error());
+	f->armed = true;
+}
+
+bool t_nth_fired(struct t_nth *f)
+{
+	bool fired = ts_fault_fired(f->site) != 0;
+
+	ck_assert_msg(f->armed, "fault site %s, run %llu: t_nth_fired() before t_nth_arm()",
+		      ts_fault_site_name(f->site), (unsigned long long)f->nth);
+	ts_fault_disarm(f->site);
+	t_nth_ran(f, fired);
+	return fired;
+}
+
+void t_nth_ran(struct t_nth *f, bool fired)
+{
+	f->fired = fired;
+	f->told = true;
 }
 
 int t_tmpfs_full(const char *dir, size_t size, size_t leave)

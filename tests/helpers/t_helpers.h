@@ -1,7 +1,8 @@
 /*
  * t_helpers.h - helpers shared by the Check suites: scratch directories and
- * files, and the exit code for a skipped test (77, which meson shows as
- * SKIP).
+ * files, the suite runner and its fault cases, the fail-Nth-until-clean
+ * fault loop (t_nth), the random stream (t_rnd), ARRAY_SIZE, and the exit
+ * code for a skipped test (77, which meson shows as SKIP).
  */
 #ifndef TIER_TESTS_HELPERS_H
 #define TIER_TESTS_HELPERS_H
@@ -11,9 +12,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tierstore.h"
+#include "common/fault.h"
+#include "tierstore/toolkit.h"
 
 #define T_EXIT_SKIP 77
+
+/* The number of elements of the array @a (an array, not a pointer). */
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 /* tier_dtype_name, with "none" for a value that is no dtype (such as -1
  * for no copy-out). */
@@ -122,6 +127,50 @@ bool t_faults_on(void);
 	} while (0)
 
 /*
+ * The fail-Nth-until-clean loop: an operation run again and again with
+ * @site armed to fail its 1st call (once, with @err), then its 2nd, its
+ * 3rd... until a run in which the site does not fire.  Each run before it
+ * must fail cleanly (the loop's own checks), the last one must work:
+ *
+ *	struct t_nth f = T_NTH(TIER_FAULT_ALLOC, -ENOMEM, 99);
+ *
+ *	while (t_nth_next(&f)) {
+ *		...                     (set up: the site is not armed yet)
+ *		t_nth_arm(&f);
+ *		rc = the_operation();
+ *		if (!t_nth_fired(&f)) { (disarms the site)
+ *			check that it worked;
+ *			break;
+ *		}
+ *		check that call f.nth's failure left things as they were;
+ *	}
+ *	(f.nth: the clean run's number; f.nth - 1 failures were injected)
+ *
+ * The loop ends by break: at the clean run, or where the test ends it on
+ * the operation's result (an operation that may survive a failed call).
+ * t_nth_next() is always true, or fails the test: when run @max fired too
+ * (the operation never runs clean), when a run did not fire and the loop
+ * went on, or when a run did not tell whether it fired.  A run in a child
+ * process arms there (t_nth_arm, or ts_fault_arm(site, f.nth, 1, err)) and
+ * the parent says how it went with t_nth_ran().
+ */
+struct t_nth {
+	enum ts_fault_site site;
+	int err;      /* the negative errno the failed call returns */
+	uint64_t max; /* the most runs */
+	uint64_t nth; /* this run's: the call of the site that fails */
+	bool armed, told, fired;
+};
+
+#define T_NTH(site, err, max) { (site), (err), (max), 0, false, false, false }
+
+bool t_nth_next(struct t_nth *f);
+void t_nth_arm(struct t_nth *f);
+/* After the operation: whether the armed call came (it failed); disarms. */
+bool t_nth_fired(struct t_nth *f);
+void t_nth_ran(struct t_nth *f, bool fired);
+
+/*
  * An unchecked fixture per test case, run in Check's parent process: a
  * base directory that every test's scratch directory (t_mkdtemp) goes
  * under, removed after the case however its tests ended (a failing test
@@ -192,10 +241,34 @@ float t_train_init(unsigned p, size_t i);
 #endif
 
 /*
- * A reproducible random stream for tests (xorshift64*: fixed seeds, so a
- * failure reproduces): the next 64 bits; an integer below @n (0 for n = 0);
- * uniform in [0, 1); N(0, 1) by Box-Muller.
+ * The random stream of the tests (xorshift64*: fixed seeds, so a failure
+ * reproduces; a test keeps its own generator only where its expected
+ * values depend on that generator's sequence).  The state *s is any
+ * nonzero value (0 stays 0: t_rnd_seed() makes one from any seed).
+ * t_rnd_next: the next 64 bits; t_rnd_below: an integer below @n (0 for
+ * n = 0); t_rnd_unit: uniform in [0, 1); t_rnd_normal: N(0, 1) by
+ * Box-Muller.
+ *
+ * t_rnd_mix is no stream: SplitMix64's step and finaliser, 64 random bits
+ * that depend only on @x, for values recomputed from their index (each
+ * rank of a run, or a reference, makes the same without sharing a stream).
+ * SplitMix64 itself is x = t_rnd_mix(state), state += 0x9e3779b97f4a7c15.
  */
+static inline uint64_t t_rnd_mix(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+static inline uint64_t t_rnd_seed(uint64_t seed)
+{
+	uint64_t s = t_rnd_mix(seed);
+
+	return s ? s : 1;
+}
+
 static inline uint64_t t_rnd_next(uint64_t *s)
 {
 	*s ^= *s >> 12;

@@ -50,8 +50,6 @@
 #include "kernels/adamw.h"
 #include "t_helpers.h"
 
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
-
 /* ------------------------------------------------------------- helpers */
 
 static float f_from_bits(uint32_t u)

@@ -58,7 +58,6 @@
 #include "kernels/adamw.h"
 #include "t_helpers.h"
 
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define QB TIER_Q8_BLOCK
 
 /* ------------------------------------------------------------- helpers */

@@ -25,7 +25,6 @@
 #include "kernels/copy.h"
 #include "t_helpers.h"
 
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define GUARD 256
 #define CHILD_ENV "T_COPY_CHILD"
 
@@ -35,15 +34,6 @@ static const size_t lengths[] = {
 	COPY_STREAM_MIN + 64 * 5 + 63, 65536 + 37, 262144, 1000003,
 };
 static const size_t src_offsets[] = { 0, 1, 8, 32, 61 };
-
-/* xorshift64*: fixed seeds, so a failure reproduces. */
-static uint8_t rnd_byte(uint64_t *s)
-{
-	*s ^= *s >> 12;
-	*s ^= *s << 25;
-	*s ^= *s >> 27;
-	return (uint8_t)((*s * 0x2545F4914F6CDD1Dull) >> 56);
-}
 
 /* Copies with @isa for every length, destination misalignment 0..63 (on a
  * sample of the longest lengths) and source offset; 0 or a message. */
@@ -60,7 +50,7 @@ static const char *check_isa(enum copy_isa isa, char *msg, size_t cap)
 		return "out of memory";
 	}
 	for (size_t i = 0; i < max; i++)
-		src[i] = rnd_byte(&s);
+		src[i] = (uint8_t)(t_rnd_next(&s) >> 56);
 	for (size_t li = 0; li < ARRAY_SIZE(lengths) && !err; li++) {
 		size_t n = lengths[li];
 

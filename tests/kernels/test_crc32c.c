@@ -39,28 +39,12 @@
 #include "kernels/crc32c.h"
 #include "t_helpers.h"
 
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define MiB ((size_t)1 << 20)
 
 /* Set in the child that test_simd_env re-executes. */
 #define CHILD_ENV "T_CRC32C_CHILD"
 
 /* ------------------------------------------------------------- helpers */
-
-/* xorshift64*: fixed seeds, so a failure reproduces. */
-static uint64_t rnd_next(uint64_t *s)
-{
-	*s ^= *s >> 12;
-	*s ^= *s << 25;
-	*s ^= *s >> 27;
-	return *s * 0x2545F4914F6CDD1Dull;
-}
-
-/* A value in [0, n). */
-static size_t rnd_below(uint64_t *s, size_t n)
-{
-	return n ? (size_t)(rnd_next(s) % n) : 0;
-}
 
 /* @len random bytes, plus 16 bytes of slack for misaligned views, 64-byte aligned. */
 static unsigned char *rnd_buf(uint64_t *s, size_t len)
@@ -70,7 +54,7 @@ static unsigned char *rnd_buf(uint64_t *s, size_t len)
 
 	ck_assert_ptr_nonnull(b);
 	for (size_t i = 0; i < size; i++)
-		b[i] = (unsigned char)(rnd_next(s) >> 56);
+		b[i] = (unsigned char)(t_rnd_next(s) >> 56);
 	return b;
 }
 
@@ -188,7 +172,7 @@ START_TEST(simd_vs_scalar_small)
 		return;
 	}
 	for (size_t len = 0; len <= SMALL_MAX; len++) {
-		uint32_t seed = len % 3 == 0 ? 0 : (uint32_t)rnd_next(&s);
+		uint32_t seed = len % 3 == 0 ? 0 : (uint32_t)t_rnd_next(&s);
 		uint32_t want = crc32c_scalar(seed, p, len);
 
 		for (size_t v = 0; v < ARRAY_SIZE(simd_impls); v++) {
@@ -235,7 +219,7 @@ START_TEST(simd_vs_scalar_large)
 		return;
 	}
 	for (size_t a = 0; a < 16; a++) {
-		uint32_t seed = a == 0 ? 0 : (uint32_t)rnd_next(&s);
+		uint32_t seed = a == 0 ? 0 : (uint32_t)t_rnd_next(&s);
 		uint32_t want = crc32c_scalar(seed, base + a, len);
 
 		for (size_t v = 0; v < ARRAY_SIZE(simd_impls); v++) {
@@ -256,15 +240,15 @@ END_TEST
 /* A random length, mostly small, sometimes past several long blocks. */
 static size_t rnd_len(uint64_t *s)
 {
-	switch (rnd_below(s, 4)) {
+	switch (t_rnd_below(s, 4)) {
 	case 0:
-		return rnd_below(s, 64);
+		return t_rnd_below(s, 64);
 	case 1:
-		return rnd_below(s, 4096);
+		return t_rnd_below(s, 4096);
 	case 2:
-		return rnd_below(s, 40000);
+		return t_rnd_below(s, 40000);
 	default:
-		return rnd_below(s, 300000);
+		return t_rnd_below(s, 300000);
 	}
 }
 
@@ -281,12 +265,12 @@ START_TEST(incremental_equals_oneshot)
 	for (int t = 0; t < TRIALS; t++) {
 		size_t len = rnd_len(&s), at = 0;
 		unsigned char *b = rnd_buf(&s, len);
-		const unsigned char *p = b + rnd_below(&s, 16);
+		const unsigned char *p = b + t_rnd_below(&s, 16);
 		uint32_t want = crc32c_scalar(0, p, len), crc = 0;
-		int pieces = 1 + (int)rnd_below(&s, 8);
+		int pieces = 1 + (int)t_rnd_below(&s, 8);
 
 		for (int k = 1; k < pieces; k++) {
-			size_t n = rnd_below(&s, len - at + 1);
+			size_t n = t_rnd_below(&s, len - at + 1);
 
 			crc = im->fn(crc, p + at, n);
 			at += n;
@@ -311,7 +295,7 @@ START_TEST(combine_equals_oneshot)
 		size_t len = rnd_len(&s);
 		unsigned char *b = rnd_buf(&s, len);
 		/* Splits at both ends too. */
-		size_t n1 = t % 10 == 0 ? 0 : t % 10 == 1 ? len : rnd_below(&s, len + 1);
+		size_t n1 = t % 10 == 0 ? 0 : t % 10 == 1 ? len : t_rnd_below(&s, len + 1);
 		uint32_t c1 = im->fn(0, b, n1);
 		uint32_t c2 = im->fn(0, b + n1, len - n1);
 		uint32_t want = crc32c_scalar(0, b, len);
@@ -378,8 +362,8 @@ START_TEST(combine_associative)
 	uint64_t s = 0x082EFA98EC4E6C89ull + (uint64_t)_i;
 
 	for (int t = 0; t < 20; t++) {
-		uint32_t a = (uint32_t)rnd_next(&s), b = (uint32_t)rnd_next(&s);
-		uint32_t c = (uint32_t)rnd_next(&s);
+		uint32_t a = (uint32_t)t_rnd_next(&s), b = (uint32_t)t_rnd_next(&s);
+		uint32_t c = (uint32_t)t_rnd_next(&s);
 		uint32_t left = ts_crc32c_combine(ts_crc32c_combine(a, b, lb), c, lc);
 		uint32_t right = ts_crc32c_combine(a, ts_crc32c_combine(b, c, lc), lb + lc);
 
@@ -509,7 +493,7 @@ static int child_main(void)
 	if (!b)
 		return 2;
 	for (size_t i = 0; i < len + 3; i++)
-		b[i] = (unsigned char)(rnd_next(&s) >> 56);
+		b[i] = (unsigned char)(t_rnd_next(&s) >> 56);
 	if (ts_crc32c(0, "123456789", 9) != 0xE3069283 ||
 	    ts_crc32c(0x01234567, b + 3, len) != crc32c_scalar(0x01234567, b + 3, len))
 		rc = 1;

@@ -52,9 +52,8 @@
 #include "kernels/adam_math.h"
 #include "kernels/gradcheck.h"
 #include "t_helpers.h"
-#include "tierstore.h"
+#include "tierstore/toolkit.h"
 
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define TILE GRADCHECK_TILE
 /* NAN and INFINITY are float constants. */
 #define DNAN ((double)NAN)
@@ -75,15 +74,6 @@
 #define CHILD_ENV "T_GRADCHECK_CHILD"
 
 /* ------------------------------------------------------------- helpers */
-
-/* xorshift64*: fixed seeds, so a failure reproduces. */
-static uint64_t rnd_next(uint64_t *s)
-{
-	*s ^= *s >> 12;
-	*s ^= *s << 25;
-	*s ^= *s >> 27;
-	return *s * 0x2545F4914F6CDD1Dull;
-}
 
 static const enum tier_dtype dtypes[] = { TIER_FP32, TIER_BF16, TIER_FP16 };
 
@@ -144,7 +134,7 @@ static long double ref_sumsq(enum tier_dtype dt, const void *buf, size_t n)
 /* A random finite value for @dt: sign, 24-bit significand, exponent in +-20. */
 static void rnd_elem(uint64_t *s, enum tier_dtype dt, void *buf, size_t i)
 {
-	uint64_t r = rnd_next(s);
+	uint64_t r = t_rnd_next(s);
 	float f = ldexpf((float)(r & 0xffffff) * 0x1p-24f + 0.5f, (int)((r >> 24) % 41) - 20);
 	uint32_t u;
 	uint16_t h;

@@ -20,7 +20,6 @@
 #include "prefetch/partition.h"
 #include "t_helpers.h"
 
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define MAXP 8
 #define MAXW 9
 

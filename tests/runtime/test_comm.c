@@ -54,7 +54,6 @@
 #include "t_helpers.h"
 #include "tierstore.h"
 
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define MAXR 64
 
 static const char *backend = "single";
@@ -68,20 +67,10 @@ static void user_params(struct tier_comm_params *p);
 
 /* ---------------------------------------------------------- the values */
 
-static uint32_t mix(uint32_t x)
-{
-	x ^= x >> 16;
-	x *= 0x7feb352du;
-	x ^= x >> 15;
-	x *= 0x846ca68bu;
-	x ^= x >> 16;
-	return x;
-}
-
 /* Rank @r's element @j: a small integer (exact) or a value in [-1, 1). */
 static float val(bool exact, int r, size_t j)
 {
-	uint32_t h = mix((uint32_t)r * 2654435761u ^ (uint32_t)j * 40503u ^ 0x9e3779b9u);
+	uint32_t h = (uint32_t)t_rnd_mix(((uint64_t)r << 32) ^ (uint64_t)j);
 
 	if (exact)
 		return (float)((int)(h % 17u) - 8);
@@ -287,7 +276,7 @@ static void ag_fill(enum comm_dtype dt, void *slice, int r, size_t n)
 			((float *)slice)[j] = (float)v;
 			break;
 		default:
-			((uint16_t *)slice)[j] = (uint16_t)mix(v);
+			((uint16_t *)slice)[j] = (uint16_t)t_rnd_mix(v);
 			break;
 		}
 	}

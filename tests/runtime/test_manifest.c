@@ -1294,28 +1294,26 @@ START_TEST(test_alloc_fail_nth)
 {
 	const char *text = SMALL "nvme:\n  paths:\n    - {path: \"${T}/\", capacity: 1MiB}\n"
 			   "    - {path: \"${T}/b.dat\", capacity: 1MiB}\n";
-	uint64_t n;
+	struct t_nth f = T_NTH(TIER_FAULT_ALLOC, -ENOMEM, 999);
 
 	NEED_FAULTS();
-	for (n = 1; n < 1000; n++) {
+	while (t_nth_next(&f)) {
 		struct tier_manifest *m = NULL;
 		int rc;
 
-		ts_fault_arm(TIER_FAULT_ALLOC, n, 1, -ENOMEM);
+		t_nth_arm(&f);
 		rc = load_text(text, &m);
-		if (ts_fault_fired(TIER_FAULT_ALLOC) == 0) {
+		if (!t_nth_fired(&f)) {
 			ck_assert_msg(rc == 0, "clean run failed: %s", tier_last_error());
 			tier_manifest_free(m);
 			break;
 		}
 		ck_assert_msg(rc != 0, "allocation %llu failed but the load succeeded",
-			      (unsigned long long)n);
+			      (unsigned long long)f.nth);
 		ck_assert_ptr_null(m);
-		ck_assert_msg(tier_last_error()[0] != 0, "allocation %llu: rc %d with no detail", (unsigned long long)n, rc);
+		ck_assert_msg(tier_last_error()[0] != 0, "allocation %llu: rc %d with no detail", (unsigned long long)f.nth, rc);
 	}
-	ck_assert_uint_gt(n, 3);
-	ck_assert_uint_lt(n, 1000);
-	ts_fault_disarm(TIER_FAULT_ALLOC);
+	ck_assert_uint_gt(f.nth, 3);
 }
 END_TEST
 
@@ -1398,7 +1396,7 @@ static void set_launcher_env(const char *env)
 {
 	char buf[512], *save = NULL;
 
-	for (size_t i = 0; i < sizeof(launcher_vars) / sizeof(launcher_vars[0]); i++)
+	for (size_t i = 0; i < ARRAY_SIZE(launcher_vars); i++)
 		unsetenv(launcher_vars[i]);
 	snprintf(buf, sizeof(buf), "%s", env ? env : "");
 	for (char *tok = strtok_r(buf, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
@@ -1597,7 +1595,7 @@ static Suite *manifest_suite(void)
 	TCase *tc = tcase_create("invalid");
 
 	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_loop_test(tc, test_bad, 0, (int)(sizeof(bad_cases) / sizeof(bad_cases[0])));
+	tcase_add_loop_test(tc, test_bad, 0, (int)ARRAY_SIZE(bad_cases));
 	tcase_add_test(tc, test_many_errors);
 	tcase_add_test(tc, test_direct_refused);
 	tcase_add_test(tc, test_missing_file);
@@ -1607,9 +1605,9 @@ static Suite *manifest_suite(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 30);
 	tcase_add_loop_test(tc, test_unit_spellings, 0,
-			    (int)(sizeof(good_units) / sizeof(good_units[0])));
+			    (int)ARRAY_SIZE(good_units));
 	tcase_add_loop_test(tc, test_worst_case_time, 0,
-			    (int)(sizeof(worst_cases) / sizeof(worst_cases[0])));
+			    (int)ARRAY_SIZE(worst_cases));
 	tcase_add_test(tc, test_many_anchors_time);
 	tcase_add_test(tc, test_many_keys_raised_limit);
 	tcase_add_test(tc, test_size_cap);
@@ -1624,33 +1622,33 @@ static Suite *manifest_suite(void)
 	tcase_add_test(tc, test_full_manifest);
 	tcase_add_test(tc, test_round_trip);
 	tcase_add_loop_test(tc, test_round_trip_text, 0,
-			    (int)(sizeof(text_paths) / sizeof(text_paths[0])));
+			    (int)ARRAY_SIZE(text_paths));
 	tcase_add_test(tc, test_source_name_line_break);
 	tcase_add_test(tc, test_env_not_utf8);
 	tcase_add_test(tc, test_default);
 	tcase_add_test(tc, test_aliases_within_limit);
 	tcase_add_test(tc, test_duplicate_through_symlink);
 	tcase_add_loop_test(tc, test_symlink, 0,
-			    (int)(sizeof(symlink_cases) / sizeof(symlink_cases[0])));
+			    (int)ARRAY_SIZE(symlink_cases));
 	tcase_add_test(tc, test_symlink_at_open);
 	tcase_add_test(tc, test_size_sums);
 	tcase_add_test(tc, test_null_section);
 	tcase_add_test(tc, test_one_message_per_mistake);
 	tcase_add_test(tc, test_no_probe);
 	tcase_add_test(tc, test_not_nul_terminated);
-	tcase_add_loop_test(tc, test_sized_defaults, 0, (int)(sizeof(sized_cases) / sizeof(sized_cases[0])));
+	tcase_add_loop_test(tc, test_sized_defaults, 0, (int)ARRAY_SIZE(sized_cases));
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("rank");
 	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_loop_test(tc, test_rank, 0, (int)(sizeof(rank_cases) / sizeof(rank_cases[0])));
+	tcase_add_loop_test(tc, test_rank, 0, (int)ARRAY_SIZE(rank_cases));
 	tcase_add_test(tc, test_rank_env_and_emit);
 	suite_add_tcase(s, tc);
 
 	tc = t_tcase_faults("faults");
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_loop_test(tc, test_fault_sites, 0,
-			    (int)(sizeof(fault_cases) / sizeof(fault_cases[0])));
+			    (int)ARRAY_SIZE(fault_cases));
 	tcase_add_test(tc, test_alloc_fail_nth);
 	suite_add_tcase(s, tc);
 	return s;

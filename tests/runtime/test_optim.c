@@ -141,9 +141,8 @@
 #include "common/options.h"
 #include "kernels/adam_math.h"
 #include "t_helpers.h"
-#include "tierstore.h"
+#include "tierstore/toolkit.h"
 
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define KiB (1ull << 10)
 #define MiB (1ull << 20)
 #define U64(x) ((unsigned long long)(x))
@@ -152,6 +151,24 @@
 #define MAXP 8
 
 static char *g_dir;
+
+/* What the optimizer resolved (its moment dtype, its split now), and
+ * parameter @id as it is: the info structs, asserted to succeed. */
+static struct tier_optim_info optim_info_of(const struct tier_optim *o)
+{
+	struct tier_optim_info oi;
+
+	ck_assert_int_eq(tier_optim_info(o, &oi), 0);
+	return oi;
+}
+
+static struct tier_param_info param_info_of(const struct tier_optim *o, uint32_t id)
+{
+	struct tier_param_info pi;
+
+	ck_assert_int_eq(tier_optim_param_info(o, id, &pi), 0);
+	return pi;
+}
 
 /* Tables of random gradient values, per dtype and scale (gen_grad). */
 #define TBL_N 400009u
@@ -182,20 +199,6 @@ static void teardown(void)
 }
 
 /* ------------------------------------------------------------ helpers */
-
-/* xorshift64*: fixed seeds, so a failure reproduces. */
-static uint64_t rnd(uint64_t *s)
-{
-	*s ^= *s >> 12;
-	*s ^= *s << 25;
-	*s ^= *s >> 27;
-	return *s * 0x2545F4914F6CDD1Dull;
-}
-
-static size_t rnd_below(uint64_t *s, size_t n)
-{
-	return n ? (size_t)(rnd(s) % n) : 0;
-}
 
 static float f_bits(uint32_t u)
 {
@@ -263,7 +266,7 @@ static void gen_values(void *buf, int dt, size_t n, uint64_t seed, double scale)
 	bool ok = true;
 
 	for (size_t i = 0; i < n; i++) {
-		uint64_t r = rnd(&s);
+		uint64_t r = t_rnd_next(&s);
 		float x;
 
 		if (r % 64 == 0) {
@@ -271,7 +274,7 @@ static void gen_values(void *buf, int dt, size_t n, uint64_t seed, double scale)
 		} else {
 			uint32_t sign = (uint32_t)(r >> 63) << 31;
 			uint32_t e = (uint32_t)(127 - 12 + (int)((r >> 8) % 14));
-			uint32_t mant = (uint32_t)(rnd(&s) >> 20) & ((1u << mb) - 1);
+			uint32_t mant = (uint32_t)(t_rnd_next(&s) >> 20) & ((1u << mb) - 1);
 
 			x = f_bits(sign | e << 23 | mant << (23 - mb));
 		}
@@ -309,7 +312,7 @@ static void gen_grad(void *buf, int dt, size_t n, uint64_t seed, double scale)
 		g_tbl[t].dt = dt;
 		g_tbl[t].scale = scale;
 	}
-	off = rnd_below(&s, TBL_N - n + 1);
+	off = t_rnd_below(&s, TBL_N - n + 1);
 	memcpy(buf, (char *)g_tbl[t].v + off * tier_dtype_size((enum tier_dtype)dt), n * tier_dtype_size((enum tier_dtype)dt));
 }
 
@@ -501,7 +504,7 @@ static void world_create(struct world *w, const struct tier_optim_params *hp)
 	ck_assert_msg(rc == 0, "optim create: %d: %s", rc, tier_last_error());
 	ck_assert_ptr_nonnull(w->o);
 	w->hp = *hp;
-	w->md = tier_optim_moment_dtype(w->o);
+	w->md = optim_info_of(w->o).moment_dtype;
 	{
 		struct tier_optim_info oi;
 
@@ -537,7 +540,7 @@ static void sentinel(void *p, size_t len, uint64_t seed)
 	uint64_t s = seed | 1;
 
 	for (size_t i = 0; i < len; i++)
-		((unsigned char *)p)[i] = (unsigned char)(rnd(&s) >> 56);
+		((unsigned char *)p)[i] = (unsigned char)(t_rnd_next(&s) >> 56);
 }
 
 /*
@@ -587,8 +590,8 @@ static struct param *world_add_init(struct world *w, const char *name, size_t n,
 	q->id = id;
 	w->np++;
 	ck_assert_uint_eq(tier_optim_nparams(w->o), w->np);
-	ck_assert_str_eq(tier_optim_param_name(w->o, id), name);
-	ck_assert_uint_eq(tier_optim_param_numel(w->o, id), n);
+	ck_assert_str_eq(param_info_of(w->o, id).name, name);
+	ck_assert_uint_eq(param_info_of(w->o, id).numel, n);
 	return q;
 }
 
@@ -605,7 +608,7 @@ static struct param *world_add(struct world *w, const char *name, size_t n, bool
 		init = malloc(n * 4);
 		ck_assert_ptr_nonnull(init);
 		for (size_t i = 0; i < n; i++)
-			init[i] = (float)((double)(rnd(&s) >> 11) * 0x1p-53 - 0.5) * 0.2f;
+			init[i] = (float)((double)(t_rnd_next(&s) >> 11) * 0x1p-53 - 0.5) * 0.2f;
 	}
 	q = world_add_init(w, name, n, init, gdt, odt, seed);
 	free(init);
@@ -797,7 +800,7 @@ static int try_step(struct world *w, double lr, enum drive d, uint64_t seed,
 		uint64_t s = seed | 1;
 
 		for (size_t i = w->np; i > 1; i--) {
-			size_t j = rnd_below(&s, i);
+			size_t j = t_rnd_below(&s, i);
 			uint32_t t = order[i - 1];
 
 			order[i - 1] = order[j];
@@ -853,13 +856,13 @@ static void check_result(struct world *w, const struct tier_step_result *r,
 	ck_assert_msg(r->cpu_shards + r->gpu_shards == nshards,
 		      "step %d: cpu_shards %u + gpu_shards %u != %u shards", k, r->cpu_shards,
 		      r->gpu_shards, nshards);
-	ck_assert_msg(r->cpu_fraction >= 0 && r->cpu_fraction <= 1, "step %d: cpu_fraction %g",
-		      k, r->cpu_fraction);
+	ck_assert_msg(r->offload_fraction >= 0 && r->offload_fraction <= 1, "step %d: offload_fraction %g",
+		      k, r->offload_fraction);
 	if (!w->sc.hbm) {
 		/* no HBM tier: everything on the CPU */
-		ck_assert_msg(r->gpu_shards == 0 && r->cpu_fraction == 1.0,
-			      "step %d: no HBM tier, but gpu_shards %u, cpu_fraction %g", k,
-			      r->gpu_shards, r->cpu_fraction);
+		ck_assert_msg(r->gpu_shards == 0 && r->offload_fraction == 1.0,
+			      "step %d: no HBM tier, but gpu_shards %u, offload_fraction %g", k,
+			      r->gpu_shards, r->offload_fraction);
 		ck_assert_uint_eq(r->h2d_bytes, 0);
 		ck_assert_uint_eq(r->d2h_bytes, 0);
 	}
@@ -1161,13 +1164,13 @@ static void run_mcase(const struct mcase *c, uint64_t seed)
 			ck_assert_msg(r.clip_coef < 1.0, "%s: step %d: no clipping (norm %g)", c->name,
 				      k, r.grad_norm);
 		if (c->offload == 1.0)
-			ck_assert_msg(r.cpu_fraction == 1.0 && r.gpu_shards == 0,
-				      "step %d: offload 1: cpu_fraction %g, gpu_shards %u", k,
-				      r.cpu_fraction, r.gpu_shards);
+			ck_assert_msg(r.offload_fraction == 1.0 && r.gpu_shards == 0,
+				      "step %d: offload 1: offload_fraction %g, gpu_shards %u", k,
+				      r.offload_fraction, r.gpu_shards);
 		if (c->offload == 0.0 && c->hbm) {
-			ck_assert_msg(r.cpu_fraction == 0.0 && r.cpu_shards == 0,
-				      "step %d: offload 0: cpu_fraction %g, cpu_shards %u", k,
-				      r.cpu_fraction, r.cpu_shards);
+			ck_assert_msg(r.offload_fraction == 0.0 && r.cpu_shards == 0,
+				      "step %d: offload 0: offload_fraction %g, cpu_shards %u", k,
+				      r.offload_fraction, r.cpu_shards);
 			/* the state is larger than the HBM tier: it moves both ways */
 			ck_assert_msg(r.h2d_bytes > 0 && r.d2h_bytes > 0,
 				      "step %d: offload 0: h2d %llu, d2h %llu bytes", k,
@@ -1184,23 +1187,23 @@ static void run_mcase(const struct mcase *c, uint64_t seed)
 			static double tried;
 
 			if (k == 0)
-				ck_assert_msg(r.cpu_fraction == 0.5, "auto: step 1 at %g", r.cpu_fraction);
+				ck_assert_msg(r.offload_fraction == 0.5, "auto: step 1 at %g", r.offload_fraction);
 			if (k == 1)
-				tried = r.cpu_fraction;
+				tried = r.offload_fraction;
 			if (k == 2)
-				ck_assert_msg(r.cpu_fraction == 1.0 && r.gpu_shards == 0,
-					      "auto: step 3 at %g (%u GPU shards)", r.cpu_fraction,
+				ck_assert_msg(r.offload_fraction == 1.0 && r.gpu_shards == 0,
+					      "auto: step 3 at %g (%u GPU shards)", r.offload_fraction,
 					      r.gpu_shards);
 			if (k == 3)
-				ck_assert_msg(r.cpu_fraction == 0.0 && r.cpu_shards == 0,
-					      "auto: step 4 at %g (%u CPU shards)", r.cpu_fraction,
+				ck_assert_msg(r.offload_fraction == 0.0 && r.cpu_shards == 0,
+					      "auto: step 4 at %g (%u CPU shards)", r.offload_fraction,
 					      r.cpu_shards);
 			if (k >= 4)
-				ck_assert_msg(r.cpu_fraction == tier_optim_cpu_fraction(w.o) &&
-						      (r.cpu_fraction == tried || r.cpu_fraction == 1.0 ||
-						       r.cpu_fraction == 0.0),
+				ck_assert_msg(r.offload_fraction == optim_info_of(w.o).offload_fraction &&
+						      (r.offload_fraction == tried || r.offload_fraction == 1.0 ||
+						       r.offload_fraction == 0.0),
 					      "auto: step %d at %g, after trying %g, 1 and 0", k + 1,
-					      r.cpu_fraction, tried);
+					      r.offload_fraction, tried);
 		}
 		VALID(w.s);
 		/* the state is read back after the first and the last step (an
@@ -1214,11 +1217,12 @@ static void run_mcase(const struct mcase *c, uint64_t seed)
 		check_state(&w, "after the delayed steps");
 	}
 	if (!c->hbm || c->offload == 1.0)
-		ck_assert(tier_optim_cpu_fraction(w.o) == 1.0);
+		ck_assert(optim_info_of(w.o).offload_fraction == 1.0);
 	else if (c->offload == 0.0)
-		ck_assert(tier_optim_cpu_fraction(w.o) == 0.0);
+		ck_assert(optim_info_of(w.o).offload_fraction == 0.0);
 	else
-		ck_assert(tier_optim_cpu_fraction(w.o) >= 0.0 && tier_optim_cpu_fraction(w.o) <= 1.0);
+		ck_assert(optim_info_of(w.o).offload_fraction >= 0.0 &&
+			  optim_info_of(w.o).offload_fraction <= 1.0);
 	if (c->dynamic)
 		ck_assert_msg(w.scale > c->loss_scale, "the dynamic scale never grew (%g)", w.scale);
 	world_close(&w);
@@ -2080,7 +2084,7 @@ static void gen_moments(float *m, float *v, size_t n, uint64_t seed)
 	for (size_t i = 0; i < n; i++) {
 		size_t b = i / TIER_Q8_BLOCK;
 		int top = -1 - (int)((b * 7 + seed) % 40);
-		uint64_t r = rnd(&s);
+		uint64_t r = t_rnd_next(&s);
 		double mant = 1.0 + (double)(r >> 40) * 0x1p-24;
 		float x = (float)ldexp(mant, top - (int)((r >> 8) % 24));
 
@@ -2255,9 +2259,9 @@ START_TEST(manifest_values)
 	hp.threads = 2;
 	hp.loss_scale = 1;
 	world_create(&w, &hp);
-	ck_assert_int_eq(tier_optim_moment_dtype(w.o), TIER_BF16);
-	ck_assert_msg(tier_optim_cpu_fraction(w.o) == 0.25, "cpu fraction %g",
-		      tier_optim_cpu_fraction(w.o));
+	ck_assert_int_eq(optim_info_of(w.o).moment_dtype, TIER_BF16);
+	ck_assert_msg(optim_info_of(w.o).offload_fraction == 0.25, "cpu fraction %g",
+		      optim_info_of(w.o).offload_fraction);
 	w.outs = true;
 	world_add(&w, "w", 70000, false, TIER_FP32, TIER_FP32, 1);
 	world_add(&w, "b", 33, false, TIER_FP32, NONE, 2);
@@ -2320,7 +2324,7 @@ START_TEST(create_errors)
 	}
 	/* NULL params: tier_optim_params_init's */
 	ck_assert_int_eq(tier_optim_create(w.s, NULL, &o), 0);
-	ck_assert_int_eq(tier_optim_moment_dtype(o), TIER_FP32); /* the manifest's */
+	ck_assert_int_eq(optim_info_of(o).moment_dtype, TIER_FP32); /* the manifest's */
 	ck_assert_int_eq(tier_optim_destroy(o), 0);
 	o = NULL;
 	/* the size field: a struct not initialised, or of another header */
@@ -2400,7 +2404,7 @@ START_TEST(optim_info)
 	ck_assert_uint_eq(in.hbm_budget, st.level[TIER_HBM].capacity / 2); /* half the HBM tier */
 	ck_assert_uint_eq(in.write_behind, 4);
 	ck_assert_uint_eq(in.threads, 2);
-	ck_assert(in.cpu_fraction == tier_optim_cpu_fraction(w.o));
+	ck_assert(in.offload_fraction == 0.5); /* auto starts at half (no step yet) */
 	ck_assert_uint_eq(in.nparams, 1);
 	ck_assert_uint_eq(in.nshards, (5000 + in.shard_elems - 1) / in.shard_elems);
 	ck_assert_uint_eq(in.state_bytes, 5000ull * in.bytes_per_elem);
@@ -2433,9 +2437,9 @@ START_TEST(add_errors)
 		   "larger than the home");
 	ck_assert_ptr_null(tier_obj_find(w.s, "huge#0"));
 	ck_assert_uint_eq(tier_optim_nparams(w.o), 1);
-	ck_assert_ptr_null(tier_optim_param_name(w.o, 1));
-	ck_assert_ptr_null(tier_optim_param_name(w.o, UINT32_MAX));
-	ck_assert_uint_eq(tier_optim_param_numel(w.o, 1), 0);
+	ck_assert_int_eq(tier_optim_param_info(w.o, 1, &(struct tier_param_info){ 0 }), -EINVAL);
+	ck_assert_int_eq(tier_optim_param_info(w.o, UINT32_MAX, &(struct tier_param_info){ 0 }),
+			 -EINVAL);
 	ASSERT_ERR(tier_optim_read(w.o, 1, m, NULL, NULL), -EINVAL, "read of a bad id");
 	/* read with only the master weights */
 	ck_assert_int_eq(tier_optim_read(w.o, 0, m, NULL, NULL), 0);
@@ -2613,7 +2617,7 @@ static void held_step(struct tier_optim *o, const char *what)
 
 	ck_assert_uint_le(np, MAXP);
 	for (uint32_t i = 0; i < np; i++) {
-		size_t n = tier_optim_param_numel(o, i);
+		size_t n = param_info_of(o, i).numel;
 		float *b = malloc(n * 4);
 
 		ck_assert_ptr_nonnull(b);

@@ -32,7 +32,6 @@
 #include "kernels/adam_math.h"
 #include "t_helpers.h"
 
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define KiB (1ull << 10)
 #define MAXP 8
 #define MAXG 4
@@ -176,18 +175,10 @@ static void world_close(struct tworld *w)
 	}
 }
 
-static uint64_t mix(uint64_t x)
-{
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
-
 /* A value in [-a, a) from (seed, i). */
 static float val(uint64_t seed, size_t i, double a)
 {
-	return (float)(((double)(mix(seed * 1000003u + i) >> 11) * 0x1p-53 * 2 - 1) * a);
+	return (float)(((double)(t_rnd_mix(seed * 1000003u + i) >> 11) * 0x1p-53 * 2 - 1) * a);
 }
 
 static void world_add(struct tworld *w, const char *name, size_t n, uint32_t group)

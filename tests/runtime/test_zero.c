@@ -88,9 +88,8 @@
 #include "prefetch/partition.h"
 #include "runtime/comm/comm.h"
 #include "t_helpers.h"
-#include "tierstore.h"
+#include "tierstore/toolkit.h"
 
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define MAXR 64
 #define MAXP 8
 #define NSTEPS 20
@@ -124,25 +123,17 @@ static void teardown(void)
 
 /* ------------------------------------------------------------ the values */
 
-static uint64_t mix(uint64_t x)
-{
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
-
 /* Parameter @param's initial master weight @j: in [-0.1, 0.1). */
 static float init_val(unsigned param, size_t j)
 {
-	return (float)(((double)(mix((param + 1) * 1000003ull + j) >> 11) * 0x1p-53 * 2 - 1) * 0.1);
+	return (float)(((double)(t_rnd_mix((param + 1) * 1000003ull + j) >> 11) * 0x1p-53 * 2 - 1) * 0.1);
 }
 
 /* Rank @rank's gradient at (step, param, j): an integer in [-k, k]. */
 static int grad_int(unsigned salt, unsigned step, unsigned param, int rank, size_t j, int k)
 {
-	uint64_t h = mix(mix(((uint64_t)salt << 48) ^ ((uint64_t)step << 32) ^
-			     ((uint64_t)param << 24) ^ (uint64_t)rank) + j);
+	uint64_t h = t_rnd_mix(t_rnd_mix(((uint64_t)salt << 48) ^ ((uint64_t)step << 32) ^
+					 ((uint64_t)param << 24) ^ (uint64_t)rank) + j);
 
 	return (int)(h % (uint64_t)(2 * k + 1)) - k;
 }
@@ -887,7 +878,7 @@ static bool zstep(struct zworld *w, uint32_t mask)
 		if (sc->push == O_SHUFFLE) {
 			/* each rank its own order: the collectives must not follow it */
 			for (size_t i = w->np - 1; i > 0; i--) {
-				size_t j = mix(((uint64_t)w->step << 32) ^ ((uint64_t)R << 8) ^ i) % (i + 1);
+				size_t j = t_rnd_mix(((uint64_t)w->step << 32) ^ ((uint64_t)R << 8) ^ i) % (i + 1);
 				size_t t = ord[i];
 
 				ord[i] = ord[j];

@@ -38,7 +38,6 @@
 #include "tiers/buddy.h"
 #include "t_helpers.h"
 
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define KiB (1ull << 10)
 #define MiB (1ull << 20)
 
@@ -50,15 +49,6 @@ static void setup(void)
 static void teardown(void)
 {
 	ts_fault_reset_all();
-}
-
-static uint64_t rnd(uint64_t *s)
-{
-	/* xorshift64*: reproducible from the seed in the table */
-	*s ^= *s >> 12;
-	*s ^= *s << 25;
-	*s ^= *s >> 27;
-	return *s * 0x2545F4914F6CDD1Dull;
 }
 
 static unsigned ceil_log2(uint64_t n)
@@ -247,7 +237,7 @@ START_TEST(test_alignment)
 	ck_assert_ptr_nonnull(offs);
 	ck_assert_int_eq(buddy_init(&b, c->nblocks * c->min_block, c->min_block), 0);
 	for (int miss = 0; miss < 32;) {
-		uint64_t len = 1 + rnd(&s) % (8 * c->min_block);
+		uint64_t len = 1 + t_rnd_next(&s) % (8 * c->min_block);
 
 		if (buddy_alloc(&b, len, &off) != 0) {
 			miss++;
@@ -622,16 +612,16 @@ START_TEST(test_model)
 		/* alternate alloc-heavy and free-heavy phases to see full and sparse states */
 		unsigned p_alloc = (op / 300) % 2 ? 30 : 75;
 
-		if (nh == 0 || rnd(&s) % 100 < p_alloc) {
-			unsigned r = (unsigned)(rnd(&s) % (b.norders + 1));
+		if (nh == 0 || t_rnd_next(&s) % 100 < p_alloc) {
+			unsigned r = (unsigned)(t_rnd_next(&s) % (b.norders + 1));
 			uint64_t len, n, off = UINT64_MAX;
 			unsigned k;
 			int rc;
 
-			if (rnd(&s) % 64 == 0)
-				len = b.size + 1 + rnd(&s) % mb;
+			if (t_rnd_next(&s) % 64 == 0)
+				len = b.size + 1 + t_rnd_next(&s) % mb;
 			else
-				len = 1 + rnd(&s) % ((mb << r) - (r ? 0 : mb / 2));
+				len = 1 + t_rnd_next(&s) % ((mb << r) - (r ? 0 : mb / 2));
 			n = (len + mb - 1) / mb;
 			k = ceil_log2(n);
 			buddy_stats(&b, &st);
@@ -665,15 +655,15 @@ START_TEST(test_model)
 			used += n * mb;
 			nok++;
 		} else {
-			size_t j = (size_t)(rnd(&s) % nh);
+			size_t j = (size_t)(t_rnd_next(&s) % nh);
 			struct mslot x = h[j];
-			uint64_t flen = rnd(&s) & 1 ? x.len : x.n * mb;
+			uint64_t flen = t_rnd_next(&s) & 1 ? x.len : x.n * mb;
 
 			/* now and then a wrong free first: refused, nothing changes */
-			if (rnd(&s) % 6 == 0) {
+			if (t_rnd_next(&s) % 6 == 0) {
 				uint64_t bad_off = x.off, bad_len = (x.n + 1) * mb;
 
-				switch (rnd(&s) % 3) {
+				switch (t_rnd_next(&s) % 3) {
 				case 0:
 					if (x.n > 1)
 						bad_len = (x.n - 1) * mb;
@@ -701,7 +691,7 @@ START_TEST(test_model)
 			h[j] = h[--nh];
 			used -= x.n * mb;
 			nfree++;
-			if (rnd(&s) % 8 == 0)
+			if (t_rnd_next(&s) % 8 == 0)
 				ck_assert_int_eq(buddy_free(&b, x.off, flen), -EINVAL);  /* double */
 		}
 		check_against_model(&b, &m, used, nh, &maxk);
@@ -712,7 +702,7 @@ START_TEST(test_model)
 	ck_assert_uint_gt(nspc, 0);
 	/* Free the rest in a random order: back to the fully merged start. */
 	while (nh) {
-		size_t j = (size_t)(rnd(&s) % nh);
+		size_t j = (size_t)(t_rnd_next(&s) % nh);
 
 		ck_assert_int_eq(buddy_free(&b, h[j].off, h[j].len), 0);
 		h[j] = h[--nh];
@@ -733,16 +723,16 @@ END_TEST
 START_TEST(test_init_alloc_fails)
 {
 	struct buddy b;
-	uint64_t n, off;
+	struct t_nth f = T_NTH(TIER_FAULT_ALLOC, -ENOMEM, 99);
+	uint64_t off;
 	int rc;
 
 	NEED_FAULTS();
-	for (n = 1;; n++) {
-		ck_assert_uint_lt(n, 100);
-		ts_fault_arm(TIER_FAULT_ALLOC, n, 1, -ENOMEM);
+	while (t_nth_next(&f)) {
+		t_nth_arm(&f);
 		rc = buddy_init(&b, 1000 * 4096 + 123, 4096);
-		if (rc == 0) {
-			ck_assert_uint_eq(ts_fault_fired(TIER_FAULT_ALLOC), 0);
+		if (!t_nth_fired(&f)) {
+			ck_assert_int_eq(rc, 0);
 			break;
 		}
 		ck_assert_int_eq(rc, -ENOMEM);
@@ -752,7 +742,7 @@ START_TEST(test_init_alloc_fails)
 		ck_assert(!buddy_valid(&b));
 		buddy_fini(&b);
 	}
-	ck_assert_uint_gt(n, 1);   /* it allocates at all */
+	ck_assert_uint_gt(f.nth, 1);   /* it allocates at all */
 	assert_empty(&b);
 	/* Alloc and free take no memory: they work while every allocation fails. */
 	ts_fault_arm(TIER_FAULT_ALLOC, 1, TIER_FAULT_PERSISTENT, -ENOMEM);

@@ -23,7 +23,6 @@
 #include "tiers/nvme_format.h"
 #include "t_helpers.h"
 
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define KiB (1ull << 10)
 #define MiB (1ull << 20)
 #define U64(x) ((unsigned long long)(x))

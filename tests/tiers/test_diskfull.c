@@ -332,14 +332,14 @@ static Suite *diskfull_suite(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_create_until_full);
-	tcase_add_loop_test(tc, test_writeback_full, 0, (int)(sizeof(wb_cases) / sizeof(wb_cases[0])));
+	tcase_add_loop_test(tc, test_writeback_full, 0, (int)ARRAY_SIZE(wb_cases));
 	suite_add_tcase(s, tc);
 
 	tc = t_tcase_faults("full-faults");
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 120);
 	tcase_add_loop_test(tc, test_writeback_full_sparse, 0,
-			    (int)(sizeof(wb_sparse_cases) / sizeof(wb_sparse_cases[0])));
+			    (int)ARRAY_SIZE(wb_sparse_cases));
 	suite_add_tcase(s, tc);
 	return s;
 }

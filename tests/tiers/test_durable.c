@@ -1,5 +1,5 @@
 /*
- * test_durable.c - the durable store (tiers/nvme_commit.c,
+ * test_durable.c - the durable store (tiers/nvme_commit.c and tiers/nvme_recover.c,
  * docs/nvme-format.md "Commits"): commits and reopening, copy on write,
  * kept commits and roll back, the space commits free, damaged and
  * mismatched files (refused or rolled back, never silently wrong), and a
@@ -28,7 +28,6 @@
 #include "tiers/nvme_impl.h"
 #include "t_helpers.h"
 
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define KiB (1ull << 10)
 #define MiB (1ull << 20)
 #define U64(x) ((unsigned long long)(x))
@@ -127,12 +126,8 @@ static void pattern(const char *name, unsigned v, unsigned char *buf, size_t n)
 
 	for (const char *c = name; *c; c++)
 		x = (x ^ (unsigned char)*c) * 0x100000001b3ull;
-	for (size_t i = 0; i < n; i++) {
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
-		buf[i] = (unsigned char)x;
-	}
+	for (size_t i = 0; i < n; i++)
+		buf[i] = (unsigned char)t_rnd_next(&x);
 }
 
 /* The objects of the tests: sizes below, at and across stripe units. */
@@ -934,11 +929,10 @@ START_TEST(test_cow_partial)
 		snap[g] = malloc(n);
 		memcpy(snap[g], cur, n);
 		for (int k = 0; k < 20; k++) {
-			size_t off, len;
+			uint64_t r = t_rnd_next(&seed);
+			size_t off = (r >> 20) % (n / 3);  /* the last two thirds stay */
+			size_t len = 1 + (r >> 40) % 9000;
 
-			seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-			off = (seed >> 20) % (n / 3);  /* the last two thirds stay */
-			len = 1 + (seed >> 40) % 9000;
 			pattern("w", (unsigned)(g * 100 + k), cur + off, len);
 			ck_assert_int_eq(tier_nvme_write(t, o, off, len, cur + off), 0);
 		}

@@ -259,15 +259,15 @@ static long min_misses(const int *seq, long n, int cap)
 
 /* ----------------------------------------------------------------- tests */
 
+/* SplitMix64 from each case's seed (t_rnd_mix): 32 bits at a time. */
 static uint64_t rng_state;
 
 static uint32_t rnd(void)
 {
-	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+	uint64_t z = t_rnd_mix(rng_state);
 
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return (uint32_t)(z ^ (z >> 31));
+	rng_state += 0x9e3779b97f4a7c15ull;
+	return (uint32_t)z;
 }
 
 struct evict_case {
@@ -468,7 +468,7 @@ static Suite *suite(void)
 	TCase *tc = tcase_create("evict");
 
 	tcase_set_timeout(tc, 120);
-	tcase_add_loop_test(tc, test_order_matches_simulator, 0, (int)(sizeof(cases) / sizeof(cases[0])));
+	tcase_add_loop_test(tc, test_order_matches_simulator, 0, (int)ARRAY_SIZE(cases));
 	tcase_add_loop_test(tc, test_belady_is_optimal, 0, 6);
 	tcase_add_test(tc, test_cyclic_keeps_c_resident);
 	tcase_add_test(tc, test_prefetch_respects_schedule);

@@ -32,7 +32,6 @@
 #include "tiers/extent.h"
 #include "t_helpers.h"
 
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define KiB (1ull << 10)
 #define MiB (1ull << 20)
 
@@ -44,15 +43,6 @@ static void setup(void)
 static void teardown(void)
 {
 	ts_fault_reset_all();
-}
-
-static uint64_t rnd(uint64_t *s)
-{
-	/* xorshift64*: reproducible from the seed in the table */
-	*s ^= *s >> 12;
-	*s ^= *s << 25;
-	*s ^= *s >> 27;
-	return *s * 0x2545F4914F6CDD1Dull;
 }
 
 #define ASSERT_VALID(e) \
@@ -165,7 +155,7 @@ START_TEST(test_fill_and_drain)
 		int rc;
 
 		if (misses < 8)
-			len = 1 + rnd(&s) % c->max_len;
+			len = 1 + t_rnd_next(&s) % c->max_len;
 		else
 			len = extents_largest(&e);
 		rounded = (len + c->align - 1) / c->align * c->align;
@@ -205,7 +195,7 @@ START_TEST(test_fill_and_drain)
 	}
 	/* Free in a random order (Fisher-Yates). */
 	for (size_t i = nh; i > 1; i--) {
-		size_t j = (size_t)(rnd(&s) % i);
+		size_t j = (size_t)(t_rnd_next(&s) % i);
 		struct held tmp = h[i - 1];
 
 		h[i - 1] = h[j];
@@ -215,14 +205,14 @@ START_TEST(test_fill_and_drain)
 		/* Half the time give the length unrounded: it rounds up the same way. */
 		uint64_t len = h[i].len;
 
-		if (c->align > 1 && (rnd(&s) & 1))
+		if (c->align > 1 && (t_rnd_next(&s) & 1))
 			len -= c->align - 1;
 		ck_assert_int_eq(extents_free(&e, h[i].off, len), 0);
 		ASSERT_VALID(&e);
 		used -= h[i].len;
 		ck_assert_uint_eq(e.avail, e.total - used);
 		/* A second free of the same range is refused. */
-		if (rnd(&s) % 4 == 0) {
+		if (t_rnd_next(&s) % 4 == 0) {
 			ck_assert_int_eq(extents_free(&e, h[i].off, h[i].len), -EINVAL);
 			ASSERT_VALID(&e);
 		}

@@ -49,7 +49,6 @@
 #include "tiers/gpu.h"
 #include "tiers/hbm.h"
 
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define KiB (1ull << 10)
 #define MiB (1ull << 20)
 #define U64(x) ((unsigned long long)(x))
@@ -258,18 +257,10 @@ static void rec_check(struct rec *r)
 	pthread_mutex_unlock(&r->lock);
 }
 
-static uint64_t xs(uint64_t *s)
-{
-	*s ^= *s << 13;
-	*s ^= *s >> 7;
-	*s ^= *s << 17;
-	return *s;
-}
-
 static void fill_rand(uint8_t *p, uint64_t n, uint64_t *s)
 {
 	for (uint64_t i = 0; i < n; i++)
-		p[i] = (uint8_t)(xs(s) >> 24);
+		p[i] = (uint8_t)(t_rnd_next(s) >> 24);
 }
 
 /* One assertion for the whole buffer: Check records every ck_assert, even passing ones. */
@@ -537,11 +528,11 @@ START_TEST(test_round_trip)
 	else
 		ck_assert_ptr_nonnull(ops->dev_ptr(d, 0));
 	for (int k = 0; k < 40; k++) {
-		uint64_t len = 1 + xs(&seed) % maxlen, off;
+		uint64_t len = 1 + t_rnd_next(&seed) % maxlen, off;
 
 		if (k == 0)
 			len = 0;
-		off = xs(&seed) % (size - len + 1);
+		off = t_rnd_next(&seed) % (size - len + 1);
 		if (k == 1)
 			off = size - len;        /* ends at the arena's last byte */
 		if (k == 2)
@@ -596,9 +587,9 @@ START_TEST(test_fifo)
 	ck_assert(src && sink && o);
 	fill_rand(src, maxlen, &seed);
 	for (int k = 0; k < N; k++) {
-		enum hbm_dir dir = (xs(&seed) & 1) ? HBM_D2H : HBM_H2D;
-		uint64_t len = 1 + xs(&seed) % maxlen;
-		uint64_t off = xs(&seed) % (cap / 2 - len) + (dir == HBM_D2H ? cap / 2 : 0);
+		enum hbm_dir dir = (t_rnd_next(&seed) & 1) ? HBM_D2H : HBM_H2D;
+		uint64_t len = 1 + t_rnd_next(&seed) % maxlen;
+		uint64_t off = t_rnd_next(&seed) % (cap / 2 - len) + (dir == HBM_D2H ? cap / 2 : 0);
 
 		submit(ops, d, r, &o[k], dir, off, dir == HBM_H2D ? src : sink, len);
 	}
@@ -636,9 +627,9 @@ static void *submitter_main(void *arg)
 
 	s->r->caller = pthread_self();
 	for (int k = 0; k < s->n; k++) {
-		enum hbm_dir dir = (xs(&seed) & 1) ? HBM_D2H : HBM_H2D;
-		uint64_t len = 1 + xs(&seed) % (4 * KiB);
-		uint64_t off = s->base + (dir == HBM_D2H ? s->span / 2 : 0) + xs(&seed) % (s->span / 2 - len);
+		enum hbm_dir dir = (t_rnd_next(&seed) & 1) ? HBM_D2H : HBM_H2D;
+		uint64_t len = 1 + t_rnd_next(&seed) % (4 * KiB);
+		uint64_t off = s->base + (dir == HBM_D2H ? s->span / 2 : 0) + t_rnd_next(&seed) % (s->span / 2 - len);
 		struct op *o = &s->o[k];
 
 		memset(o, 0, sizeof(*o));

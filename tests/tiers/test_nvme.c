@@ -78,7 +78,6 @@
 #include "tiers/nvme_format.h"
 #include "t_helpers.h"
 
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define KiB (1ull << 10)
 #define MiB (1ull << 20)
 #define U64(x) ((unsigned long long)(x))
@@ -113,27 +112,19 @@ static void teardown(void)
 
 /* ------------------------------------------------------------ helpers */
 
-static uint64_t rnd(uint64_t *s)
-{
-	*s ^= *s >> 12;
-	*s ^= *s << 25;
-	*s ^= *s >> 27;
-	return *s * 0x2545F4914F6CDD1Dull;
-}
-
 static void fill_rand(void *p, size_t n, uint64_t *s)
 {
 	unsigned char *b = p;
 
 	while (n >= 8) {
-		uint64_t v = rnd(s);
+		uint64_t v = t_rnd_next(s);
 
 		memcpy(b, &v, 8);
 		b += 8;
 		n -= 8;
 	}
 	while (n--)
-		*b++ = (unsigned char)rnd(s);
+		*b++ = (unsigned char)t_rnd_next(s);
 }
 
 static uint64_t min_u64(uint64_t a, uint64_t b)
@@ -1071,7 +1062,7 @@ START_TEST(test_objects_until_enospc)
 	ck_assert_uint_eq(st2.free, st.free);
 	/* Destroy in a random order: everything comes back. */
 	for (size_t i = k; i > 1; i--) {
-		size_t j = (size_t)(rnd(&s) % i);
+		size_t j = (size_t)(t_rnd_next(&s) % i);
 		struct tier_nvme_obj *tmp = objs[i - 1];
 
 		objs[i - 1] = objs[j];
@@ -1210,43 +1201,43 @@ static void random_ops(struct tier_nvme *t, struct tier_nvme_obj *o, unsigned ch
 
 	for (int i = 0; i < nops; i++) {
 		uint64_t off, len;
-		size_t mis = (size_t)(rnd(s) % 8);
-		int kind = (int)(rnd(s) % 5);
-		bool wr = rnd(s) & 1;
+		size_t mis = (size_t)(t_rnd_next(s) % 8);
+		int kind = (int)(t_rnd_next(s) % 5);
+		bool wr = t_rnd_next(s) & 1;
 		unsigned char *buf;
 		char what[200];
 		int rc;
 
 		switch (kind) {
 		case 0: /* small, anywhere */
-			off = rnd(s) % size;
-			len = 1 + rnd(s) % min_u64(8192, size - off);
+			off = t_rnd_next(s) % size;
+			len = 1 + t_rnd_next(s) % min_u64(8192, size - off);
 			break;
 		case 1: /* block-aligned offset, length and buffer */
-			off = (rnd(s) % size) / 4096 * 4096;
-			len = min_u64(size - off, 4096 * (1 + rnd(s) % 8));
+			off = (t_rnd_next(s) % size) / 4096 * 4096;
+			len = min_u64(size - off, 4096 * (1 + t_rnd_next(s) % 8));
 			if (len >= 4096)
 				len = len / 4096 * 4096;
 			mis = 0;
 			break;
 		case 2: /* across a unit boundary */
 			if (size > unit) {
-				uint64_t b = unit * (1 + rnd(s) % ((size - 1) / unit));
+				uint64_t b = unit * (1 + t_rnd_next(s) % ((size - 1) / unit));
 
-				off = b - 1 - rnd(s) % min_u64(b, 5000);
-				len = min_u64(size - off, (b - off) + 1 + rnd(s) % (unit + 3000));
+				off = b - 1 - t_rnd_next(s) % min_u64(b, 5000);
+				len = min_u64(size - off, (b - off) + 1 + t_rnd_next(s) % (unit + 3000));
 			} else {
 				off = 0;
 				len = size;
 			}
 			break;
 		case 3: /* exactly one whole unit, aligned or not */
-			off = unit * (rnd(s) % ((size + unit - 1) / unit));
+			off = unit * (t_rnd_next(s) % ((size + unit - 1) / unit));
 			len = min_u64(unit, size - off);
 			break;
 		default: /* large */
-			off = rnd(s) % size;
-			len = 1 + rnd(s) % min_u64(size - off, 3 * unit);
+			off = t_rnd_next(s) % size;
+			len = 1 + t_rnd_next(s) % min_u64(size - off, 3 * unit);
 			break;
 		}
 		buf = mem + mis;
@@ -1409,7 +1400,7 @@ static size_t partition(uint64_t size, uint64_t maxlen, uint64_t *s, struct chun
 	size_t n = 0;
 
 	while (off < size) {
-		uint64_t len = 1 + rnd(s) % maxlen;
+		uint64_t len = 1 + t_rnd_next(s) % maxlen;
 
 		if (len > size - off || n == cap - 1)
 			len = size - off;
@@ -1849,7 +1840,7 @@ static void race_plan(struct race *r, uint64_t *s)
 	uint64_t cut[RACERS + 1] = { 0 };
 
 	for (unsigned i = 1; i < RACERS; i++)
-		cut[i] = 1 + rnd(s) % (RU - 1);
+		cut[i] = 1 + t_rnd_next(s) % (RU - 1);
 	cut[RACERS] = RU;
 	for (unsigned i = 1; i < RACERS; i++) /* sort */
 		for (unsigned j = i; j > 1 && cut[j] < cut[j - 1]; j--) {
@@ -1864,12 +1855,12 @@ static void race_plan(struct race *r, uint64_t *s)
 		if (!r->c->overlap) {
 			w->off = cut[i];
 			w->len = cut[i + 1] - cut[i];
-		} else if (rnd(s) % 4 == 0) {
+		} else if (t_rnd_next(s) % 4 == 0) {
 			w->off = 0;
 			w->len = RU;
 		} else {
-			w->off = rnd(s) % RU;
-			w->len = 1 + rnd(s) % (RU - w->off);
+			w->off = t_rnd_next(s) % RU;
+			w->len = 1 + t_rnd_next(s) % (RU - w->off);
 		}
 		w->data = r->data[i];
 		fill_rand(r->data[i] + w->off, w->len, s);
@@ -2051,21 +2042,21 @@ struct order_op {
 /* A random request over the object of 3 units, mostly within the middle one. */
 static void order_make(struct order_op *p, uint64_t *s, unsigned char *ref)
 {
-	unsigned k = (unsigned)(rnd(s) % 8);
+	unsigned k = (unsigned)(t_rnd_next(s) % 8);
 
 	p->op = k < 5 ? TIER_IO_WRITE : TIER_IO_READ;
 	if (k == 0 || k == 5) {         /* the whole middle unit, aligned */
 		p->off = OU;
 		p->len = OU;
 	} else if (k == 1) {            /* over two units */
-		p->off = OU / 2 + rnd(s) % OU;
-		p->len = OU / 2 + 1 + rnd(s) % OU;
+		p->off = OU / 2 + t_rnd_next(s) % OU;
+		p->len = OU / 2 + 1 + t_rnd_next(s) % OU;
 	} else {                        /* part of the middle unit */
-		p->off = OU + rnd(s) % OU;
-		p->len = 1 + rnd(s) % (2 * OU - p->off);
+		p->off = OU + t_rnd_next(s) % OU;
+		p->len = 1 + t_rnd_next(s) % (2 * OU - p->off);
 	}
 	p->mem = abuf(p->len + 64);
-	p->buf = p->mem + ((k == 0 || k == 5) ? 0 : 1 + rnd(s) % 63);  /* odd addresses */
+	p->buf = p->mem + ((k == 0 || k == 5) ? 0 : 1 + t_rnd_next(s) % 63);  /* odd addresses */
 	if (p->op == TIER_IO_WRITE) {
 		fill_rand(p->buf, p->len, s);
 		memcpy(ref + p->off, p->buf, p->len);
@@ -3088,13 +3079,13 @@ START_TEST(test_alloc_fail_nth)
 {
 	NEED_FAULTS();
 	struct mopt o = { .npaths = 2, .unit = 64 * KiB };
+	struct t_nth f = T_NTH(TIER_FAULT_ALLOC, -ENOMEM, 399);
 	char failures[2048] = "";
 	size_t flen = 0;
 	int nfail = 0;
-	uint64_t n;
 
 	g_alloc_m = manifest_for(&o);
-	for (n = 1; n < 400; n++) {
+	while (t_nth_next(&f)) {
 		int st = 0;
 		pid_t pid;
 
@@ -3103,8 +3094,10 @@ START_TEST(test_alloc_fail_nth)
 		pid = fork();
 		ck_assert_int_ge(pid, 0);
 		if (pid == 0)
-			exit(alloc_run(n));
+			exit(alloc_run(f.nth));
 		ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+		/* The child armed the site (alloc_run): its exit says whether it fired. */
+		t_nth_ran(&f, !(WIFEXITED(st) && WEXITSTATUS(st) == ALLOC_RUN_CLEAN));
 		if (WIFEXITED(st) && WEXITSTATUS(st) == ALLOC_RUN_CLEAN)
 			break;              /* nothing left to fail: a clean run */
 		if (WIFEXITED(st) && WEXITSTATUS(st) == ALLOC_RUN_FAILED_CLEANLY)
@@ -3112,7 +3105,7 @@ START_TEST(test_alloc_fail_nth)
 		nfail++;
 		if (flen < sizeof(failures) - 100)
 			flen += (size_t)snprintf(failures + flen, sizeof(failures) - flen,
-						 "\n  allocation %llu: %s %d", U64(n),
+						 "\n  allocation %llu: %s %d", U64(f.nth),
 						 WIFSIGNALED(st) ? "killed by signal" : "exit status",
 						 WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
 	}
@@ -3120,9 +3113,8 @@ START_TEST(test_alloc_fail_nth)
 		      "%d of %llu runs with one failed allocation went wrong (a crash at allocation 2 - "
 		      "signal 11, or exit status 1 under ASan - is the REGRESSION in tier_nvme_open's "
 		      "failure path; 23 is a leak under ASan; 42 a bad result, printed above):%s",
-		      nfail, U64(n), failures);
-	ck_assert_uint_gt(n, 10);
-	ck_assert_uint_lt(n, 400);
+		      nfail, U64(f.nth), failures);
+	ck_assert_uint_gt(f.nth, 10);
 	tier_manifest_free(g_alloc_m);
 }
 END_TEST
@@ -3149,22 +3141,22 @@ START_TEST(test_write_out_of_memory)
 	unsigned char *a = abuf(size), *b = abuf(size + 1), *img = abuf(size), *r = abuf(size);
 	unsigned char *src = _i ? b + 1 : b;
 	int refused = 0, failed_later = 0;
-	uint64_t s = 71, n;
+	struct t_nth f = T_NTH(TIER_FAULT_ALLOC, -ENOMEM, 199);
+	uint64_t s = 71;
 
 	fill_rand(a, size, &s);
 	xwrite(t, ob, 0, size, a);
-	for (n = 1; n < 200; n++) {
+	while (t_nth_next(&f)) {
 		struct tier_ticket *tk = NULL;
-		uint64_t fired;
+		bool fired;
 		int rc;
 
 		fill_rand(src, len, &s);
 		memcpy(img, a, size);
 		memcpy(img + off, src, len);
-		ts_fault_arm(TIER_FAULT_ALLOC, n, 1, -ENOMEM);
+		t_nth_arm(&f);
 		rc = tier_nvme_submit_ticket(t, ob, TIER_IO_WRITE, off, len, src, &tk);
-		fired = ts_fault_fired(TIER_FAULT_ALLOC);
-		ts_fault_disarm(TIER_FAULT_ALLOC);
+		fired = t_nth_fired(&f);
 		if (rc == 0)
 			rc = tier_ticket_wait(tk);
 		else
@@ -3174,7 +3166,7 @@ START_TEST(test_write_out_of_memory)
 			memcpy(a, img, size);
 			break;
 		}
-		ck_assert_msg(rc == -ENOMEM, "allocation %llu: %d (%s): %s", U64(n), rc,
+		ck_assert_msg(rc == -ENOMEM, "allocation %llu: %d (%s): %s", U64(f.nth), rc,
 			      tier_strerror(rc), tier_last_error());
 		ck_assert_msg(strstr(tier_last_error(), "out of memory"), "%s", tier_last_error());
 		if (tk)
@@ -3185,17 +3177,16 @@ START_TEST(test_write_out_of_memory)
 			memset(r, 0, U);
 			rc = tier_nvme_read(t, ob, u * U, U, r);
 			ck_assert_msg(rc == 0, "allocation %llu failed in a write; unit %llu then reads: %s: %s",
-				      U64(n), U64(u), tier_strerror(rc), tier_last_error());
+				      U64(f.nth), U64(u), tier_strerror(rc), tier_last_error());
 			if (memcmp(r, img + u * U, U) == 0)
 				memcpy(a + u * U, r, U);
 			else
 				ck_assert_msg(memcmp(r, a + u * U, U) == 0,
-					      "allocation %llu: unit %llu is neither old nor new", U64(n), U64(u));
+					      "allocation %llu: unit %llu is neither old nor new", U64(f.nth), U64(u));
 		}
 	}
 	ck_assert_int_ge(refused, 2);
 	ck_assert_int_ge(failed_later, 3);
-	ck_assert_uint_lt(n, 200);
 	check_range(t, ob, a, 0, size);
 	close_tier(t);
 	free(a);

@@ -42,7 +42,6 @@
 #include "runtime/manifest/manifest.h"
 #include "t_helpers.h"
 
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define KiB (1ull << 10)
 #define MiB (1ull << 20)
 #define U64(x) ((unsigned long long)(x))
@@ -461,6 +460,7 @@ START_TEST(test_killed_at_random)
 	struct tier_manifest *m = manifest_for("${T}/d/", true);
 	unsigned seen[4] = { 0 }, removed = 0;
 	unsigned seed = (unsigned)time(NULL) ^ (unsigned)getpid();
+	uint64_t rng = t_rnd_seed(seed);
 
 	printf("killed_at_random: seed %u\n", seed);
 	for (unsigned round = 0; round < 30; round++) {
@@ -470,7 +470,7 @@ START_TEST(test_killed_at_random)
 		struct tier_nvme *t;
 		int st;
 
-		usleep((useconds_t)(rand_r(&seed) % 40000));
+		usleep((useconds_t)t_rnd_below(&rng, 40000));
 		kill(pid, SIGKILL);
 		ck_assert_int_eq(waitpid(pid, &st, 0), pid);
 		ck_assert_msg(WIFSIGNALED(st), "round %u: the worker exited with %d", round,

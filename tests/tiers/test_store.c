@@ -65,7 +65,6 @@
 #include "tiers/store.h"
 #include "t_helpers.h"
 
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define KiB (1ull << 10)
 #define MiB (1ull << 20)
 #define U64(x) ((unsigned long long)(x))
@@ -95,14 +94,6 @@ static void teardown(void)
 }
 
 /* ------------------------------------------------------------ patterns */
-
-static uint64_t rnd(uint64_t *s)
-{
-	*s ^= *s >> 12;
-	*s ^= *s << 25;
-	*s ^= *s >> 27;
-	return *s * 0x2545F4914F6CDD1Dull;
-}
 
 /* Word @i of version @ver of object @id; version 0 is all zeros (a new
  * object). */
@@ -2542,7 +2533,7 @@ static void *st_main(void *arg)
 	char why[512];
 
 	for (int op = 0; op < x->ops && !atomic_load(&x->failed); op++) {
-		uint64_t r = rnd(&t->seed);
+		uint64_t r = t_rnd_next(&t->seed);
 		unsigned kind = (unsigned)(r % 100);
 		int i = (r >> 8) % 10 < 7 ? (int)(atomic_fetch_add(&x->cursor, 1) % ST_OBJS)
 					  : (int)((r >> 16) % ST_OBJS);
@@ -2637,7 +2628,7 @@ static void *st_main(void *arg)
 		if (x->resched && t->id == 0 && op % 256 == 255) {
 			/* A new schedule: the objects from a random start, with a repeat. */
 			struct tier_obj *sc[ST_OBJS + 1];
-			int start = (int)(rnd(&t->seed) % ST_OBJS);
+			int start = (int)(t_rnd_next(&t->seed) % ST_OBJS);
 
 			for (int j = 0; j < ST_OBJS; j++)
 				sc[j] = x->obj[(start + j) % ST_OBJS].o;
@@ -2703,7 +2694,7 @@ START_TEST(test_stress)
 
 		snprintf(name, sizeof(name), "s.%d", i);
 		pthread_mutex_init(&x->obj[i].mu, NULL);
-		x->obj[i].size = (128 * KiB) << (rnd(&seed) % 4);   /* 128 KiB .. 1 MiB */
+		x->obj[i].size = (128 * KiB) << (t_rnd_next(&seed) % 4);   /* 128 KiB .. 1 MiB */
 		x->obj[i].o = mkobj(&e, name, x->obj[i].size);
 		total += x->obj[i].size;
 	}
