@@ -15,7 +15,7 @@
 
 #include <stddef.h>
 
-#include "tierstore/common.h" /* tier_pool_create, tier_pool_destroy, tier_pool_size */
+#include "tierstore/pool.h" /* tier_pool_create, tier_pool_destroy, tier_pool_size */
 
 typedef void (*ts_pool_fn)(void *arg, size_t index, unsigned worker);
 

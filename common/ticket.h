@@ -9,7 +9,7 @@
 
 #include <stdbool.h>
 
-#include "tierstore/common.h"
+#include "tierstore/pool.h" /* struct tier_ticket, tier_ticket_wait */
 
 /* A new ticket, or NULL (fault site ALLOC). */
 struct tier_ticket *ticket_new(void);

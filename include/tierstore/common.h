@@ -1,7 +1,7 @@
 /*
  * tierstore/common.h - the base of the public API: the version, errors,
- * options, element types and rounding, the thread pool, tickets, latency
- * histograms and the convention of parameter structs; and the types of the
+ * options, element types and rounding, latency histograms and the
+ * convention of parameter structs; and the types of the
  * layers above that the trainer's header, tierstore.h, uses without their
  * functions (the store's parameters, levels and policies, the loss
  * scaler's state), so that tierstore.h need not include the toolkit's
@@ -133,32 +133,6 @@ enum tier_rounding {
 	TIER_ROUND_NEAREST = 0,
 	TIER_ROUND_STOCHASTIC = 1,
 };
-
-/* ------------------------------------------------------------ thread pool */
-
-/*
- * The persistent thread pool the CPU kernels split their work over: @n
- * threads in all, the caller included (0 = TIER_THREADS, or one per
- * online CPU, at most TIER_POOL_MAX_THREADS).  0, -EINVAL (@n above
- * TIER_POOL_MAX_THREADS, named in the detail), -ENOMEM or the error of
- * thread creation.
- */
-#define TIER_POOL_MAX_THREADS 1024u /* as TIER_THREADS */
-struct tier_pool;
-TIER_API int tier_pool_create(unsigned n, struct tier_pool **out);
-TIER_API void tier_pool_destroy(struct tier_pool *pool);
-TIER_API unsigned tier_pool_size(const struct tier_pool *pool);
-
-/* ---------------------------------------------------------------- tickets */
-
-/* A request to wait for, in place of a callback. */
-struct tier_ticket;
-
-/*
- * Waits for the request, frees the ticket and returns its result; on
- * failure tier_last_error() has its detail.
- */
-TIER_API int tier_ticket_wait(struct tier_ticket *tk);
 
 /* ---------------------------------------------------- latency histograms */
 

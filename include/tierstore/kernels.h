@@ -11,6 +11,7 @@
 #define TIERSTORE_KERNELS_H
 
 #include "tierstore/common.h"
+#include "tierstore/pool.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -14,6 +14,7 @@
 #define TIERSTORE_TIERS_H
 
 #include "tierstore/common.h"
+#include "tierstore/pool.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -9,7 +9,7 @@ and the library's soname libtierstore.so.X.Y; and the docs document every
 one of them and no function that is not there (a name written with its
 "("): the trainer's functions (tierstore.h, tierstore/common.h,
 tierstore/live.h) in docs/api.md, the toolkit's (tierstore/toolkit.h,
-tierstore/tiers.h, tierstore/kernels.h) in docs/toolkit.md.
+tierstore/tiers.h, tierstore/kernels.h, tierstore/pool.h) in docs/toolkit.md.
 
 Exits 0 when they agree, 1 with one line per difference.
     check_exports.py SRCROOT LIBTIERSTORE.so
@@ -25,7 +25,7 @@ INLINE = re.compile(r"^static inline\b[^(]*?\b(tier_[a-z0-9_]+)\s*\(", re.M)
 DOC_CALL = re.compile(r"\b(tier_[a-z0-9_]+)\(")
 NODE = re.compile(r"\bTIERSTORE_(\d+)\.(\d+)\s*\{")
 # The page that documents each public header's functions.
-TOOLKIT_HEADERS = ("toolkit.h", "tiers.h", "kernels.h")
+TOOLKIT_HEADERS = ("toolkit.h", "tiers.h", "kernels.h", "pool.h")
 PAGES = {"api": os.path.join("docs", "api.md"), "toolkit": os.path.join("docs", "toolkit.md")}
 
 

@@ -36,6 +36,7 @@ RANK = {name: i for i, name in enumerate(LAYERS)}
 PUBLIC = {
     "tierstore/common.h": "common",
     "tierstore/version.h": "common",
+    "tierstore/pool.h": "common",
     "tierstore/kernels.h": "kernels",
     "tierstore/tiers.h": "tiers",
     "tierstore/live.h": "runtime",
