@@ -292,6 +292,7 @@ int tier_nvme_close(struct tier_nvme *t)
 		extents_fini(&p->alloc);
 		free(p->file);
 	}
+	ts_names_free(&t->names);
 	while (t->objs) {
 		struct tier_nvme_obj *o = t->objs;
 
@@ -328,6 +329,7 @@ int nvme_open(const struct tiers_cfg *c, unsigned flags, uint64_t generation,
 		return ts_err(-ENOMEM, "nvme: out of memory");
 	t->magic = NVME_MAGIC;
 	t->cfg = c;
+	ts_names_init(&t->names, nvme_obj_key, NULL);
 	snprintf(t->name, sizeof(t->name), "%s", c->name);
 	t->flags = flags;
 	t->keep = c->keep_commits ? c->keep_commits : 2;
@@ -465,12 +467,15 @@ int tier_nvme_obj_create(struct tier_nvme *t, const char *name, uint64_t size,
 		goto fail;
 	}
 	pthread_mutex_lock(&t->lock);
-	for (struct tier_nvme_obj *x = t->objs; x; x = x->next) {
-		if (strcmp(x->name, name) == 0) {
-			pthread_mutex_unlock(&t->lock);
-			rc = ts_err(-EEXIST, "nvme: an object named '%s' exists", name);
-			goto fail;
-		}
+	if (ts_names_find(&t->names, name)) {
+		pthread_mutex_unlock(&t->lock);
+		rc = ts_err(-EEXIST, "nvme: an object named '%s' exists", name);
+		goto fail;
+	}
+	rc = ts_names_reserve(&t->names, 1); /* so that linking it below cannot fail */
+	if (rc) {
+		pthread_mutex_unlock(&t->lock);
+		goto fail;
 	}
 	o->rot = t->next_rot++ % t->npaths;
 	for (unsigned p = 0; p < t->npaths; p++, allocated++) {
@@ -498,6 +503,8 @@ int tier_nvme_obj_create(struct tier_nvme *t, const char *name, uint64_t size,
 			break;
 		}
 	}
+	if (!rc)
+		rc = nvme_obj_link(&t->objs, &t->names, o); /* 0 after the reserve above */
 	if (rc) {
 		for (unsigned p = 0; p < allocated; p++)
 			if (o->ext_len[p])
@@ -505,8 +512,6 @@ int tier_nvme_obj_create(struct tier_nvme *t, const char *name, uint64_t size,
 		pthread_mutex_unlock(&t->lock);
 		goto fail;
 	}
-	o->next = t->objs;
-	t->objs = o;
 	pthread_mutex_unlock(&t->lock);
 	*out = o;
 	return 0;
@@ -518,19 +523,49 @@ fail:
 	return rc;
 }
 
+const char *nvme_obj_key(const void *ctx, uintptr_t item)
+{
+	(void)ctx;
+	return ((const struct tier_nvme_obj *)item)->name;
+}
+
+int nvme_obj_link(struct tier_nvme_obj **head, struct ts_names *names, struct tier_nvme_obj *o)
+{
+	int rc = ts_names_insert(names, (uintptr_t)o);
+
+	if (rc)
+		return rc;
+	o->prev = NULL;
+	o->next = *head;
+	if (*head)
+		(*head)->prev = o;
+	*head = o;
+	return 0;
+}
+
+void nvme_obj_unlink(struct tier_nvme_obj **head, struct ts_names *names, struct tier_nvme_obj *o)
+{
+	if (o->prev)
+		o->prev->next = o->next;
+	else if (*head == o)
+		*head = o->next;
+	else
+		return; /* not on the list */
+	if (o->next)
+		o->next->prev = o->prev;
+	o->prev = o->next = NULL;
+	ts_names_remove(names, (uintptr_t)o, o->name);
+}
+
 int tier_nvme_obj_destroy(struct tier_nvme *t, struct tier_nvme_obj *o)
 {
 	NVME_ARG(t);
 	TS_NONNULL(o);
-	struct tier_nvme_obj **pp;
 
 	if (atomic_load(&o->busy))
 		return ts_err(-EBUSY, "nvme: object '%s' has requests in flight", o->name);
 	pthread_mutex_lock(&t->lock);
-	for (pp = &t->objs; *pp && *pp != o; pp = &(*pp)->next)
-		;
-	if (*pp)
-		*pp = o->next;
+	nvme_obj_unlink(&t->objs, &t->names, o);
 	nvme_obj_release_extents(t, o);
 	pthread_mutex_unlock(&t->lock);
 	free(o->name);

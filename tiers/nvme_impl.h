@@ -20,6 +20,7 @@
 
 #include "common/error.h"
 #include "common/fault.h"
+#include "common/names.h"
 #include "tiers/tiers_cfg.h"
 #include "tierstore/tiers.h"
 #include "tiers/extent.h"
@@ -145,7 +146,7 @@ struct nvme_path {
 };
 
 struct tier_nvme_obj {
-	struct tier_nvme_obj *next;
+	struct tier_nvme_obj *next, *prev;   /* t->objs, both ways: unlinking is O(1) */
 	char *name;
 	uint64_t size;
 	uint64_t nunits;
@@ -205,6 +206,7 @@ struct tier_nvme {
 	struct nvme_path *paths;
 	pthread_mutex_t lock;     /* objects, allocators */
 	struct tier_nvme_obj *objs;
+	struct ts_names names;        /* objs by name (nvme_obj_key) */
 	unsigned next_rot;
 	_Atomic bool closing;
 	struct nvme_gate gate[NVME_GATES];
@@ -388,5 +390,16 @@ void nvme_gates_fini(struct tier_nvme *t);
 /* Sub-I/O @s is done (successfully or not): takes it out of its unit's
  * gate and hands over the sub-I/Os that waited for it.  No lock held. */
 void nvme_gate_leave(struct subio *s);
+
+/*
+ * The object list t->objs and its index by name (nvme.c): the key of the
+ * index, and linking an object at the list's head and unlinking it, both
+ * O(1).  Linking fails only as ts_names_insert does (-ENOMEM), never after
+ * ts_names_reserve(names, 1); the list is unchanged then.  @names is
+ * t->names, or that of a table being loaded.
+ */
+const char *nvme_obj_key(const void *ctx, uintptr_t item);
+int nvme_obj_link(struct tier_nvme_obj **head, struct ts_names *names, struct tier_nvme_obj *o);
+void nvme_obj_unlink(struct tier_nvme_obj **head, struct ts_names *names, struct tier_nvme_obj *o);
 
 #endif

@@ -40,8 +40,22 @@ struct load {
 	const char *who;
 	uint64_t file_size[TIERS_MAX_NVME_PATHS];
 	struct tier_nvme_obj *objs;
+	struct ts_names names;  /* objs by name: a name twice is refused */
 	uint64_t count;
 };
+
+static void free_objs(struct tier_nvme_obj *o)
+{
+	while (o) {
+		struct tier_nvme_obj *n = o->next;
+
+		free(o->name);
+		free(o->crc);
+		free(o->crc_ok);
+		free(o);
+		o = n;
+	}
+}
 
 /* Takes [off, off + len) of path @p for what the table names. */
 static int take(struct load *l, unsigned p, uint64_t off, uint64_t len, const char *what)
@@ -80,13 +94,22 @@ static int load_obj(void *arg, const struct nvme_tobj *e)
 	o = ts_calloc(1, sizeof(*o));
 	if (!o)
 		return ts_err(-ENOMEM, "nvme: out of memory loading the object table");
-	o->next = l->objs;
-	l->objs = o;
 	o->name = ts_strndup(e->name, e->name_len);
 	o->crc = ts_calloc(e->nunits, sizeof(*o->crc));
 	o->crc_ok = ts_calloc(e->nunits, 1);
-	if (!o->name || !o->crc || !o->crc_ok)
+	if (!o->name || !o->crc || !o->crc_ok) {
+		free_objs(o);
 		return ts_err(-ENOMEM, "nvme: out of memory loading the object table");
+	}
+	if (ts_names_find(&l->names, o->name)) {
+		free_objs(o);
+		return ts_err(-EBADMSG, "%s: %s appears twice", l->who, what);
+	}
+	rc = nvme_obj_link(&l->objs, &l->names, o);
+	if (rc) {
+		free_objs(o);
+		return ts_err(rc, "nvme: out of memory loading the object table");
+	}
 	o->size = e->size;
 	o->nunits = e->nunits;
 	o->rot = e->rot;
@@ -98,9 +121,6 @@ static int load_obj(void *arg, const struct nvme_tobj *e)
 		o->crc_ok[u] = (e->ok[u / 8] >> (u % 8)) & 1;
 	if (e->crc)
 		memcpy(o->crc, e->crc, 4 * e->nunits);
-	for (struct tier_nvme_obj *x = o->next; x; x = x->next)
-		if (strcmp(x->name, o->name) == 0)
-			return ts_err(-EBADMSG, "%s: %s appears twice", l->who, what);
 	for (unsigned p = 0; p < t->npaths; p++) {
 		if (!o->ext_len[p])
 			continue;
@@ -112,18 +132,6 @@ static int load_obj(void *arg, const struct nvme_tobj *e)
 	return 0;
 }
 
-static void free_objs(struct tier_nvme_obj *o)
-{
-	while (o) {
-		struct tier_nvme_obj *n = o->next;
-
-		free(o->name);
-		free(o->crc);
-		free(o->crc_ok);
-		free(o);
-		o = n;
-	}
-}
 
 /* Every path's allocator back to all free. */
 static int reset_allocs(struct tier_nvme *t)
@@ -184,6 +192,7 @@ static int load_commit(struct tier_nvme *t, const struct ts_nvme_commit *c, uint
 	snprintf(who, sizeof(who), "generation %" PRIu64 "'s object table", c->gen);
 	l->who = who;
 	l->objs = NULL;
+	ts_names_init(&l->names, nvme_obj_key, NULL);
 	l->count = 0;
 	if (c->table_len < sizeof(struct ts_nvme_table) || c->table_len > (1ull << 40))
 		return ts_err(-EBADMSG, "%s: a length of %" PRIu64 " bytes is not possible", who, c->table_len);
@@ -237,6 +246,9 @@ static int load_commit(struct tier_nvme *t, const struct ts_nvme_commit *c, uint
 		t->meta_len = h->meta_len;
 	}
 	t->objs = l->objs;
+	ts_names_free(&t->names);
+	t->names = l->names; /* the table moves to t */
+	ts_names_init(&l->names, nvme_obj_key, NULL);
 	t->next_rot = (unsigned)(h->next_rot % t->npaths);
 	free(buf);
 	return 0;
@@ -244,6 +256,7 @@ fail:
 	free(buf);
 	free_objs(l->objs);
 	l->objs = NULL;
+	ts_names_free(&l->names);
 	t->nheld = 0;
 	{
 		char saved[TIER_ERR_MAX];
@@ -263,6 +276,7 @@ static int unload(struct tier_nvme *t)
 {
 	free_objs(t->objs);
 	t->objs = NULL;
+	ts_names_free(&t->names);
 	t->nheld = 0;
 	free(t->meta);
 	t->meta = NULL;

@@ -61,9 +61,14 @@
 /* The bytes of every shard's state. */
 uint64_t optim_state_bytes(const struct tier_optim *o)
 {
+	return o->state_bytes;
+}
+
+uint64_t optim_shards_bytes(const struct tier_optim *o, uint32_t first, uint32_t n)
+{
 	uint64_t sum = 0;
 
-	for (uint32_t i = 0; i < o->nshards; i++)
+	for (uint32_t i = first; i < first + n; i++)
 		sum += o->shards[i]->bytes;
 	return sum;
 }
@@ -288,6 +293,7 @@ static void optim_free(struct tier_optim *o)
 		free(o->params[i].name);
 	}
 	free(o->params);
+	ts_names_free(&o->pnames);
 	free(o->groups);
 	free(o->act);
 	free(o->items);
@@ -350,6 +356,7 @@ int optim_create(struct tier_store *s, const struct tier_optim_params *p, size_t
 	if (!(o = ts_calloc(1, sizeof(*o))))
 		return ts_err(-ENOMEM, "optimizer: out of memory");
 	o->magic = OPTIM_MAGIC;
+	ts_names_init(&o->pnames, optim_param_key, o);
 	pthread_mutex_init(&o->lock, NULL);
 	pthread_cond_init(&o->cond, NULL);
 	o->s = s;

@@ -437,6 +437,11 @@ static int adopt_param(struct tier_optim *o, const struct rparam *d)
 
 	if (!name)
 		return ts_err(-ENOMEM, "optimizer: out of memory");
+	if (ts_names_find(&o->pnames, name)) {
+		rc = ts_err(-EBADMSG, "optimizer: the checkpoint names parameter '%s' twice", name);
+		free(name);
+		return rc;
+	}
 	{
 		struct param piece = { .name = name, .numel = d->numel };
 
@@ -519,7 +524,10 @@ static int adopt_param(struct tier_optim *o, const struct rparam *d)
 		trace_name_shard(o->trace, sh->index, oname);
 	}
 	pp->nshards = nsh;
+	if ((rc = ts_names_insert(&o->pnames, (uintptr_t)o->nparams + 1)))
+		goto undo; /* not after optim_add_room's reserve */
 	o->nparams++;
+	o->state_bytes += optim_shards_bytes(o, first, nsh);
 	return 0;
 undo:
 	while (o->nshards > first) {

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "common/error.h"
+#include "common/names.h"
 #include "kernels/adam_math.h"
 #include "prefetch/lookahead.h"
 #include "tierstore.h"
@@ -134,9 +135,11 @@ struct tier_optim {
 	bool home_nvme;
 
 	struct param *params;
+	struct ts_names pnames;      /* params by name: items are index + 1 (optim_param_key) */
 	uint32_t nparams, params_cap;
 	struct shard **shards;
 	uint32_t nshards, shards_cap;
+	uint64_t state_bytes;        /* the shards' bytes in all (optim_state_bytes) */
 	struct tier_group_params *groups; /* group 0 from o->p */
 	uint32_t ngroups, groups_cap;
 	uint32_t *act;           /* the shards a step streams (not frozen), */
@@ -234,6 +237,9 @@ int optim_check_group(const char *what, const struct tier_group_params *g);
 
 /* The bytes of every shard's state. */
 uint64_t optim_state_bytes(const struct tier_optim *o);
+/* The bytes of shards [@first, @first + @n): kept in o->state_bytes as
+ * parameters come and go, so that adding n parameters costs O(n). */
+uint64_t optim_shards_bytes(const struct tier_optim *o, uint32_t first, uint32_t n);
 
 /*
  * What the live view shows of this optimizer: after a step (@res), or with
@@ -416,5 +422,8 @@ static inline size_t optim_align(enum tier_dtype md)
 {
 	return md == TIER_Q8 ? TIER_Q8_BLOCK : SHARD_ALIGN;
 }
+
+/* The name of parameter item - 1 of the optimizer @ctx (o->pnames' key). */
+const char *optim_param_key(const void *ctx, uintptr_t item);
 
 #endif

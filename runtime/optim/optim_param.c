@@ -31,12 +31,16 @@
 
 /* ------------------------------------------------------------ parameters */
 
+const char *optim_param_key(const void *ctx, uintptr_t item)
+{
+	const struct tier_optim *o = ctx;
+
+	return o->params[item - 1].name;
+}
+
 static int find_param(const struct tier_optim *o, const char *name)
 {
-	for (uint32_t i = 0; i < o->nparams; i++)
-		if (!strcmp(o->params[i].name, name))
-			return (int)i;
-	return -1;
+	return (int)ts_names_find(&o->pnames, name) - 1;
 }
 
 /* Writes the shard's initial state: what @fill writes, else master from
@@ -151,6 +155,9 @@ int optim_add_room(struct tier_optim *o, const char *name, uint32_t nsh)
 		o->shards = ns;
 		o->shards_cap = cap;
 	}
+	/* so that indexing the parameter by name, its last step, cannot fail */
+	if (ts_names_reserve(&o->pnames, 1))
+		return ts_err(-ENOMEM, "parameter '%s': out of memory", name);
 	return 0;
 }
 
@@ -225,9 +232,12 @@ int optim_add_param(struct tier_optim *o, uint32_t gid, const char *name, size_t
 		}
 	}
 	pp->nshards = nsh;
+	if ((rc = ts_names_insert(&o->pnames, (uintptr_t)o->nparams + 1)))
+		goto undo; /* not after optim_add_room's reserve */
 	if (id)
 		*id = o->nparams;
 	o->nparams++;
+	o->state_bytes += optim_shards_bytes(o, first, nsh);
 	o->synced = false;
 	o->layout_dirty = true;
 	optim_feed_update(o, NULL);
@@ -409,6 +419,7 @@ int tier_optim_remove_param(struct tier_optim *o, uint32_t id)
 	nsh = pp->nshards;
 	/* Its write-backs first: a queued one holds the object. */
 	wb_drain(o->wb);
+	o->state_bytes -= optim_shards_bytes(o, first, nsh);
 	for (uint32_t k = 0; k < nsh; k++) {
 		struct shard *sh = o->shards[first + k];
 
@@ -424,9 +435,11 @@ int tier_optim_remove_param(struct tier_optim *o, uint32_t id)
 		(o->nshards - first - nsh) * sizeof(*o->shards));
 	o->nshards -= nsh;
 	zero_param_free(o, pp);
+	ts_names_remove(&o->pnames, (uintptr_t)id + 1, pp->name);
 	free(pp->name);
 	memmove(pp, pp + 1, (o->nparams - id - 1) * sizeof(*pp));
 	o->nparams--;
+	ts_names_shift(&o->pnames, (uintptr_t)id + 1);
 	for (uint32_t i = id; i < o->nparams; i++)
 		o->params[i].first -= nsh;
 	for (uint32_t i = first; i < o->nshards; i++) {
