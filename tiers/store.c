@@ -52,6 +52,7 @@
 #include "common/error.h"
 #include "common/fault.h"
 #include "common/log.h"
+#include "common/names.h"
 #include "common/units.h"
 #include "tiers/buddy.h"
 #include "tiers/dram.h"
@@ -100,18 +101,9 @@ const char *store_fmt_size(uint64_t b, char *buf, size_t len)
 
 /* ----------------------------------------------------------------- objects */
 
-static uint32_t name_hash(const char *name)
-{
-	uint32_t h = 2166136261u;
-
-	for (; *name; name++)
-		h = (h ^ (unsigned char)*name) * 16777619u;
-	return h;
-}
-
 struct tier_obj *store_find_locked(struct tier_store *s, const char *name)
 {
-	struct tier_obj *o = s->hash[name_hash(name) & (s->nbuckets - 1)];
+	struct tier_obj *o = s->hash[ts_names_hash(name) & (s->nbuckets - 1)];
 
 	while (o && strcmp(o->name, name))
 		o = o->hnext;
@@ -132,7 +124,7 @@ static int hash_grow(struct tier_store *s)
 		struct tier_obj *o = s->hash[i], *next;
 
 		for (; o; o = next) {
-			uint32_t b = name_hash(o->name) & (n - 1);
+			uint32_t b = ts_names_hash(o->name) & (n - 1);
 
 			next = o->hnext;
 			o->hnext = h[b];
@@ -183,7 +175,7 @@ static int obj_new(struct tier_store *s, const char *name, uint64_t size, struct
 /* Enters the placed object @o in the table and the hash.  Store locked. */
 static void obj_insert(struct tier_store *s, struct tier_obj *o)
 {
-	uint32_t b = name_hash(o->name) & (s->nbuckets - 1);
+	uint32_t b = ts_names_hash(o->name) & (s->nbuckets - 1);
 
 	o->idx = s->nobjs;
 	s->objs[s->nobjs++] = o;
@@ -462,7 +454,7 @@ int tier_obj_destroy(struct tier_store *s, struct tier_obj *o)
 	sched_remove(s, o);
 	s->objs[o->idx] = s->objs[--s->nobjs];
 	s->objs[o->idx]->idx = o->idx;
-	b = name_hash(o->name) & (s->nbuckets - 1);
+	b = ts_names_hash(o->name) & (s->nbuckets - 1);
 	for (struct tier_obj **pp = &s->hash[b]; *pp; pp = &(*pp)->hnext) {
 		if (*pp == o) {
 			*pp = o->hnext;

@@ -38,11 +38,6 @@ const char *optim_param_key(const void *ctx, uintptr_t item)
 	return o->params[item - 1].name;
 }
 
-static int find_param(const struct tier_optim *o, const char *name)
-{
-	return (int)ts_names_find(&o->pnames, name) - 1;
-}
-
 /* Writes the shard's initial state: what @fill writes, else master from
  * @init (or zeros) and moments zero. */
 static int shard_init(struct tier_optim *o, struct shard *sh, const float *init,
@@ -88,7 +83,7 @@ static int add_check(const struct tier_optim *o, const char *name, size_t numel)
 	if (strlen(name) > TIERS_NAME_MAX * 4)
 		return ts_err(-EINVAL, "parameter '%.32s...': name longer than %d bytes", name,
 				TIERS_NAME_MAX * 4);
-	if (find_param(o, name) >= 0)
+	if (ts_names_find(&o->pnames, name))
 		return ts_err(-EEXIST, "parameter '%s' already exists", name);
 	return 0;
 }
